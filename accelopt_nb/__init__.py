@@ -1,0 +1,7 @@
+"""accelopt_nb: a Jupyter-native toolkit for LLM-driven optimization of Trainium NKI kernels.
+
+Layers, bottom up: ``sim`` (NKI CPU simulator), ``perf`` (Trainium performance model),
+``nkibench`` (the benchmark, a sibling package), ``evaluation``, ``llm``/``store``/``agents``/
+``search``, and the notebook layer.
+"""
+__version__ = "0.1.0"
