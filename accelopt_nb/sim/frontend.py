@@ -1,0 +1,319 @@
+"""Loading and launching kernels written against ``neuronxcc.nki`` (NKI 0.1).
+
+Kernel files run unchanged: while a kernel *module* executes, its ``import neuronxcc.nki...``
+statements resolve to the simulator through a private ``__import__`` in the module's own
+builtins. Nothing is put in ``sys.modules``, so a real ``neuronx-cc`` installation is never
+shadowed. A frontend for the standalone ``nki`` package can be added the same way (a second
+alias table) without touching the core.
+"""
+from __future__ import annotations
+
+import builtins
+import linecache
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from accelopt_nb.errors import KernelError, KernelLoadError, UnsupportedAPIError
+from accelopt_nb.sim import dtypes as _dt
+from accelopt_nb.sim import isa as _isa
+from accelopt_nb.sim import language as _nl
+from accelopt_nb.sim.runtime import Runtime, SimOptions, active, running
+from accelopt_nb.sim.tensor import Tensor
+from accelopt_nb.sim.trace import Trace
+
+
+@dataclass
+class SimResult:
+    """Outputs and instruction stream of one simulated launch."""
+
+    outputs: tuple[np.ndarray, ...]
+    trace: Trace
+    log: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def output(self) -> np.ndarray:
+        return self.outputs[0]
+
+
+class Kernel:
+    """An ``@nki.jit`` kernel. Calling it with NumPy arrays simulates it; ``kernel[g](...)`` is SPMD."""
+
+    def __init__(self, fn: Callable, grid: tuple[int, ...] = (), mode: str = "auto") -> None:
+        self.fn = fn
+        self.grid = grid
+        self.mode = mode
+        self.__name__ = getattr(fn, "__name__", "kernel")
+        self.__doc__ = getattr(fn, "__doc__", None)
+        self.__wrapped__ = fn
+
+    def __getitem__(self, grid: Any) -> "Kernel":
+        grid = grid if isinstance(grid, tuple) else (grid,)
+        return Kernel(self.fn, tuple(int(g) for g in grid), self.mode)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if active() is not None:  # a kernel calling a sub-kernel: just run it in the same launch
+            return self.fn(*args, **kwargs)
+        result = simulate(self, *args, **kwargs)
+        return result.outputs[0] if len(result.outputs) == 1 else result.outputs
+
+
+def jit(func: Callable | None = None, *, mode: str = "auto", **kwargs: Any) -> Any:
+    if func is None:
+        return lambda f: Kernel(f, mode=mode)
+    return Kernel(func, mode=mode)
+
+
+def _kernel_files(kernel: Kernel) -> set[str]:
+    code = getattr(kernel.fn, "__code__", None)
+    files = {code.co_filename} if code is not None else set()
+    mod_file = getattr(kernel.fn, "__globals__", {}).get("__file__")
+    if mod_file:
+        files.add(mod_file)
+    return files
+
+
+def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None = None, grid: Sequence[int] | None = None,
+             **kwargs: Any) -> SimResult:
+    """Run a kernel on NumPy inputs. Kernel errors raise :class:`KernelError` with file and line."""
+    if not isinstance(kernel, Kernel):
+        kernel = Kernel(kernel)
+    options = options or SimOptions()
+    launch_grid = tuple(grid) if grid is not None else kernel.grid
+    rt = Runtime(options, kernel.__name__, _kernel_files(kernel))
+    rt.grid = launch_grid
+    with running(rt):
+        args = [_as_input(rt, a, i) for i, a in enumerate(inputs)]
+        kw = {k: _as_input(rt, v, k) for k, v in kwargs.items()}
+        outputs = None
+        try:
+            ids = list(np.ndindex(*launch_grid)) if launch_grid else [()]
+            for pid in ids:
+                rt.program_id = tuple(int(i) for i in pid)
+                rt.shared_hbm_cursor = 0
+                if launch_grid:
+                    with _spmd_frame(rt, pid):
+                        outputs = kernel.fn(*args, **kw)
+                else:
+                    outputs = kernel.fn(*args, **kw)
+        except KernelError:
+            raise
+        except (TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError, NameError, KeyError) as exc:
+            file, line = _innermost_kernel_frame(exc, rt.kernel_files)
+            if isinstance(exc, AttributeError) and "module" in str(exc) and ("nl" in str(exc) or "isa" in str(exc)):
+                raise UnsupportedAPIError(str(exc), file=file, line=line) from exc
+            raise KernelError(f"{type(exc).__name__}: {exc}", file=file, line=line,
+                              rule="kernel raised a Python error while tracing") from exc
+        result_arrays = _collect_outputs(rt, outputs, kernel.__name__, inputs)
+    rt.trace.grid = launch_grid
+    return SimResult(outputs=result_arrays, trace=rt.trace, log=rt.log, warnings=rt.warnings)
+
+
+class _spmd_frame:
+    def __init__(self, rt: Runtime, pid: tuple) -> None:
+        self.rt, self.pid = rt, pid
+
+    def __enter__(self):
+        from accelopt_nb.sim.runtime import LoopFrame
+        self.frame = LoopFrame(uid=self.rt.new_uid(), kind="spmd", iteration=int(np.ravel_multi_index(
+            self.pid, self.rt.grid)) if self.rt.grid else 0)
+        self.rt.loops.insert(0, self.frame)
+        self.rt._refresh_loop_key()
+
+    def __exit__(self, *exc):
+        self.rt.loops.remove(self.frame)
+        self.rt._refresh_loop_key()
+        return False
+
+
+def _innermost_kernel_frame(exc: BaseException, files: set[str]) -> tuple[str | None, int | None]:
+    tb = exc.__traceback__
+    found: tuple[str | None, int | None] = (None, None)
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename in files:
+            found = (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    return found
+
+
+def _as_input(rt: Runtime, value: Any, label: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        dtype = _dt.canonical(value.dtype)
+        data = None if rt.options.trace_only else np.ascontiguousarray(value.astype(_dt.storage(dtype), copy=True))
+        return Tensor(rt, value.shape, dtype, "hbm", "input", name=f"input_{label}", data=data, written=True)
+    if hasattr(value, "numpy") and callable(value.numpy):  # torch tensors
+        return _as_input(rt, np.asarray(value.numpy()), label)
+    return value
+
+
+def _collect_outputs(rt: Runtime, outputs: Any, name: str, inputs: Sequence[Any]) -> tuple[np.ndarray, ...]:
+    if outputs is None:
+        raise KernelError(f"kernel '{name}' returned nothing; NKI kernels return their output tensors "
+                          "(allocated with buffer=nl.shared_hbm)", rule="kernel outputs are returned HBM tensors")
+    items = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+    arrays = []
+    for i, t in enumerate(items):
+        if not isinstance(t, Tensor) or t.buffer != "hbm":
+            where = "an on-chip tile" if isinstance(t, Tensor) else type(t).__name__
+            raise KernelError(f"kernel output {i} is {where}; outputs must be HBM tensors allocated with "
+                              "buffer=nl.shared_hbm and written with nl.store",
+                              rule="kernel inputs and outputs live in HBM")
+        if rt.options.trace_only or t._data is None:
+            arrays.append(np.zeros(t.shape, dtype=_dt.storage(t.dtype)))
+            continue
+        if t.kind == "internal":
+            t.kind = "output"
+        if rt.options.record_trace and t.id in rt.trace.tensors:
+            rt.trace.tensors[t.id].kind = "output" if t.kind != "input" else "input"
+        arr = t._data.copy()
+        if t._written is not None and not t._written.all() and _dt.is_float(t.dtype):
+            arr = arr.astype(arr.dtype)  # unwritten elements keep the NaN fill: coverage checks see them
+        arrays.append(arr)
+    return tuple(arrays)
+
+
+# ---- the neuronxcc.nki facade -----------------------------------------------------------------
+def _module(name: str, attrs: dict[str, Any]) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    mod.__dict__.update(attrs)
+    return mod
+
+
+def _make_typing() -> types.ModuleType:
+    class _TensorType:
+        def __class_getitem__(cls, item):
+            return cls
+    return _module("neuronxcc.nki.typing", {"tensor": _TensorType, "mutable_tensor": _TensorType,
+                                            "scalar": float, "ndarray": _TensorType})
+
+
+def _simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+    k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
+    return k(*args, **kwargs)
+
+
+def _hardware_only(name: str) -> Callable:
+    def unavailable(*args, **kwargs):
+        raise UnsupportedAPIError(f"nki.{name} needs Trainium hardware and neuronx-cc; the simulator cannot run it "
+                                  "(use accelopt_nb's evaluation service with --backend neuron on a Trainium machine)")
+    return unavailable
+
+
+language_module = _module("neuronxcc.nki.language", {k: getattr(_nl, k) for k in _nl.__all__})
+isa_module = _module("neuronxcc.nki.isa", {k: getattr(_isa, k) for k in _isa.__all__})
+typing_module = _make_typing()
+nki_module = _module("neuronxcc.nki", {
+    "jit": jit, "trace": jit, "language": language_module, "isa": isa_module, "typing": typing_module,
+    "simulate_kernel": _simulate_kernel, "baremetal": _hardware_only("baremetal"),
+    "benchmark": _hardware_only("benchmark"), "profile": _hardware_only("profile"),
+})
+neuronxcc_module = _module("neuronxcc", {"nki": nki_module})
+
+_ALIASES: dict[str, types.ModuleType] = {
+    "neuronxcc": neuronxcc_module,
+    "neuronxcc.nki": nki_module,
+    "neuronxcc.nki.language": language_module,
+    "neuronxcc.nki.isa": isa_module,
+    "neuronxcc.nki.typing": typing_module,
+}
+
+
+def _make_import(real_import: Callable) -> Callable:
+    def sim_import(name, globals=None, locals=None, fromlist=(), level=0):
+        if level == 0 and (name == "neuronxcc" or name.startswith("neuronxcc.")):
+            if name not in _ALIASES:
+                raise ImportError(f"{name} is not provided by the accelopt_nb simulator "
+                                  f"(available: {', '.join(sorted(_ALIASES))})")
+            return _ALIASES[name] if fromlist else neuronxcc_module
+        return real_import(name, globals, locals, fromlist, level)
+    return sim_import
+
+
+class _TrackedRange:
+    """Inside a kernel module, plain ``range`` loops are sequential loops (NKI 0.1 semantics)."""
+
+    __slots__ = ("_r",)
+
+    def __init__(self, *args: Any) -> None:
+        self._r = range(*[int(a) if isinstance(a, (np.integer,)) else a for a in args])
+
+    def __iter__(self):
+        rt = active()
+        return iter(self._r) if rt is None else rt.loop("sequential", self._r)
+
+    def __len__(self) -> int:
+        return len(self._r)
+
+    def __getitem__(self, i):
+        return self._r[i]
+
+    def __reversed__(self):
+        return reversed(self._r)
+
+    def __contains__(self, x) -> bool:
+        return x in self._r
+
+    def __repr__(self) -> str:
+        return repr(self._r)
+
+
+def kernel_builtins() -> dict[str, Any]:
+    b = dict(vars(builtins))
+    b["__import__"] = _make_import(builtins.__import__)
+    b["range"] = _TrackedRange
+    return b
+
+
+def load_kernel(path: str | Path | None = None, *, source: str | None = None, name: str = "kernel",
+                filename: str | None = None) -> Kernel:
+    """Load a kernel file (or source text) written against neuronxcc.nki; return its kernel.
+
+    ``name`` is the kernel function to return; ``kernel`` then ``optimized_kernel`` are tried.
+    """
+    if source is None:
+        if path is None:
+            raise KernelLoadError("load_kernel needs a path or source text")
+        path = Path(path)
+        if not path.is_file():
+            raise KernelLoadError(f"kernel file not found: {path}")
+        source = path.read_text()
+    filename = filename or (str(Path(path).resolve()) if path is not None else f"<kernel-{abs(hash(source)) & 0xffffff:x}>")
+    # register the text so tracebacks and error locations can show kernel lines
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    try:
+        code = compile(source, filename, "exec")
+    except SyntaxError as exc:
+        raise KernelLoadError(f"syntax error: {exc.msg}", file=filename, line=exc.lineno,
+                              rule="kernel source must be valid Python") from exc
+    module_globals: dict[str, Any] = {"__name__": f"accelopt_kernel_{Path(filename).stem}", "__file__": filename,
+                                      "__builtins__": kernel_builtins()}
+    try:
+        exec(code, module_globals)  # noqa: S102 - kernels are user code by design; sandboxing is layer 4's job
+    except KernelError:
+        raise
+    except ImportError as exc:
+        raise KernelLoadError(f"import failed: {exc}", file=filename, line=_exc_line(exc, filename),
+                              rule="kernels import numpy, math and neuronxcc.nki only") from exc
+    except Exception as exc:
+        raise KernelLoadError(f"{type(exc).__name__} while loading: {exc}", file=filename,
+                              line=_exc_line(exc, filename)) from exc
+    for candidate in (name, "kernel", "optimized_kernel"):
+        obj = module_globals.get(candidate)
+        if obj is not None:
+            return obj if isinstance(obj, Kernel) else Kernel(obj)
+    raise KernelLoadError(f"kernel source defines no function named '{name}'", file=filename,
+                          rule="kernel module must define the kernel function")
+
+
+def _exc_line(exc: BaseException, filename: str) -> int | None:
+    tb = exc.__traceback__
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line

@@ -1,0 +1,575 @@
+"""``neuronxcc.nki.language`` (``nl``) on the simulator.
+
+Creation, memory movement, loops, SPMD ids, element-wise math, reductions, matmul and
+transpose. High-level ``nl`` calls lower to the instructions the compiler would emit
+(e.g. ``nl.exp`` -> one ScalarE activation; ``nl.matmul`` without ``transpose_x`` -> a PE
+transpose plus the matmul).
+"""
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from accelopt_nb.sim import dtypes as _dt
+from accelopt_nb.sim import ops as _ops
+from accelopt_nb.sim.functions import ACTIVATIONS, ALU, REDUCE, SCALAR_ENGINE_FUNCS, op_name
+from accelopt_nb.sim.indexing import IndexExpr, Mask, arange, ds, mgrid  # noqa: F401 (re-exported)
+from accelopt_nb.sim.runtime import (BN_STATS_FMAX, GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX, PSUM_FMAX,
+                                     ParDim, current, hbm, par_dim, private_hbm, psum, sbuf, shared_hbm)  # noqa: F401
+from accelopt_nb.sim.tensor import Tensor, View, as_view, operand, read, write
+
+# ---- dtypes --------------------------------------------------------------------------------------
+float32, float16, bfloat16, tfloat32 = _dt.float32, _dt.float16, _dt.bfloat16, _dt.tfloat32
+float8_e4m3, float8_e5m2 = _dt.float8_e4m3, _dt.float8_e5m2
+int8, int16, int32, uint8, uint16, uint32 = _dt.int8, _dt.int16, _dt.int32, _dt.uint8, _dt.uint16, _dt.uint32
+bool_ = _dt.bool_
+fp32 = SimpleNamespace(min=np.float32(np.finfo(np.float32).min), max=np.float32(np.finfo(np.float32).max))
+
+tile_size = SimpleNamespace(pmax=PMAX, psum_fmax=PSUM_FMAX, gemm_stationary_fmax=GEMM_STATIONARY_FMAX,
+                            gemm_moving_fmax=GEMM_MOVING_FMAX, bn_stats_fmax=BN_STATS_FMAX, psum_num_banks=8)
+
+
+# ---- creation ------------------------------------------------------------------------------------
+def _parse_shape(rt, api: str, shape: Any) -> tuple[tuple[int, ...], int]:
+    if isinstance(shape, (int, np.integer, ParDim)):
+        shape = (shape,)
+    dims, par_axis = [], 0
+    for i, d in enumerate(shape):
+        if isinstance(d, ParDim):
+            par_axis = i
+            dims.append(d.size)
+        else:
+            try:
+                dims.append(int(d))
+            except (TypeError, ValueError):
+                raise rt.rule_error(api, f"shape entries must be ints, got {d!r}", "shapes are compile-time ints") from None
+    if any(d <= 0 for d in dims):
+        raise rt.rule_error(api, f"shape {tuple(dims)} has a non-positive dimension", "shapes are positive")
+    return tuple(dims), par_axis
+
+
+def _buffer_name(rt, api: str, buffer: Any) -> tuple[str, str]:
+    b = sbuf if buffer is None else buffer
+    name = getattr(b, "name", None)
+    if name not in ("sbuf", "psum", "hbm", "private_hbm", "shared_hbm"):
+        raise rt.rule_error(api, f"unknown buffer {buffer!r}", "buffer is nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm or nl.private_hbm")
+    return ("hbm" if "hbm" in name else name), name
+
+
+def _allocate(api: str, shape, dtype, buffer, name: str, fill: Any, *, lazy: bool = False) -> Tensor:
+    rt = current()
+    dims, par_axis = _parse_shape(rt, api, shape)
+    buf, raw_name = _buffer_name(rt, api, buffer)
+    dtype = _dt.canonical(dtype if dtype is not None else float32)
+    if buf != "hbm":
+        p = dims[par_axis] if len(dims) > par_axis else 1
+        if p > PMAX:
+            raise rt.rule_error(api, f"partition dimension {p} exceeds the architecture limit of {PMAX}",
+                                "partition dim <= 128 (put larger extents in block dims before par_dim)")
+        if len(dims) - par_axis < 2 and buf == "psum":
+            pass
+        _ops.check_tile_shape(rt, api, dims[par_axis:], dtype, buf)
+    else:
+        par_axis = 0
+    if raw_name == "shared_hbm" and rt.grid:
+        # every SPMD instance declares the output; all of them share one tensor
+        idx = rt.shared_hbm_cursor
+        rt.shared_hbm_cursor += 1
+        if idx < len(rt.shared_hbm):
+            return rt.shared_hbm[idx]
+    kind = "output" if raw_name == "shared_hbm" else "internal"
+    data = None
+    written: Any = False
+    if fill is not None and not rt.options.trace_only:
+        data = np.full(dims, fill, dtype=_dt.storage(dtype))
+        written = True
+    elif fill is not None:
+        written = True
+    t = Tensor(rt, dims, dtype, buf, kind, name=name, par_axis=par_axis, data=data, written=written)
+    if raw_name == "shared_hbm" and rt.grid:
+        rt.shared_hbm.append(t)
+    if fill is not None and buf != "hbm" and not lazy:
+        per_partition = int(np.prod(dims[par_axis + 1:])) if len(dims) > par_axis + 1 else 1
+        nblocks = int(np.prod(dims[:par_axis])) if par_axis else 1
+        rt.emit("vector", "memset", api, (), (t.full_view().region(),), dims[par_axis], per_partition * nblocks,
+                (), _dt.name(dtype), attrs={"value": float(fill)})
+    return t
+
+
+def ndarray(shape, dtype=float32, *, buffer=None, name: str = "", **kwargs) -> Tensor:
+    return _allocate("nl.ndarray", shape, dtype, buffer, name, None)
+
+
+def empty_like(a, dtype=None, *, buffer=None, name: str = "", **kwargs) -> Tensor:
+    t = a.tensor if isinstance(a, View) else a
+    return _allocate("nl.empty_like", a.shape, dtype or t.dtype, buffer if buffer is not None else _buf_of(t), name, None)
+
+
+def zeros(shape, dtype=float32, *, buffer=None, name: str = "", lazy_initialization: bool = False, **kwargs) -> Tensor:
+    return _allocate("nl.zeros", shape, dtype, buffer, name, 0, lazy=lazy_initialization)
+
+
+def ones(shape, dtype=float32, *, buffer=None, name: str = "", **kwargs) -> Tensor:
+    return _allocate("nl.ones", shape, dtype, buffer, name, 1)
+
+
+def full(shape, fill_value, dtype=float32, *, buffer=None, name: str = "", **kwargs) -> Tensor:
+    return _allocate("nl.full", shape, dtype, buffer, name, fill_value)
+
+
+def zeros_like(a, dtype=None, *, buffer=None, name: str = "", **kwargs) -> Tensor:
+    t = a.tensor if isinstance(a, View) else a
+    return _allocate("nl.zeros_like", a.shape, dtype or t.dtype, buffer if buffer is not None else _buf_of(t), name, 0)
+
+
+def ones_like(a, dtype=None, *, buffer=None, name: str = "", **kwargs) -> Tensor:
+    t = a.tensor if isinstance(a, View) else a
+    return _allocate("nl.ones_like", a.shape, dtype or t.dtype, buffer if buffer is not None else _buf_of(t), name, 1)
+
+
+def _buf_of(t: Tensor):
+    return {"sbuf": sbuf, "psum": psum, "hbm": hbm}[t.buffer]
+
+
+def shared_constant(constant, dtype=None, **kwargs) -> Tensor:
+    """An HBM tensor holding host data (e.g. an identity matrix for PE transposes)."""
+    rt = current()
+    arr = np.asarray(constant)
+    dtype = _dt.canonical(dtype) if dtype is not None else _dt.canonical(arr.dtype)
+    data = None if rt.options.trace_only else _dt.cast(arr.astype(np.float32) if _dt.is_float(dtype) else arr, dtype)
+    return Tensor(rt, arr.shape, dtype, "hbm", "constant", name="shared_constant", data=data, written=True)
+
+
+def shared_identity_matrix(n, dtype=uint8, **kwargs) -> Tensor:
+    return shared_constant(np.eye(int(n)), dtype=dtype)
+
+
+# ---- loops and SPMD -----------------------------------------------------------------------------
+def _range_args(args) -> range:
+    return range(*[int(a) for a in args])
+
+
+def affine_range(*args, **kwargs):
+    return current().loop("affine", _range_args(args))
+
+
+def sequential_range(*args, **kwargs):
+    return current().loop("sequential", _range_args(args))
+
+
+def static_range(*args, **kwargs):
+    return current().loop("static", _range_args(args))
+
+
+def program_id(axis: int = 0) -> int:
+    rt = current()
+    if not rt.grid:
+        return 0
+    if not 0 <= axis < len(rt.grid):
+        raise rt.rule_error("nl.program_id", f"axis {axis} out of range for launch grid {rt.grid}", "program_id axis < grid rank")
+    return rt.program_id[axis]
+
+
+def num_programs(axes: Any = None) -> Any:
+    rt = current()
+    grid = rt.grid or (1,)
+    if axes is None:
+        return int(np.prod(grid))
+    if isinstance(axes, (list, tuple)):
+        return tuple(grid[a] for a in axes)
+    return grid[axes]
+
+
+def program_ndim() -> int:
+    return len(current().grid)
+
+
+def device_print(prefix: str, x: Any, **kwargs) -> None:
+    rt = current()
+    view = as_view(x)
+    if view is None:
+        rt.log.append(f"{prefix} {x}")
+        return
+    data, _ = read(view, None, "nl.device_print")
+    rt.log.append(f"{prefix} {data if data is not None else '<trace-only>'}")
+
+
+# ---- memory movement ---------------------------------------------------------------------------
+def _dma_attrs(hbm_view: View, onchip_shape, itemsize: int, src: str, dst: str, transpose: bool = False) -> dict:
+    p = onchip_shape[0] if onchip_shape else 1
+    per_part = int(np.prod(onchip_shape[1:])) * itemsize if len(onchip_shape) > 1 else itemsize
+    return {"bytes": p * per_part, "partitions": p, "bytes_per_partition": per_part,
+            "contiguous_bytes": hbm_view.contiguous_bytes(), "src": src, "dst": dst, "transpose": transpose}
+
+
+def load(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
+    rt = current()
+    api = "nl.load"
+    view = as_view(src)
+    if view is None or view.tensor.on_chip:
+        raise rt.rule_error(api, "nl.load reads an HBM tensor; its argument is "
+                            + ("an on-chip tile (use nl.copy)" if view is not None else type(src).__name__),
+                            "nl.load moves HBM -> SBUF")
+    m = _ops.mask_array(mask)
+    shape = view.shape if len(view.shape) >= 2 else (view.shape[0] if view.shape else 1, 1)
+    if shape[0] > PMAX:
+        raise rt.rule_error(api, f"loaded tile has partition dimension {shape[0]} (> {PMAX}); the leftmost "
+                            "indexed axis becomes the partition axis", "partition dim <= 128")
+    out_dtype = _dt.canonical(dtype) if dtype is not None else view.tensor.dtype
+    data, written = read(view, m, api)
+    if data is not None:
+        data = data.reshape(shape)
+        data = data.astype(np.float32) if _dt.is_float(out_dtype) else data.astype(np.int64)
+        data = _dt.cast(data, out_dtype).astype(np.float32 if _dt.is_float(out_dtype) else np.int64)
+    out = _ops.new_result(rt, api, shape, out_dtype, "sbuf", data, None, m)
+    attrs = _dma_attrs(view, shape, _dt.itemsize(view.tensor.dtype), "hbm", "sbuf")
+    ins = rt.emit("dma", "dma_load", api, (view.region(m),), (out.full_view().region(out._mask),), shape[0],
+                  int(np.prod(shape[1:])), (_dt.name(view.tensor.dtype),), _dt.name(out_dtype), attrs=attrs)
+    out._producer = ins
+    return out
+
+
+def load_transpose2d(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
+    rt = current()
+    api = "nl.load_transpose2d"
+    view = as_view(src)
+    if view is None or view.tensor.on_chip or len(view.shape) != 2:
+        raise rt.rule_error(api, "load_transpose2d reads a 2-D HBM view", "nl.load_transpose2d moves a 2-D HBM tile")
+    shape = (view.shape[1], view.shape[0])
+    if shape[0] > PMAX:
+        raise rt.rule_error(api, f"transposed tile has partition dimension {shape[0]} (> {PMAX})", "partition dim <= 128")
+    m = _ops.mask_array(mask)
+    out_dtype = _dt.canonical(dtype) if dtype is not None else view.tensor.dtype
+    data, written = read(view, m.T if m is not None and m.ndim == 2 else m, api)
+    if data is not None:
+        data = _dt.cast(data.T.astype(np.float32), out_dtype).astype(np.float32)
+    out = _ops.new_result(rt, api, shape, out_dtype, "sbuf", data, None if written is None else written.T, m)
+    attrs = _dma_attrs(view, shape, _dt.itemsize(view.tensor.dtype), "hbm", "sbuf", transpose=True)
+    out._producer = rt.emit("dma", "dma_transpose", api, (view.region(),), (out.full_view().region(),), shape[0],
+                            shape[1], (_dt.name(view.tensor.dtype),), _dt.name(out_dtype), attrs=attrs)
+    return out
+
+
+def store(dst, value, *, mask=None, **kwargs) -> None:
+    rt = current()
+    api = "nl.store"
+    dview = as_view(dst)
+    if dview is None or dview.tensor.on_chip:
+        raise rt.rule_error(api, "nl.store writes to an HBM tensor", "nl.store moves SBUF -> HBM")
+    m = _ops.mask_array(mask)
+    sview = as_view(value)
+    if sview is None:
+        if isinstance(value, (int, float, np.number)):
+            value = full((dview.shape[0] if dview.shape else 1, int(np.prod(dview.shape[1:])) if len(dview.shape) > 1 else 1),
+                         value, dtype=dview.tensor.dtype)
+            sview = value.full_view()
+        else:
+            raise rt.rule_error(api, f"value must be a tile, got {type(value).__name__}", "nl.store stores a tile")
+    if not sview.tensor.on_chip:
+        raise rt.rule_error(api, "value is an HBM tensor; HBM->HBM copies use nisa.dma_copy", "nl.store moves SBUF -> HBM")
+    if sview.tensor.buffer == "psum":  # the compiler evacuates PSUM to SBUF first
+        sview = copy(sview).full_view()
+    op = operand(sview, api, mask=m, compute=False)
+    if int(np.prod(op.shape)) != int(np.prod(dview.shape)):
+        try:
+            if np.broadcast_shapes(op.shape, dview.shape) != tuple(dview.shape):
+                raise ValueError
+        except ValueError:
+            raise rt.rule_error(api, f"value of shape {op.shape} does not match destination '{dview.tensor.name}' view "
+                                f"of shape {dview.shape}", "stored tile must match the destination shape") from None
+    data, written = op.data, op.written
+    if data is not None and data.shape != dview.shape and data.size == int(np.prod(dview.shape)):
+        data = data.reshape(dview.shape)
+        written = None if written is None else written.reshape(dview.shape)
+    if m is not None and written is not None:
+        written = written | ~np.broadcast_to(m, written.shape)
+    _ops.check_output_valid(rt, api, written, dview.tensor.name)
+    if data is not None:
+        write(dview, data.astype(np.float32) if _dt.is_float(dview.tensor.dtype) else data, None,
+              None if m is None else np.broadcast_to(m, dview.shape) if m.size > 1 else m, api)
+    else:
+        write(dview, None, None, m, api)
+    attrs = _dma_attrs(dview, op.shape, _dt.itemsize(sview.tensor.dtype), "sbuf", "hbm")
+    rt.emit("dma", "dma_store", api, (op.region,), (dview.region(m),), op.shape[0], int(np.prod(op.shape[1:])),
+            (_dt.name(sview.tensor.dtype),), _dt.name(dview.tensor.dtype), attrs=attrs)
+
+
+def copy(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
+    return _ops.elementwise("nl.copy", "vector", "tensor_copy", lambda x: x, [src], dtype=dtype, mask=mask,
+                            out_dtype_default=None)
+
+
+def broadcast_to(src, *, shape, **kwargs) -> Tensor:
+    rt = current()
+    api = "nl.broadcast_to"
+    op = operand(src, api, allow_scalar=False)
+    shape = tuple(int(s) for s in shape)
+    try:
+        np.broadcast_shapes(op.shape, shape)
+    except ValueError:
+        raise rt.rule_error(api, f"cannot broadcast {op.shape} to {shape}", "broadcast_to follows NumPy rules") from None
+    data = None if op.data is None else np.broadcast_to(op.data, shape).astype(op.data.dtype)
+    written = None if op.written is None else np.broadcast_to(op.written, shape)
+    if op.shape[0] == 1 and shape[0] > 1:
+        # partition broadcast: a TensorE matmul with a ones vector into PSUM, then an evacuation copy
+        tmp = _ops.new_result(rt, api, shape, float32, "psum", data, written, None)
+        _ops.emit_for(rt, tmp, "tensor", "nc_matmul", api, [op],
+                      {"k": 1, "m": shape[0], "n": int(np.prod(shape[1:])), "dtype": _dt.name(op.dtype),
+                       "is_transpose": False, "stationary_onezero": True, "moving_onezero": False})
+        out = _ops.elementwise(api, "vector", "tensor_copy", lambda x: x, [tmp], dtype=op.dtype)
+        return out
+    out = _ops.new_result(rt, api, shape, op.dtype, "sbuf", data, written, None)
+    _ops.emit_for(rt, out, "vector", "tensor_copy", api, [op], {"num_inputs": 1})
+    return out
+
+
+def expand_dims(data, axis) -> Tensor:
+    rt = current()
+    t = data if isinstance(data, Tensor) else copy(data)
+    axes = [axis] if isinstance(axis, int) else list(axis)
+    shape = list(t.shape)
+    for a in sorted(a % (len(shape) + 1) for a in axes):
+        if a == 0:
+            raise rt.rule_error("nl.expand_dims", "cannot add an axis before the partition axis", "expand_dims adds free axes")
+        shape.insert(a, 1)
+    return t.reshape(tuple(shape))
+
+
+# ---- element-wise math ---------------------------------------------------------------------------
+def _binary(name: str):
+    fn = ALU[name]
+
+    def api(x, y, *, dtype=None, mask=None, **kwargs):
+        rt = current()
+        scalar_side = any(isinstance(v, (int, float, bool, np.number)) for v in (x, y))
+        op = "tensor_scalar" if scalar_side else "tensor_tensor"
+        engine = "gpsimd" if name == "power" and not scalar_side else "vector"
+        if not scalar_side:
+            vx, vy = as_view(x), as_view(y)
+            if vx is not None and vy is not None:
+                sx, sy = vx.shape, vy.shape
+                # a [P, 1] operand broadcast along the free axis is a tensor_scalar operand
+                if (len(sy) >= 2 and sy[0] == sx[0] and int(np.prod(sy[1:])) == 1 and int(np.prod(sx[1:])) > 1) or \
+                        (len(sx) >= 2 and sx[0] == sy[0] and int(np.prod(sx[1:])) == 1 and int(np.prod(sy[1:])) > 1):
+                    op = "tensor_scalar"
+        out_default = _dt.uint8 if name in ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
+                                            "logical_and", "logical_or", "logical_xor") else None
+        return _ops.elementwise(f"nl.{name}", engine, op, fn, [x, y], dtype=dtype or out_default, mask=mask,
+                                attrs={"alu": name})
+    api.__name__ = name
+    api._nki_name = name  # type: ignore[attr-defined]
+    return api
+
+
+for _n in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "fmod", "mod", "equal",
+           "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and", "logical_or", "logical_xor",
+           "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"):
+    globals()[_n] = _binary(_n)
+
+
+def _unary(name: str):
+    fn = ACTIVATIONS[name]
+    engine, op = ("scalar", "activation") if name in SCALAR_ENGINE_FUNCS else ("vector", "tensor_scalar")
+
+    def api(x, *, dtype=None, mask=None, **kwargs):
+        return _ops.elementwise(f"nl.{name}", engine, op, fn, [x], dtype=dtype, mask=mask, attrs={"func": name})
+    api.__name__ = name
+    api._nki_name = name  # type: ignore[attr-defined]
+    return api
+
+
+for _n in ("abs", "negative", "sign", "trunc", "floor", "ceil", "exp", "log", "sqrt", "rsqrt", "reciprocal", "square",
+           "sin", "cos", "tan", "tanh", "arctan", "sigmoid", "relu", "gelu", "gelu_dx", "gelu_apprx_tanh",
+           "gelu_apprx_sigmoid", "silu", "silu_dx", "erf", "erf_dx", "softplus", "mish"):
+    globals()[_n] = _unary(_n)
+
+
+def logical_not(x, *, dtype=None, mask=None, **kwargs):
+    return _ops.elementwise("nl.logical_not", "vector", "tensor_scalar", np.logical_not, [x], dtype=dtype or uint8,
+                            mask=mask, attrs={"alu": "logical_not"})
+
+
+def invert(x, *, dtype=None, mask=None, **kwargs):
+    return _ops.elementwise("nl.invert", "vector", "tensor_scalar", np.invert, [x], dtype=dtype, mask=mask,
+                            attrs={"alu": "invert"})
+
+
+logical_not._nki_name = "logical_not"  # type: ignore[attr-defined]
+invert._nki_name = "invert"  # type: ignore[attr-defined]
+
+
+def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
+    return _ops.elementwise("nl.where", "vector", "tensor_tensor", lambda c, a, b: np.where(c != 0, a, b),
+                            [condition, x, y], dtype=dtype or _where_dtype(x, y), mask=mask, attrs={"alu": "select"})
+
+
+def _where_dtype(x, y):
+    dx = getattr(x, "dtype", None)
+    dy = getattr(y, "dtype", None)
+    return dx if dx is not None else dy
+
+
+# ---- reductions ----------------------------------------------------------------------------------
+def _reduce(name: str, rfn):
+    def api(x, axis=None, *, dtype=None, mask=None, keepdims: bool = False, **kwargs):
+        rt = current()
+        api_name = f"nl.{name}"
+        m = _ops.mask_array(mask)
+        op = operand(x, api_name, allow_scalar=False, mask=m)
+        axes = _ops.reduce_axes(rt, api_name, op.shape, axis)
+        out_shape = tuple(1 if i in axes else s for i, s in enumerate(op.shape)) if keepdims else \
+            tuple(s for i, s in enumerate(op.shape) if i not in axes)
+        data = None
+        if op.data is not None:
+            with np.errstate(all="ignore"):
+                src = op.data.astype(np.float32) if name in ("mean", "var") else op.data
+                data = rfn(src, axis=axes, keepdims=keepdims)
+        written = None
+        if op.written is not None:
+            written = np.all(op.written, axis=axes, keepdims=keepdims)
+        out_dtype = _dt.canonical(dtype) if dtype is not None else (
+            float32 if name in ("mean", "var") else (uint8 if name == "all" else op.dtype))
+        out = _ops.new_result(rt, api_name, out_shape, out_dtype, "sbuf", data, written, None)
+        n_in = int(np.prod(op.shape[1:])) if len(op.shape) > 1 else 1
+        _ops.emit_for(rt, out, "vector", "tensor_reduce", api_name, [op], {"alu": name, "num_inputs": 1},
+                      free=n_in * (2 if name == "var" else 1))
+        return out
+    api.__name__ = name
+    api._nki_name = {"sum": "add", "max": "max", "min": "min", "prod": "multiply"}.get(name, name)  # type: ignore[attr-defined]
+    return api
+
+
+sum = _reduce("sum", np.sum)  # noqa: A001 (NKI's name)
+max = _reduce("max", np.max)  # noqa: A001
+min = _reduce("min", np.min)  # noqa: A001
+mean = _reduce("mean", np.mean)
+prod = _reduce("prod", np.prod)
+var = _reduce("var", np.var)
+all = _reduce("all", lambda a, axis, keepdims: np.all(a != 0, axis=axis, keepdims=keepdims))  # noqa: A001
+
+
+def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
+    """Reduce ``x`` across the iterations of the enclosing loop(s) with ``op``.
+
+    The accumulator belongs to the call site and the enclosing outer-loop iteration: the first
+    iteration of the reduced loop starts it, later ones combine into it.
+    """
+    rt = current()
+    name = op_name(op)
+    if name not in ALU:
+        raise rt.rule_error("nl.loop_reduce", f"unsupported reduction op {op!r}", "loop_reduce takes an ALU op")
+    file, line = rt.location()
+    inner = rt.loops[-1] if rt.loops else None
+    key = (file, line, tuple(f.uid for f in rt.loops[:-1]), inner.uid if inner else None)
+    acc = rt.loop_reduce_state.get(key)
+    if acc is None:
+        acc = copy(x, dtype=dtype, mask=mask)
+        acc._consumed = True
+        rt.loop_reduce_state[key] = acc
+        return acc
+    fresh = _ops.elementwise("nl.loop_reduce", "vector", "tensor_tensor", ALU[name], [acc, x], dtype=acc.dtype,
+                             mask=mask, attrs={"alu": name})
+    acc._data, acc._written = fresh._data, fresh._written
+    fresh._consumed = True
+    fresh._producer.writes = (acc.full_view().region(),)
+    return acc
+
+
+# ---- composite ops -------------------------------------------------------------------------------
+def softmax(x, axis=-1, *, dtype=None, mask=None, **kwargs):
+    rt = current()
+    mx = max(x, axis=axis, keepdims=True, mask=mask)
+    shifted = subtract(x, mx, mask=mask)
+    e = exp(shifted, mask=mask)
+    s = sum(e, axis=axis, keepdims=True, mask=mask)
+    r = reciprocal(s)
+    return multiply(e, r, dtype=dtype, mask=mask)
+
+
+def rms_norm(x, w, axis=-1, n=None, epsilon: float = 1e-6, *, dtype=None, mask=None, **kwargs):
+    rt = current()
+    op = operand(x, "nl.rms_norm", allow_scalar=False)
+    count = n if n is not None else int(np.prod([op.shape[a] for a in _ops.reduce_axes(rt, "nl.rms_norm", op.shape, axis)]))
+    sq = square(x, mask=mask)
+    ss = sum(sq, axis=axis, keepdims=True, mask=mask)
+    ms = multiply(ss, 1.0 / count)
+    inv = rsqrt(add(ms, float(epsilon)))
+    normed = multiply(x, inv, mask=mask)
+    return multiply(normed, w, dtype=dtype, mask=mask)
+
+
+_rng_state: dict[int, np.random.Generator] = {}
+
+
+def random_seed(seed, **kwargs) -> None:
+    rt = current()
+    _rng_state[id(rt)] = np.random.default_rng(int(seed) if not isinstance(seed, (Tensor, View)) else 0)
+
+
+def _rng():
+    rt = current()
+    return _rng_state.setdefault(id(rt), np.random.default_rng(0))
+
+
+def rand(shape, dtype=float32, **kwargs):
+    rt = current()
+    dims, _ = _parse_shape(rt, "nl.rand", shape)
+    data = None if rt.options.trace_only else _rng().random(dims, dtype=np.float32)
+    out = _ops.new_result(rt, "nl.rand", dims, dtype, "sbuf", data, None, None)
+    _ops.emit_for(rt, out, "gpsimd", "rand", "nl.rand", [], {})
+    return out
+
+
+def dropout(x, rate, *, dtype=None, mask=None, **kwargs):
+    keep = None
+    rt = current()
+    if not rt.options.trace_only:
+        op = operand(x, "nl.dropout", allow_scalar=False)
+        keep = (_rng().random(op.shape) >= float(rate)).astype(np.float32) / np.float32(1 - float(rate))
+    return _ops.elementwise("nl.dropout", "vector", "dropout",
+                            (lambda a: a * keep) if keep is not None else (lambda a: a), [x], dtype=dtype, mask=mask)
+
+
+# ---- matmul and transpose ------------------------------------------------------------------------
+def matmul(x, y, *, transpose_x: bool = False, mask=None, **kwargs) -> Tensor:
+    """``x @ y`` into a PSUM fp32 tile. Without ``transpose_x`` the compiler adds a PE transpose of x."""
+    from accelopt_nb.sim import isa
+    rt = current()
+    if not transpose_x:
+        xv = as_view(x)
+        if xv is None:
+            raise rt.rule_error("nl.matmul", "x must be a tile", "matmul operands are SBUF tiles")
+        xt = transpose(x)
+        return isa.nc_matmul(xt, y, mask=mask, _api="nl.matmul")
+    return isa.nc_matmul(x, y, mask=mask, _api="nl.matmul")
+
+
+def transpose(x, *, dtype=None, mask=None, **kwargs) -> Tensor:
+    """Swap partition and free axes of a 2-D tile: a PE transpose into PSUM, evacuated to SBUF."""
+    from accelopt_nb.sim import isa
+    rt = current()
+    op_view = as_view(x)
+    if op_view is None or len(op_view.shape) != 2:
+        raise rt.rule_error("nl.transpose", "nl.transpose takes a 2-D tile", "transpose swaps P and F of a 2-D tile")
+    t = isa.nc_transpose(x, engine=isa.tensor_engine, _api="nl.transpose")
+    return copy(t, dtype=dtype or op_view.tensor.dtype)
+
+
+def gather_flattened(data, indices, *, mask=None, dtype=None, **kwargs):
+    rt = current()
+    d = operand(data, "nl.gather_flattened", allow_scalar=False)
+    i = operand(indices, "nl.gather_flattened", allow_scalar=False)
+    out_data = None
+    if d.data is not None:
+        flat = d.data.reshape(d.shape[0], -1)
+        idx = i.data.reshape(i.shape[0], -1).astype(np.int64) % flat.shape[1]
+        out_data = np.take_along_axis(flat, idx, axis=1).reshape(i.shape)
+    out = _ops.new_result(rt, "nl.gather_flattened", i.shape, dtype or d.dtype, "sbuf", out_data, None, _ops.mask_array(mask))
+    _ops.emit_for(rt, out, "gpsimd", "local_gather", "nl.gather_flattened", [d, i], {})
+    return out
+
+
+__all__ = [n for n in dir() if not n.startswith("_")]

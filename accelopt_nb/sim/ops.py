@@ -1,0 +1,246 @@
+"""Shared machinery of the NKI APIs: result tiles, engine rules, and instruction emission.
+
+Every API reads its operands through :func:`tensor.operand`, computes in fp32 (or int64 for
+all-integer operands), produces a fresh *result tile*, and emits one instruction. Assigning a
+result tile into a buffer (``buf[i] = nl.exp(x)``) re-targets that instruction's write to the
+buffer, as the NKI compiler does, instead of emitting a copy.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from accelopt_nb.errors import NKIRuleError, UninitializedReadError
+from accelopt_nb.sim import dtypes as dt
+from accelopt_nb.sim.indexing import Mask
+from accelopt_nb.sim.runtime import PMAX, PSUM_BANK_BYTES, Runtime, current
+from accelopt_nb.sim.tensor import Operand, Tensor, View, as_view, combine_written, operand, read, write
+
+# Which buffers each engine may read and write (Trainium arch guide, memory figure).
+ENGINE_READS = {"tensor": {"sbuf"}, "vector": {"sbuf", "psum"}, "scalar": {"sbuf", "psum"},
+                "gpsimd": {"sbuf"}, "dma": {"sbuf", "hbm", "psum"}}
+ENGINE_WRITES = {"tensor": {"psum"}, "vector": {"sbuf", "psum"}, "scalar": {"sbuf", "psum"},
+                 "gpsimd": {"sbuf"}, "dma": {"sbuf", "hbm"}}
+ENGINE_NAMES = {"tensor": "TensorE", "vector": "VectorE", "scalar": "ScalarE", "gpsimd": "GpSimdE", "dma": "DMA"}
+
+
+def mask_array(mask: Any) -> np.ndarray | None:
+    if mask is None:
+        return None
+    if isinstance(mask, Mask):
+        return mask.values
+    if isinstance(mask, (bool, np.bool_)):
+        return np.asarray(mask)
+    raise current().rule_error("mask", f"mask must be a predicate over nl.arange expressions, got {type(mask).__name__}",
+                               "mask is a compile-time affine predicate")
+
+
+def check_engine_access(rt: Runtime, api: str, engine: str, operands: Sequence[Operand], dest_buffer: str | None) -> None:
+    for op in operands:
+        buf = op.buffer
+        if buf is not None and buf not in ENGINE_READS[engine]:
+            raise rt.rule_error(api, f"{ENGINE_NAMES[engine]} cannot read {buf.upper()} (operand '{op.view.tensor.name}')",
+                                "engine/buffer connectivity: TensorE reads SBUF only; GpSimdE never touches PSUM")
+    if dest_buffer is not None and dest_buffer not in ENGINE_WRITES[engine]:
+        raise rt.rule_error(api, f"{ENGINE_NAMES[engine]} cannot write {dest_buffer.upper()}",
+                            "engine/buffer connectivity: TensorE writes PSUM only; GpSimdE never touches PSUM")
+
+
+def check_tile_shape(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, buffer: str) -> None:
+    if shape and shape[0] > PMAX:
+        raise rt.rule_error(api, f"partition dimension {shape[0]} exceeds the architecture limit of {PMAX}",
+                            "partition dim <= 128")
+    if buffer == "psum":
+        per_partition = int(np.prod(shape[1:])) * dt.itemsize(dtype) if len(shape) > 1 else dt.itemsize(dtype)
+        if per_partition > PSUM_BANK_BYTES:
+            raise rt.rule_error(api, f"PSUM tile of {per_partition} bytes per partition exceeds one 2 KiB bank "
+                                f"(shape {shape}, {dt.name(dtype)})", "PSUM tile <= 2 KiB per partition (512 fp32)")
+
+
+def new_result(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, buffer: str,
+               data: np.ndarray | None, written: np.ndarray | None, mask: np.ndarray | None) -> Tensor:
+    shape = tuple(int(s) for s in shape)
+    if len(shape) == 1:
+        shape = (shape[0], 1)
+        if data is not None:
+            data = data.reshape(shape)
+    check_tile_shape(rt, api, shape, dtype, buffer)
+    if mask is not None:
+        m = np.broadcast_to(mask, shape)
+        written = m if written is None else (np.broadcast_to(written, shape) & m)
+    elif written is not None and written.shape != shape:
+        written = np.broadcast_to(written, shape).copy()
+    if data is not None:
+        data = np.broadcast_to(data, shape)
+        if not data.flags.writeable:
+            data = data.copy()
+    t = Tensor(rt, shape, dtype, buffer, "result", data=data, written=written if written is not None else True,
+               raw=True)
+    t._mask = None if mask is None else np.broadcast_to(mask, shape)
+    return t
+
+
+def emit_for(rt: Runtime, out: Tensor | None, engine: str, op: str, api: str, operands: Sequence[Operand],
+             attrs: dict | None = None, *, partitions: int | None = None, free: int | None = None,
+             extra_reads: Sequence[Any] = (), accumulate: bool = False):
+    reads = tuple(o.region for o in operands if o.view is not None) + tuple(extra_reads)
+    writes = () if out is None else (out.full_view().region(out._mask),)
+    shape = out.shape if out is not None else (operands[0].shape if operands else (1, 1))
+    p = partitions if partitions is not None else (shape[0] if shape else 1)
+    n = free if free is not None else (int(np.prod(shape[1:])) if len(shape) > 1 else 1)
+    ins = rt.emit(engine, op, api, reads, writes, p, n, tuple(dt.name(o.dtype) for o in operands if not o.scalar),
+                  dt.name(out.dtype) if out is not None else "", accumulate=accumulate, attrs=attrs)
+    if out is not None:
+        out._producer = ins
+    return ins
+
+
+def broadcast_shape(rt: Runtime, api: str, operands: Sequence[Operand]) -> tuple[int, ...]:
+    shapes = [o.shape for o in operands if not o.scalar]
+    try:
+        return tuple(np.broadcast_shapes(*shapes)) if shapes else (1, 1)
+    except ValueError:
+        raise rt.rule_error(api, f"operand shapes {shapes} do not broadcast", "element-wise operands must broadcast") from None
+
+
+def elementwise(api: str, engine: str, op: str, fn: Callable[..., np.ndarray], args: Sequence[Any], *,
+                dtype: Any = None, mask: Any = None, attrs: dict | None = None, out_dtype_default: Any = None,
+                buffer: str = "sbuf") -> Tensor:
+    rt = current()
+    m = mask_array(mask)
+    opnds = [operand(a, api, mask=m) for a in args]
+    check_engine_access(rt, api, engine, opnds, None)
+    shape = broadcast_shape(rt, api, opnds)
+    if dtype is None:
+        dtype = out_dtype_default
+    if dtype is None:  # NKI promotion; Python scalars are weakly typed (int->int32, float->fp32)
+        for o in opnds:
+            dtype = o.dtype if dtype is None else dt.promote(dtype, o.dtype)
+    dtype = dt.canonical(dtype)
+    data = None
+    if not rt.options.trace_only:
+        with np.errstate(all="ignore"):
+            data = fn(*[o.data for o in opnds])
+        data = np.asarray(data)
+        if dt.is_float(dtype):
+            data = data.astype(np.float32, copy=False)
+    written = combine_written(*[o.written for o in opnds], shape=shape)
+    out = new_result(rt, api, shape, dtype, buffer, data, written, m)
+    a = {"num_inputs": sum(1 for o in opnds if not o.scalar),
+         "psum_input": any(o.buffer == "psum" for o in opnds)}
+    if attrs:
+        a.update(attrs)
+    emit_for(rt, out, engine, op, api, opnds, a)
+    return out
+
+
+# ---- assignment ------------------------------------------------------------------------------
+def copy_into(dest: View, value: Any, api: str) -> None:
+    rt = current()
+    dshape = dest.shape
+    if isinstance(value, (int, float, bool, np.number)):
+        data = None if rt.options.trace_only else np.full(dshape, value, dtype=np.float32 if dt.is_float(dest.dtype) else np.int64)
+        write(dest, data, None, None, api)
+        rt.emit("vector", "memset", api, (), (dest.region(),), dshape[0], int(np.prod(dshape[1:])) if len(dshape) > 1 else 1,
+                (), dt.name(dest.dtype), attrs={"value": float(value)})
+        return
+    src_view = as_view(value)
+    if src_view is None:
+        raise rt.rule_error(api, f"cannot assign a {type(value).__name__} to tile '{dest.tensor.name}'",
+                            "tiles are assigned from NKI API results, tiles or scalars")
+    src = src_view.tensor
+    sshape = src_view.shape
+    if sshape != dshape:
+        if int(np.prod(sshape)) == int(np.prod(dshape)) and sshape[0] == dshape[0]:
+            pass  # same tile, different free-dim grouping
+        else:
+            try:
+                np.broadcast_shapes(sshape, dshape)
+                if np.broadcast_shapes(sshape, dshape) != tuple(dshape):
+                    raise ValueError
+            except ValueError:
+                raise rt.rule_error(api, f"shape mismatch: cannot assign a {sshape} tile to '{dest.tensor.name}' view "
+                                    f"of shape {dshape}", "assigned tile must match the destination shape") from None
+    if not src.on_chip:
+        raise rt.rule_error(api, f"cannot assign HBM tensor '{src.name}' to an on-chip tile; use nl.load",
+                            "HBM is read by DMA only")
+    producer = src._producer
+    retarget = (src.kind == "result" and not src._consumed and producer is not None and src_view.key == tuple(
+        slice(0, s, 1) for s in src.shape) and dest.tensor.buffer in ENGINE_WRITES[producer.engine]
+        and int(np.prod(sshape)) == int(np.prod(dshape)))
+    mask = src._mask if retarget else None
+    if retarget:
+        src._consumed = True
+        values = None if src._data is None else src._data.reshape(dshape) if sshape != dshape else src._data
+        written = None if src._written is None else (src._written.reshape(dshape) if sshape != dshape else src._written)
+        if mask is not None and sshape != dshape:
+            mask = mask.reshape(dshape)
+        write(dest, values, written, mask, api, accumulate=producer.accumulate and False)
+        producer.writes = (dest.region(mask),)
+        producer.out_dtype = dt.name(dest.dtype)
+        return
+    # a real copy: PSUM->SBUF evacuation or tile-to-tile move
+    op = operand(src_view, api)
+    engine = "vector"
+    check_engine_access(rt, api, engine, [op], dest.tensor.buffer)
+    values = op.data
+    if values is not None and sshape != dshape and int(np.prod(sshape)) == int(np.prod(dshape)):
+        values = values.reshape(dshape)
+    written = op.written
+    if written is not None and sshape != dshape and written.size == int(np.prod(dshape)):
+        written = written.reshape(dshape)
+    write(dest, values, written, None, api)
+    rt.emit(engine, "tensor_copy", api, (op.region,), (dest.region(),), dshape[0],
+            int(np.prod(dshape[1:])) if len(dshape) > 1 else 1, (dt.name(src.dtype),), dt.name(dest.dtype),
+            attrs={"psum_input": src.buffer == "psum"})
+
+
+def accumulate_into(dest: View, value: Any) -> None:
+    """``dest += value``: PSUM accumulation for matmul results, otherwise a VectorE add."""
+    rt = current()
+    src_view = as_view(value)
+    if src_view is not None:
+        src = src_view.tensor
+        producer = src._producer
+        if (src.kind == "result" and not src._consumed and producer is not None and producer.engine == "tensor"
+                and dest.tensor.buffer == "psum" and src_view.shape == dest.shape):
+            src._consumed = True
+            write(dest, src._data, src._written, src._mask, "+=", accumulate=True)
+            producer.writes = (dest.region(),)
+            producer.accumulate = True
+            return
+    if isinstance(value, (int, float, np.number)):
+        op_val = value
+    else:
+        op_val = value
+    from accelopt_nb.sim import language as nl
+    result = nl.add(dest, op_val)
+    copy_into(dest, result, "+=")
+
+
+def check_output_valid(rt: Runtime, api: str, written: np.ndarray | None, dest_name: str) -> None:
+    """A store of values computed from never-written memory into HBM is an error."""
+    if written is None or not rt.options.check_uninitialized:
+        return
+    bad = int(np.count_nonzero(~written))
+    if bad:
+        raise rt.rule_error(api, f"{bad} element(s) stored to '{dest_name}' were computed from on-chip memory that was "
+                            "never written", UninitializedReadError.rule, UninitializedReadError)
+
+
+def reduce_axes(rt: Runtime, api: str, shape: tuple[int, ...], axis: Any) -> tuple[int, ...]:
+    if axis is None:
+        axes = tuple(range(1, len(shape)))
+    elif isinstance(axis, (list, tuple)):
+        axes = tuple(int(a) for a in axis)
+    else:
+        axes = (int(axis),)
+    axes = tuple(a % len(shape) for a in axes)
+    if 0 in axes:
+        raise rt.rule_error(api, "cannot reduce along the partition axis (axis 0) on VectorE; transpose first or use "
+                            "a matmul with a ones vector", "reductions run over free axes only")
+    return axes
+
+
+__all__ = ["NKIRuleError", "read"]

@@ -1,0 +1,215 @@
+"""Simulation state for one kernel launch: options, loops, SPMD ids, errors and the trace.
+
+NKI APIs find the running simulation through :func:`current`; outside a simulation they
+raise a clear error instead of silently doing NumPy math.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from accelopt_nb.errors import KernelError, NKIRuleError
+from accelopt_nb.sim.trace import Instruction, Region, TensorInfo, Trace
+
+PMAX = 128                 # partitions (nl.tile_size.pmax)
+PSUM_FMAX = 512            # fp32 elements per partition in one PSUM bank
+PSUM_BANK_BYTES = 2048
+GEMM_STATIONARY_FMAX = 128
+GEMM_MOVING_FMAX = 512
+BN_STATS_FMAX = 512
+
+
+@dataclass
+class SimOptions:
+    """How a kernel is simulated.
+
+    trace_only: skip arithmetic (and data-dependent checks); only shapes and the instruction
+        stream are computed. For fast profiling of large shapes.
+    affine_write_conflicts: what to do when different affine_range iterations assign the same
+        location: "error" (default), "warn" or "ignore".
+    check_uninitialized: raise when a kernel output is computed from never-written memory.
+    record_trace: keep the instruction stream (turn off for pure functional runs).
+    """
+
+    trace_only: bool = False
+    affine_write_conflicts: str = "error"
+    check_uninitialized: bool = True
+    record_trace: bool = True
+
+    def __post_init__(self) -> None:
+        if self.affine_write_conflicts not in ("error", "warn", "ignore"):
+            raise ValueError("affine_write_conflicts must be 'error', 'warn' or 'ignore'")
+
+
+@dataclass
+class LoopFrame:
+    uid: int
+    kind: str
+    iteration: int = -1
+    inst_epoch: int = 0     # epoch at the loop instance's first iteration
+    iter_epoch: int = 0     # epoch at the current iteration's start
+
+
+class Runtime:
+    """Everything mutable about one simulated kernel launch."""
+
+    def __init__(self, options: SimOptions, kernel_name: str, kernel_files: set[str]) -> None:
+        self.options = options
+        self.kernel_files = kernel_files
+        self.trace = Trace(kernel_name=kernel_name, trace_only=options.trace_only)
+        self.loops: list[LoopFrame] = []
+        self.loop_key: tuple[tuple[int, str, int], ...] = ()
+        self.epoch = 0
+        self._next_uid = 1
+        self._next_tensor = 1
+        self.program_id: tuple[int, ...] = ()
+        self.grid: tuple[int, ...] = ()
+        self.shared_hbm: list[Any] = []      # shared_hbm tensors, matched by creation order
+        self.shared_hbm_cursor = 0
+        self.log: list[str] = []
+        self.warnings: list[str] = []
+        self.loop_reduce_state: dict[tuple, Any] = {}
+
+    # ---- identities --------------------------------------------------------------
+    def new_tensor_id(self) -> int:
+        tid = self._next_tensor
+        self._next_tensor += 1
+        return tid
+
+    def new_uid(self) -> int:
+        uid = self._next_uid
+        self._next_uid += 1
+        return uid
+
+    # ---- source locations --------------------------------------------------------
+    def location(self) -> tuple[str | None, int | None]:
+        """The innermost kernel-source frame on the Python stack."""
+        frame = sys._getframe(1)
+        files = self.kernel_files
+        while frame is not None:
+            if frame.f_code.co_filename in files:
+                return frame.f_code.co_filename, frame.f_lineno
+            frame = frame.f_back
+        return None, None
+
+    def rule_error(self, api: str, message: str, rule: str, cls: type[KernelError] = NKIRuleError) -> KernelError:
+        file, line = self.location()
+        return cls(message, api=api, file=file, line=line, rule=rule)
+
+    def warn(self, message: str) -> None:
+        file, line = self.location()
+        text = f"{file or '<kernel>'}:{line}: {message}"
+        self.warnings.append(text)
+        warnings.warn(text, stacklevel=3)
+
+    # ---- loops -------------------------------------------------------------------
+    def loop(self, kind: str, values: range) -> Iterator[int]:
+        frame = LoopFrame(uid=self.new_uid(), kind=kind)
+        self.loops.append(frame)
+        try:
+            first = True
+            for i in values:
+                frame.iteration = i
+                if kind == "affine":
+                    self.epoch += 1
+                    frame.iter_epoch = self.epoch
+                    if first:
+                        frame.inst_epoch = self.epoch
+                first = False
+                self._refresh_loop_key()
+                yield i
+        finally:
+            # generators may be closed out of order by `break`; remove this frame wherever it is
+            if frame in self.loops:
+                self.loops.remove(frame)
+            self._refresh_loop_key()
+
+    def _refresh_loop_key(self) -> None:
+        self.loop_key = tuple((f.uid, f.kind, f.iteration) for f in self.loops)
+
+    def affine_frames(self) -> list[LoopFrame]:
+        return [f for f in self.loops if f.kind == "affine" and f.iteration >= 0]
+
+    # ---- trace -------------------------------------------------------------------
+    def register_tensor(self, info: TensorInfo) -> None:
+        if self.options.record_trace:
+            self.trace.tensors[info.id] = info
+
+    def emit(self, engine: str, op: str, api: str, reads: tuple[Region, ...], writes: tuple[Region, ...],
+             partitions: int, free_elems: int, in_dtypes: tuple[str, ...], out_dtype: str,
+             accumulate: bool = False, attrs: dict | None = None) -> Instruction | None:
+        if not self.options.record_trace:
+            return None
+        file, line = self.location()
+        ins = Instruction(index=len(self.trace.instructions), engine=engine, op=op, api=api,
+                          reads=reads, writes=writes, partitions=partitions, free_elems=free_elems,
+                          in_dtypes=in_dtypes, out_dtype=out_dtype, accumulate=accumulate,
+                          attrs=attrs or {}, loops=self.loop_key, file=file, line=line)
+        self.trace.instructions.append(ins)
+        return ins
+
+
+_state = threading.local()
+
+
+def current() -> Runtime:
+    rt = getattr(_state, "runtime", None)
+    if rt is None:
+        raise KernelError("NKI APIs can only run inside a kernel launched by the accelopt_nb simulator "
+                          "(call the @nki.jit kernel, or accelopt_nb.sim.simulate)",
+                          rule="NKI API called outside a kernel")
+    return rt
+
+
+def active() -> Runtime | None:
+    return getattr(_state, "runtime", None)
+
+
+@contextlib.contextmanager
+def running(rt: Runtime) -> Iterator[Runtime]:
+    prev = getattr(_state, "runtime", None)
+    _state.runtime = rt
+    try:
+        yield rt
+    finally:
+        _state.runtime = prev
+
+
+@dataclass
+class ParDim:
+    """``nl.par_dim(n)``: marks the partition axis in a shape."""
+
+    size: int
+
+    def __int__(self) -> int:
+        return self.size
+
+    def __index__(self) -> int:
+        return self.size
+
+
+def par_dim(size: int) -> ParDim:
+    return ParDim(int(size))
+
+
+@dataclass
+class Buffer:
+    name: str
+    on_chip: bool
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name}"
+
+
+sbuf = Buffer("sbuf", True)
+psum = Buffer("psum", True)
+hbm = Buffer("hbm", False)
+private_hbm = Buffer("private_hbm", False)
+shared_hbm = Buffer("shared_hbm", False)
+
+__all__ = ["SimOptions", "Runtime", "current", "active", "running", "par_dim", "ParDim", "Buffer",
+           "sbuf", "psum", "hbm", "private_hbm", "shared_hbm", "field"]

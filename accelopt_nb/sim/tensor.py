@@ -1,0 +1,698 @@
+"""Opaque tensors and tile views.
+
+Inside a kernel, tensors are handles: indexing gives a :class:`View` (a region, no data),
+NKI APIs read and write through views, and any attempt to turn a handle into a NumPy array
+raises :class:`OpaqueTensorError`. The data lives in ``_data``; validity of each element
+(written, and not computed from unwritten memory) in ``_written`` (None = all valid).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from accelopt_nb.errors import LoopCarriedDependencyError, NKIRuleError, OpaqueTensorError
+from accelopt_nb.sim import dtypes as dt
+from accelopt_nb.sim.indexing import IndexExpr, Mask
+from accelopt_nb.sim.runtime import PMAX, Runtime, current
+from accelopt_nb.sim.trace import Region, TensorInfo
+
+_OPAQUE_RULE = OpaqueTensorError.rule
+
+
+def _opaque(api: str):
+    def method(self, *args, **kwargs):
+        rt = current()
+        raise rt.rule_error(api, f"cannot read tensor '{self_name(self)}' as host data inside a kernel",
+                            _OPAQUE_RULE, OpaqueTensorError)
+    return method
+
+
+def self_name(x: Any) -> str:
+    t = x.tensor if isinstance(x, View) else x
+    return getattr(t, "name", "?")
+
+
+class _Opaque:
+    """Blocks every implicit conversion to host data."""
+
+    __slots__ = ()
+    __array_priority__ = 1000
+    __array__ = _opaque("numpy conversion (__array__)")
+    __array_interface__ = property(_opaque("numpy conversion (__array_interface__)"))
+    __float__ = _opaque("float()")
+    __int__ = _opaque("int()")
+    __index__ = _opaque("index()")
+    __bool__ = _opaque("bool()")
+    __iter__ = _opaque("iteration")
+    __len__ = _opaque("len()")
+    tolist = _opaque("tolist()")
+    item = _opaque("item()")
+    __array_ufunc__ = None  # numpy ufuncs on a handle raise TypeError instead of reading data
+
+    def __array_function__(self, func, types, args, kwargs):
+        rt = current()
+        raise rt.rule_error(f"numpy.{func.__name__}",
+                            f"NumPy function {func.__name__} cannot operate on NKI tensors inside a kernel",
+                            _OPAQUE_RULE, OpaqueTensorError)
+
+    # arithmetic operators map to nl element-wise ops (imported lazily: language imports us)
+    def _binop(self, other, name, reverse=False):
+        from accelopt_nb.sim import language as nl
+        fn = getattr(nl, name)
+        return fn(other, self) if reverse else fn(self, other)
+
+    def __add__(self, o): return self._binop(o, "add")
+    def __radd__(self, o): return self._binop(o, "add", True)
+    def __sub__(self, o): return self._binop(o, "subtract")
+    def __rsub__(self, o): return self._binop(o, "subtract", True)
+    def __mul__(self, o): return self._binop(o, "multiply")
+    def __rmul__(self, o): return self._binop(o, "multiply", True)
+    def __truediv__(self, o): return self._binop(o, "divide")
+    def __rtruediv__(self, o): return self._binop(o, "divide", True)
+    def __pow__(self, o): return self._binop(o, "power")
+    def __rpow__(self, o): return self._binop(o, "power", True)
+    def __lt__(self, o): return self._binop(o, "less")
+    def __le__(self, o): return self._binop(o, "less_equal")
+    def __gt__(self, o): return self._binop(o, "greater")
+    def __ge__(self, o): return self._binop(o, "greater_equal")
+    def __and__(self, o): return self._binop(o, "bitwise_and")
+    def __or__(self, o): return self._binop(o, "bitwise_or")
+    def __xor__(self, o): return self._binop(o, "bitwise_xor")
+    def __lshift__(self, o): return self._binop(o, "left_shift")
+    def __rshift__(self, o): return self._binop(o, "right_shift")
+    def __neg__(self):
+        from accelopt_nb.sim import language as nl
+        return nl.negative(self)
+
+    def __invert__(self):
+        from accelopt_nb.sim import language as nl
+        return nl.invert(self)
+
+    # tile methods
+    def astype(self, dtype):
+        from accelopt_nb.sim import language as nl
+        return nl.copy(self, dtype=dtype)
+
+    def broadcast_to(self, shape):
+        from accelopt_nb.sim import language as nl
+        return nl.broadcast_to(self, shape=shape)
+
+    def expand_dims(self, axis):
+        from accelopt_nb.sim import language as nl
+        return nl.expand_dims(self, axis)
+
+    def assert_shape(self, shape):
+        if tuple(self.shape) != tuple(shape):
+            raise current().rule_error("assert_shape", f"shape {tuple(self.shape)} != expected {tuple(shape)}",
+                                       "tile shape assertion")
+        return self
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return dt.itemsize(self.dtype)
+
+
+class Tensor(_Opaque):
+    """One allocation: an HBM tensor, an on-chip buffer, or a fresh API result tile."""
+
+    __slots__ = ("id", "name", "buffer", "kind", "shape", "dtype", "par_axis", "_data", "_written",
+                 "_stamps", "_raw", "_mask", "_producer", "_consumed", "_alloc_epoch", "__weakref__")
+
+    def __init__(self, rt: Runtime, shape: tuple[int, ...], dtype: Any, buffer: str, kind: str,
+                 name: str = "", par_axis: int = 0, data: np.ndarray | None = None,
+                 written: np.ndarray | None | bool = False, raw: bool = False) -> None:
+        self.id = rt.new_tensor_id()
+        self.name = name or f"{kind}{self.id}"
+        self.buffer = buffer
+        self.kind = kind
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = dt.canonical(dtype)
+        self.par_axis = par_axis
+        self._raw = raw
+        self._mask = None
+        self._producer = None
+        self._consumed = False
+        self._alloc_epoch = rt.epoch
+        self._stamps = None
+        trace_only = rt.options.trace_only
+        if trace_only:
+            self._data = None
+        elif data is not None:
+            self._data = data
+        else:
+            self._data = np.full(self.shape, dt.nan_fill(self.dtype), dtype=dt.storage(self.dtype))
+        if written is True or trace_only:
+            self._written = None
+        elif written is False:
+            self._written = np.zeros(self.shape, dtype=bool)
+        else:
+            self._written = written
+        file, line = rt.location()
+        rt.register_tensor(TensorInfo(id=self.id, name=self.name, buffer=buffer, kind=kind, shape=self.shape,
+                                      dtype=dt.name(self.dtype), itemsize=dt.itemsize(self.dtype),
+                                      par_axis=par_axis, alloc_index=len(rt.trace.instructions),
+                                      loops=rt.loop_key, line=line))
+
+    def __repr__(self) -> str:
+        return f"<nki tensor {self.name} {self.shape} {dt.name(self.dtype)} in {self.buffer}>"
+
+    @property
+    def on_chip(self) -> bool:
+        return self.buffer != "hbm"
+
+    def full_view(self) -> "View":
+        return View(self, tuple(slice(0, s, 1) for s in self.shape))
+
+    def __getitem__(self, key: Any) -> "View":
+        return View(self, normalize_key(self, key))
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        assign(self[key], value)
+
+    def __iadd__(self, other: Any) -> "Tensor":
+        accumulate(self.full_view(), other)
+        return self
+
+    def reshape(self, shape):
+        """A reshaped alias of the same memory (``tensor.reshape``)."""
+        shape = tuple(int(s) for s in shape)
+        if int(np.prod(shape)) != int(np.prod(self.shape)):
+            raise current().rule_error("reshape", f"cannot reshape {self.shape} into {shape}", "reshape keeps size")
+        return _Alias(self, shape)
+
+
+class _Alias(Tensor):
+    """A reshape of an existing tensor: shares data, validity and identity for the trace."""
+
+    __slots__ = ()
+
+    def __init__(self, base: Tensor, shape: tuple[int, ...]) -> None:  # noqa: D401 - no super().__init__
+        self.id = base.id
+        self.name = base.name
+        self.buffer = base.buffer
+        self.kind = base.kind
+        self.shape = shape
+        self.dtype = base.dtype
+        self.par_axis = base.par_axis if base.on_chip else 0
+        self._raw = base._raw
+        self._mask = None
+        self._producer = None
+        self._consumed = True
+        self._alloc_epoch = base._alloc_epoch
+        self._stamps = None
+        self._data = None if base._data is None else base._data.reshape(shape)
+        self._written = None if base._written is None else base._written.reshape(shape)
+
+
+# ---- keys ------------------------------------------------------------------------------
+def normalize_key(t: Tensor, key: Any) -> tuple:
+    if not isinstance(key, tuple):
+        key = (key,)
+    ndim = len(t.shape)
+    out: list[Any] = []
+    n_ellipsis = sum(1 for k in key if k is Ellipsis)
+    for k in key:
+        if k is Ellipsis:
+            out.extend([slice(None)] * (ndim - (len(key) - n_ellipsis)))
+            continue
+        out.append(k)
+    if len(out) > ndim:
+        raise current().rule_error("indexing", f"too many indices ({len(out)}) for tensor '{t.name}' of shape {t.shape}",
+                                   "index count must not exceed tensor rank")
+    out.extend([slice(None)] * (ndim - len(out)))
+    norm: list[Any] = []
+    has_array = False
+    for axis, k in enumerate(out):
+        size = t.shape[axis]
+        if isinstance(k, IndexExpr):
+            norm.append(k.values)
+            has_array = True
+        elif isinstance(k, slice):
+            start, stop, step = k.start, k.stop, k.step
+            start = 0 if start is None else int(start)
+            stop = size if stop is None else int(stop)
+            step = 1 if step is None else int(step)
+            if start < 0 or stop > size or start > stop:
+                raise current().rule_error("indexing", f"slice {start}:{stop} out of bounds for axis {axis} "
+                                           f"of '{t.name}' with size {size}", "indices must be within bounds")
+            norm.append(slice(start, stop, step))
+        elif isinstance(k, (int, np.integer)):
+            k = int(k)
+            if k < 0 or k >= size:
+                raise current().rule_error("indexing", f"index {k} out of bounds for axis {axis} of '{t.name}' "
+                                           f"with size {size}", "indices must be within bounds")
+            norm.append(k)
+        elif isinstance(k, Tensor) or isinstance(k, View):
+            raise current().rule_error("indexing", "indirect (tensor-valued) indices are not supported by the simulator",
+                                       "supported indices: ints, slices, nl.arange expressions")
+        elif k is None:
+            raise current().rule_error("indexing", "None (newaxis) cannot index an NKI tensor",
+                                       "supported indices: ints, slices, nl.arange expressions")
+        else:
+            raise current().rule_error("indexing", f"unsupported index {k!r} of type {type(k).__name__}",
+                                       "supported indices: ints, slices, nl.arange expressions")
+    if has_array and any(isinstance(k, slice) and not (k.start == 0 and k.stop == t.shape[i] and k.step == 1)
+                         for i, k in enumerate(norm)):
+        raise current().rule_error("indexing", "mixing basic (slice) and advanced (nl.arange) indexing in one index",
+                                   "do not mix slices with arange index expressions")
+    if has_array and any(isinstance(k, slice) for k in norm):
+        norm = _full_slices_to_arrays(t, norm)
+    return tuple(norm)
+
+
+def _full_slices_to_arrays(t: Tensor, norm: list[Any]) -> list[Any]:
+    """Full slices next to arange indices address whole axes: give each its own trailing axis."""
+    nd = max(k.ndim for k in norm if isinstance(k, np.ndarray))
+    n_sl = sum(isinstance(k, slice) for k in norm)
+    total = nd + n_sl
+    out: list[Any] = []
+    j = 0
+    for axis, k in enumerate(norm):
+        if isinstance(k, slice):
+            shape = [1] * total
+            shape[nd + j] = t.shape[axis]
+            j += 1
+            out.append(np.arange(t.shape[axis], dtype=np.int64).reshape(shape))
+        elif isinstance(k, np.ndarray):
+            out.append(k.reshape((1,) * (nd - k.ndim) + k.shape + (1,) * n_sl))
+        else:
+            out.append(k)
+    return out
+
+
+class View(_Opaque):
+    """A region of a tensor, produced by indexing. Holds no data."""
+
+    __slots__ = ("tensor", "key", "shape", "advanced", "_region", "_accum_pending")
+
+    def __init__(self, tensor: Tensor, key: tuple) -> None:
+        self.tensor = tensor
+        self.key = key
+        self.advanced = any(isinstance(k, np.ndarray) for k in key)
+        self._region = None
+        self._accum_pending = False
+        if self.advanced:
+            shape = np.broadcast_shapes(*[k.shape for k in key if isinstance(k, np.ndarray)])
+        else:
+            shape = []
+            for k, size in zip(key, tensor.shape):
+                if isinstance(k, slice):
+                    shape.append(len(range(k.start, k.stop, k.step)))
+            shape = tuple(shape)
+        if tensor.on_chip and len(shape) == 1:
+            shape = (shape[0], 1)  # a 1-D on-chip access keeps its partition axis: treat as [P, 1]
+        self.shape = tuple(int(s) for s in shape)
+
+    @property
+    def dtype(self):
+        return self.tensor.dtype
+
+    @property
+    def buffer(self) -> str:
+        return self.tensor.buffer
+
+    @property
+    def name(self) -> str:
+        return self.tensor.name
+
+    def __repr__(self) -> str:
+        return f"<nki view of {self.tensor.name} {self.shape}>"
+
+    def __getitem__(self, key: Any) -> "View":
+        if self.advanced:
+            raise current().rule_error("indexing", "cannot index again a view that was indexed with nl.arange",
+                                       "nested indexing only on slice/int views")
+        if not isinstance(key, tuple):
+            key = (key,)
+        # map the new key onto the remaining (sliced) axes of the base tensor
+        sliced_axes = [i for i, k in enumerate(self.key) if isinstance(k, slice)]
+        if any(self.key[i].step != 1 for i in sliced_axes):
+            raise current().rule_error("indexing", "cannot index again a strided view", "nested indexing")
+        base_key: list[Any] = list(self.key)
+        expanded = list(key)
+        if any(k is Ellipsis for k in expanded):
+            i = expanded.index(Ellipsis)
+            expanded[i:i + 1] = [slice(None)] * (len(sliced_axes) - (len(expanded) - 1))
+        if len(expanded) > len(sliced_axes):
+            raise current().rule_error("indexing", f"too many indices for view of shape {self.shape}",
+                                       "index count must not exceed tile rank")
+        for axis, k in zip(sliced_axes, expanded):
+            base = self.key[axis]
+            length = base.stop - base.start
+            if isinstance(k, slice):
+                s0 = 0 if k.start is None else int(k.start)
+                s1 = length if k.stop is None else int(k.stop)
+                if s0 < 0 or s1 > length or s0 > s1:
+                    raise current().rule_error("indexing", f"slice {s0}:{s1} out of bounds for view axis of size {length}",
+                                               "indices must be within bounds")
+                base_key[axis] = slice(base.start + s0, base.start + s1, 1 if k.step is None else int(k.step))
+            elif isinstance(k, (int, np.integer)):
+                if not 0 <= int(k) < length:
+                    raise current().rule_error("indexing", f"index {k} out of bounds for view axis of size {length}",
+                                               "indices must be within bounds")
+                base_key[axis] = base.start + int(k)
+            elif isinstance(k, IndexExpr):
+                base_key[axis] = IndexExpr(k.values + base.start)
+            else:
+                raise current().rule_error("indexing", f"unsupported index {k!r}", "supported indices")
+        return self.tensor[tuple(IndexExpr(k) if isinstance(k, np.ndarray) else k for k in base_key)]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        assign(self[key], value)
+
+    def __iadd__(self, other: Any) -> "View":
+        accumulate(self, other)
+        self._accum_pending = True  # the trailing __setitem__ of `t[i] += x` must not copy again
+        return self
+
+    def reshape(self, shape):
+        raise current().rule_error("reshape", "reshape a whole tensor, not an indexed view", "reshape on tensors")
+
+    # ---- trace region ----------------------------------------------------------------
+    def region(self, mask: Any = None) -> Region:
+        if self._region is not None and mask is None:
+            return self._region
+        t = self.tensor
+        lo, hi = [], []
+        for k, size in zip(self.key, t.shape):
+            if isinstance(k, slice):
+                lo.append(k.start)
+                hi.append(max(k.start, k.stop))
+            elif isinstance(k, np.ndarray):
+                a0 = int(k.min()) if k.size else 0
+                a1 = int(k.max()) + 1 if k.size else 0
+                lo.append(min(max(a0, 0), size))
+                hi.append(min(max(a1, 0), size))
+            else:
+                lo.append(k)
+                hi.append(k + 1)
+        elements = int(np.prod(self.shape)) if self.shape else 1
+        if mask is not None:
+            elements = int(np.count_nonzero(np.broadcast_to(mask, self.shape)))
+        block = 0
+        if t.par_axis:
+            if all(hi[i] - lo[i] == 1 for i in range(t.par_axis)):
+                block = int(np.ravel_multi_index(tuple(lo[:t.par_axis]), t.shape[:t.par_axis]))
+            else:
+                block = -1
+        reg = Region(tensor=t.id, buffer=t.buffer, lo=tuple(lo), hi=tuple(hi), elements=elements,
+                     itemsize=dt.itemsize(t.dtype), block=block)
+        if mask is None:
+            self._region = reg
+        return reg
+
+    def contiguous_bytes(self) -> int:
+        """Length of the innermost contiguous run in memory (for DMA efficiency)."""
+        t = self.tensor
+        run = dt.itemsize(t.dtype)
+        for axis in range(len(t.shape) - 1, -1, -1):
+            k = self.key[axis]
+            if isinstance(k, slice):
+                if k.step != 1:
+                    break
+                n = k.stop - k.start
+                run *= n
+                if n != t.shape[axis]:
+                    break
+            elif isinstance(k, np.ndarray):
+                flat = np.unique(k.ravel())
+                if flat.size > 1 and np.all(np.diff(flat) == 1):
+                    run *= flat.size
+                    if flat.size != t.shape[axis]:
+                        break
+                else:
+                    break
+            else:
+                break
+        return run
+
+    # ---- block structure ---------------------------------------------------------------
+    def check_tile(self, api: str) -> None:
+        """On-chip operands must be tiles: block dims indexed by scalars, P <= 128."""
+        t = self.tensor
+        if t.on_chip and t.par_axis:
+            for i in range(t.par_axis):
+                k = self.key[i]
+                if isinstance(k, slice) and k.stop - k.start != 1:
+                    raise current().rule_error(api, f"operand '{t.name}' still has block dimensions {self.shape}; "
+                                               "index the block dimensions with loop variables to get a tile",
+                                               "compute APIs take tiles (partition axis first)")
+        if self.shape and self.shape[0] > PMAX:
+            raise current().rule_error(api, f"partition dimension {self.shape[0]} of '{t.name}' exceeds the "
+                                       f"architecture limit of {PMAX}", "partition dim <= 128")
+
+
+# ---- data access -------------------------------------------------------------------------
+def _full_arrays(view: View, shape: tuple[int, ...]) -> list[np.ndarray]:
+    return [np.broadcast_to(k, shape) if isinstance(k, np.ndarray) else np.full(shape, k, dtype=np.int64)
+            for k in view.key]
+
+
+def _check_bounds(view: View, arrays: list[np.ndarray] | None = None, api: str = "indexing") -> None:
+    t = view.tensor
+    keys = arrays if arrays is not None else view.key
+    for axis, k in enumerate(keys):
+        if isinstance(k, np.ndarray) and k.size:
+            lo, hi = int(k.min()), int(k.max())
+            if lo < 0 or hi >= t.shape[axis]:
+                raise current().rule_error(api, f"index {hi if hi >= t.shape[axis] else lo} out of bounds for axis "
+                                           f"{axis} of '{t.name}' with size {t.shape[axis]} (mask the ragged tile)",
+                                           "indices must be within bounds")
+
+
+def _np_key(view: View) -> tuple:
+    return tuple(view.key)
+
+
+def read(view: View, mask: np.ndarray | None, api: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Gather a view's data (rounded to its dtype) and validity. Returns (data, written)."""
+    t = view.tensor
+    if t._data is None:
+        return None, None
+    shape = view.shape
+    if view.advanced:
+        if mask is not None:
+            m = np.broadcast_to(mask, _adv_shape(view))
+            arrays = [np.where(m, a, 0) for a in _full_arrays(view, m.shape)]
+            _check_bounds(view, arrays, api)
+            key = tuple(arrays)
+        else:
+            _check_bounds(view, None, api)
+            key = _np_key(view)
+        data = t._data[key]
+        written = None if t._written is None else t._written[key]
+    else:
+        key = _np_key(view)
+        data = t._data[key]
+        written = None if t._written is None else t._written[key]
+    if data.shape != shape:
+        data = data.reshape(shape)
+        if written is not None:
+            written = written.reshape(shape)
+    if t._raw:
+        data = dt.cast(data, t.dtype)
+    if written is not None:
+        if mask is not None:
+            written = written | ~np.broadcast_to(mask, shape)
+        if written.all():
+            written = None
+    return data, written
+
+
+def _adv_shape(view: View) -> tuple[int, ...]:
+    return np.broadcast_shapes(*[k.shape for k in view.key if isinstance(k, np.ndarray)])
+
+
+def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mask: np.ndarray | None,
+          api: str, accumulate: bool = False) -> None:
+    """Scatter values into a view (rounding to the tensor dtype) and update validity."""
+    t = view.tensor
+    rt = current()
+    _loop_conflict_check(rt, view, mask, api, accumulate)
+    if t._data is None or values is None:
+        return
+    shape = view.shape
+    store_dtype = dt.storage(t.dtype)
+    vals = np.broadcast_to(values, shape)
+    if view.advanced:
+        adv_shape = _adv_shape(view)
+        vals = vals.reshape(adv_shape) if vals.shape != adv_shape else vals
+        if mask is not None:
+            m = np.broadcast_to(mask, adv_shape)
+            arrays = [a[m] for a in _full_arrays(view, adv_shape)]
+            _check_bounds(view, arrays, api)
+            key = tuple(arrays)
+            vals = vals[m]
+            w_src = None if written is None else np.broadcast_to(written, shape).reshape(adv_shape)[m]
+        else:
+            _check_bounds(view, None, api)
+            key = _np_key(view)
+            w_src = None if written is None else np.broadcast_to(written, shape).reshape(adv_shape)
+        _store(t, key, vals, w_src, store_dtype, accumulate)
+        return
+    key = _np_key(view)
+    target_shape = t._data[key].shape if len(shape) == 2 and shape[1] == 1 else None
+    if target_shape is not None and target_shape != shape:
+        vals = vals.reshape(target_shape)
+        written = None if written is None else np.broadcast_to(written, shape).reshape(target_shape)
+        mask = None if mask is None else np.broadcast_to(mask, shape).reshape(target_shape)
+    if mask is not None:
+        sub = t._data[key]
+        m = np.broadcast_to(mask, sub.shape)
+        if accumulate:
+            prev = sub.astype(np.float32)
+            if t._written is not None:
+                prev = np.where(t._written[key], prev, 0.0)
+            new = dt.cast(prev + vals, t.dtype)
+        else:
+            new = dt.cast(np.asarray(vals), t.dtype)
+        np.copyto(sub, np.broadcast_to(new, sub.shape).astype(store_dtype, copy=False), where=m)
+        if t._written is not None:
+            wsub = t._written[key]
+            src = True if written is None else np.broadcast_to(written, sub.shape)
+            np.copyto(wsub, src, where=m)
+        return
+    _store(t, key, vals, written, store_dtype, accumulate)
+
+
+def _store(t: Tensor, key: tuple, vals: np.ndarray, written: np.ndarray | None, store_dtype, accumulate: bool) -> None:
+    if accumulate:
+        prev = t._data[key].astype(np.float32)
+        if t._written is not None:
+            prev_w = t._written[key]
+            if not prev_w.all():
+                # PSUM accumulation onto never-written memory starts the group: overwrite
+                prev = np.where(prev_w, prev, 0.0)
+        t._data[key] = dt.cast(prev + vals, t.dtype)
+    else:
+        t._data[key] = dt.cast(np.asarray(vals), t.dtype) if not t._raw else vals
+    if t._written is not None:
+        t._written[key] = True if written is None else written
+
+
+def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: str, accumulate: bool) -> None:
+    """Detect plain writes to one location from different iterations of an affine_range."""
+    if accumulate or rt.options.affine_write_conflicts == "ignore" or rt.options.trace_only:
+        return
+    frames = [f for f in rt.affine_frames() if f.inst_epoch > view.tensor._alloc_epoch]
+    if not frames:
+        return
+    t = view.tensor
+    if t._stamps is None:
+        t._stamps = np.zeros(t.shape, dtype=np.int64)
+    key = view.key
+    if view.advanced and mask is not None:
+        m = np.broadcast_to(mask, _adv_shape(view))
+        key = tuple(a[m] for a in _full_arrays(view, m.shape))
+    try:
+        stamps = t._stamps[key]
+    except IndexError:
+        return  # out-of-bounds writes are reported by the data path
+    if stamps.size and int(stamps.max()) >= frames[0].inst_epoch:
+        for f in frames:
+            hit = (stamps >= f.inst_epoch) & (stamps < f.iter_epoch)
+            if hit.any():
+                msg = (f"'{t.name}' is assigned at the same location in different iterations of an affine_range "
+                       f"(now iteration {f.iteration}); the hardware may run them in any order")
+                if rt.options.affine_write_conflicts == "warn":
+                    rt.warn(f"{api}: {msg}")
+                    break
+                raise rt.rule_error(api, msg, LoopCarriedDependencyError.rule, LoopCarriedDependencyError)
+    t._stamps[key] = rt.epoch
+
+
+# ---- operands ------------------------------------------------------------------------------
+class Operand:
+    """An API argument resolved to data (fp32/int compute type), validity, and trace region."""
+
+    __slots__ = ("view", "data", "written", "dtype", "shape", "scalar")
+
+    def __init__(self, view: View | None, data: Any, written: np.ndarray | None, dtype: Any,
+                 shape: tuple[int, ...], scalar: bool = False) -> None:
+        self.view = view
+        self.data = data
+        self.written = written
+        self.dtype = dtype
+        self.shape = shape
+        self.scalar = scalar
+
+    @property
+    def buffer(self) -> str | None:
+        return None if self.view is None else self.view.tensor.buffer
+
+    @property
+    def region(self) -> Region | None:
+        return None if self.view is None else self.view.region()
+
+
+def as_view(x: Any) -> View | None:
+    if isinstance(x, View):
+        return x
+    if isinstance(x, Tensor):
+        return x.full_view()
+    return None
+
+
+def operand(x: Any, api: str, *, allow_scalar: bool = True, allow_hbm: bool = False, mask=None,
+            compute: bool = True) -> Operand:
+    rt = current()
+    view = as_view(x)
+    if view is None:
+        if isinstance(x, (IndexExpr, Mask)):
+            raise rt.rule_error(api, "an index expression is not a tile; build index tiles with nisa.iota",
+                                "compute APIs take tiles or scalars")
+        if allow_scalar and isinstance(x, (int, float, bool, np.number)):
+            return Operand(None, np.float32(x) if not isinstance(x, (int, np.integer)) or isinstance(x, bool)
+                           else x, None, dt.scalar_dtype(x), (), scalar=True)
+        raise rt.rule_error(api, f"expected a tile, got {type(x).__name__}", "compute APIs take tiles or scalars")
+    t = view.tensor
+    if not t.on_chip and not allow_hbm:
+        raise rt.rule_error(api, f"operand '{t.name}' is in HBM; compute engines only access SBUF and PSUM "
+                            "(load it with nl.load first)", "compute APIs operate on SBUF/PSUM tiles")
+    if t.on_chip:
+        view.check_tile(api)
+    if t.kind == "result":
+        t._consumed = True
+    data, written = read(view, mask, api)
+    if data is not None and compute:
+        data = data.astype(dt.compute_dtype(t.dtype), copy=False)
+    return Operand(view, data, written, t.dtype, view.shape)
+
+
+def combine_written(*ws: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray | None:
+    out = None
+    for w in ws:
+        if w is None:
+            continue
+        w = np.broadcast_to(w, shape) if w.shape != shape else w
+        out = w if out is None else (out & w)
+    return out
+
+
+def assign(dest: View, value: Any) -> None:
+    """``dest[...] = value``: write a result tile, copy a tile, or fill with a scalar."""
+    from accelopt_nb.sim import ops
+    rt = current()
+    if isinstance(value, View) and value._accum_pending and value.tensor is dest.tensor:
+        value._accum_pending = False
+        return  # the second half of an augmented assignment (psum[i] += x)
+    if not dest.tensor.on_chip:
+        raise rt.rule_error("assignment", f"cannot assign to HBM tensor '{dest.tensor.name}' inside a kernel; "
+                            "use nl.store (or nisa.dma_copy)", "HBM is written by DMA only")
+    dest.check_tile("assignment")
+    ops.copy_into(dest, value, api="assignment")
+
+
+def accumulate(dest: View, value: Any) -> None:
+    from accelopt_nb.sim import ops
+    rt = current()
+    if not dest.tensor.on_chip:
+        raise rt.rule_error("+=", f"cannot accumulate into HBM tensor '{dest.tensor.name}'",
+                            "HBM is written by DMA only")
+    dest.check_tile("+=")
+    ops.accumulate_into(dest, value)
