@@ -136,7 +136,7 @@ def elementwise(api: str, engine: str, op: str, fn: Callable[..., np.ndarray], a
 
 
 # ---- assignment ------------------------------------------------------------------------------
-def copy_into(dest: View, value: Any, api: str) -> None:
+def copy_into(dest: View, value: Any, api: str, reduction: bool = False) -> None:
     rt = current()
     dshape = dest.shape
     if isinstance(value, (int, float, bool, np.number)):
@@ -176,7 +176,7 @@ def copy_into(dest: View, value: Any, api: str) -> None:
         written = None if src._written is None else (src._written.reshape(dshape) if sshape != dshape else src._written)
         if mask is not None and sshape != dshape:
             mask = mask.reshape(dshape)
-        write(dest, values, written, mask, api, accumulate=producer.accumulate and False)
+        write(dest, values, written, mask, api, reduction=reduction)
         producer.writes = (dest.region(mask),)
         producer.out_dtype = dt.name(dest.dtype)
         return
@@ -190,7 +190,7 @@ def copy_into(dest: View, value: Any, api: str) -> None:
     written = op.written
     if written is not None and sshape != dshape and written.size == int(np.prod(dshape)):
         written = written.reshape(dshape)
-    write(dest, values, written, None, api)
+    write(dest, values, written, None, api, reduction=reduction)
     rt.emit(engine, "tensor_copy", api, (op.region,), (dest.region(),), dshape[0],
             int(np.prod(dshape[1:])) if len(dshape) > 1 else 1, (dt.name(src.dtype),), dt.name(dest.dtype),
             attrs={"psum_input": src.buffer == "psum"})
@@ -210,13 +210,9 @@ def accumulate_into(dest: View, value: Any) -> None:
             producer.writes = (dest.region(),)
             producer.accumulate = True
             return
-    if isinstance(value, (int, float, np.number)):
-        op_val = value
-    else:
-        op_val = value
     from accelopt_nb.sim import language as nl
-    result = nl.add(dest, op_val)
-    copy_into(dest, result, "+=")
+    result = nl.add(dest, value, dtype=dest.dtype)
+    copy_into(dest, result, "+=", reduction=True)
 
 
 def check_output_valid(rt: Runtime, api: str, written: np.ndarray | None, dest_name: str) -> None:

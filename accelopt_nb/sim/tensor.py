@@ -48,7 +48,11 @@ class _Opaque:
     __len__ = _opaque("len()")
     tolist = _opaque("tolist()")
     item = _opaque("item()")
-    __array_ufunc__ = None  # numpy ufuncs on a handle raise TypeError instead of reading data
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        rt = current()
+        raise rt.rule_error(f"numpy.{ufunc.__name__}", f"NumPy ufunc {ufunc.__name__} cannot operate on NKI tensors "
+                            "inside a kernel (use the nl/nisa equivalent)", _OPAQUE_RULE, OpaqueTensorError)
 
     def __array_function__(self, func, types, args, kwargs):
         rt = current()
@@ -509,11 +513,15 @@ def _adv_shape(view: View) -> tuple[int, ...]:
 
 
 def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mask: np.ndarray | None,
-          api: str, accumulate: bool = False) -> None:
-    """Scatter values into a view (rounding to the tensor dtype) and update validity."""
+          api: str, accumulate: bool = False, reduction: bool = False) -> None:
+    """Scatter values into a view (rounding to the tensor dtype) and update validity.
+
+    ``reduction`` marks a read-modify-write (``+=``) computed by the caller: legal across
+    affine_range iterations, so it skips the loop-carried write check.
+    """
     t = view.tensor
     rt = current()
-    _loop_conflict_check(rt, view, mask, api, accumulate)
+    _loop_conflict_check(rt, view, mask, api, accumulate or reduction)
     if t._data is None or values is None:
         return
     shape = view.shape

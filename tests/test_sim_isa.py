@@ -1,0 +1,220 @@
+"""nisa instructions against NumPy references."""
+import numpy as np
+import pytest
+
+
+def test_nc_matmul_flags_and_psum_accumulation(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(s, m):
+    out = nl.ndarray((s.shape[1], m.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros((s.shape[1], m.shape[1]), nl.float32, buffer=nl.psum, lazy_initialization=True)
+    for k in nl.affine_range(s.shape[0] // 128):
+        st = nl.load(s[k * 128:(k + 1) * 128, :])
+        mv = nl.load(m[k * 128:(k + 1) * 128, :])
+        acc += nisa.nc_matmul(st, mv, is_stationary_onezero=False, is_moving_onezero=False)
+    nl.store(out, value=acc)
+    return out
+"""
+    s = rng.standard_normal((384, 128)).astype(np.float32)
+    m = rng.standard_normal((384, 512)).astype(np.float32)
+    res = run_kernel(body, s, m)
+    np.testing.assert_allclose(res.output, s.T @ m, rtol=1e-4, atol=1e-3)
+    mm = [i for i in res.trace.instructions if i.op == "nc_matmul"]
+    assert len(mm) == 3 and all(i.accumulate for i in mm)
+    assert mm[0].attrs["k"] == 128 and mm[0].attrs["m"] == 128 and mm[0].attrs["n"] == 512
+
+
+def test_nc_matmul_identity_transpose_and_nc_transpose(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(x):
+    o1 = nl.ndarray((x.shape[1], x.shape[0]), dtype=nl.float32, buffer=nl.shared_hbm)
+    o2 = nl.ndarray((x.shape[1], x.shape[0]), dtype=nl.float32, buffer=nl.shared_hbm)
+    o3 = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+    ident = nl.load(nl.shared_constant(np.identity(128, dtype=np.float32), dtype=nl.float32))
+    t = nl.load(x)
+    p = nl.ndarray((par_dim(x.shape[1]), x.shape[0]), dtype=nl.float32, buffer=nl.psum)
+    p[...] = nisa.nc_matmul(t, ident, is_transpose=True)
+    nl.store(o1, value=nl.copy(p))
+    nl.store(o2, value=nl.copy(nisa.nc_transpose(t)))
+    small = nl.load(x[0:16, 0:32])
+    nl.store(o3, value=nisa.nc_transpose(small, engine=nisa.vector_engine))
+    return o1, o2, o3
+"""
+    x = rng.standard_normal((128, 96)).astype(np.float32)
+    res = run_kernel(body, x)
+    np.testing.assert_allclose(res.outputs[0], x.T, rtol=1e-6)
+    np.testing.assert_array_equal(res.outputs[1], x.T)
+    np.testing.assert_array_equal(res.outputs[2], x[0:16, 0:32].T)
+
+
+def test_activation_bias_scale_and_reduce(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(x, b):
+    o1 = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    o2 = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    bias = nl.load(b)
+    red = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    y = nisa.activation_reduce(op=nl.exp, data=t, bias=bias, scale=0.5, reduce_op=np.add, reduce_res=red)
+    nl.store(o1, value=y)
+    nl.store(o2, value=red)
+    return o1, o2
+"""
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+    b = rng.standard_normal((16, 1)).astype(np.float32)
+    o1, o2 = run_kernel(body, x, b).outputs
+    ref = np.exp(x * 0.5 + b)
+    np.testing.assert_allclose(o1, ref, rtol=1e-6)
+    np.testing.assert_allclose(o2, ref.sum(axis=1, keepdims=True), rtol=1e-5)
+
+
+def test_activation_with_tile_scale_and_np_function(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(x, s):
+    out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, value=nisa.activation(op=np.tanh, data=nl.load(x), scale=nl.load(s)))
+    return out
+"""
+    x = rng.standard_normal((8, 20)).astype(np.float32)
+    s = rng.standard_normal((8, 1)).astype(np.float32)
+    np.testing.assert_allclose(run_kernel(body, x, s).output, np.tanh(x * s), rtol=1e-6)
+
+
+def test_tensor_tensor_tensor_scalar_scalar_tensor_tensor(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(a, b, c):
+    o1 = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    o2 = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    o3 = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    x, y, col = nl.load(a), nl.load(b), nl.load(c)
+    nl.store(o1, value=nisa.tensor_tensor(x, y, op=np.subtract))
+    nl.store(o2, value=nisa.tensor_scalar(x, np.multiply, col, op1=np.subtract, operand1=1.0, reverse1=True))
+    nl.store(o3, value=nisa.scalar_tensor_tensor(data=x, op0=np.add, operand0=col, op1=nl.multiply, operand1=y))
+    return o1, o2, o3
+"""
+    a, b = (rng.standard_normal((8, 16)).astype(np.float32) for _ in range(2))
+    c = rng.standard_normal((8, 1)).astype(np.float32)
+    o1, o2, o3 = run_kernel(body, a, b, c).outputs
+    np.testing.assert_allclose(o1, a - b, rtol=1e-6)
+    np.testing.assert_allclose(o2, 1.0 - a * c, rtol=1e-6)
+    np.testing.assert_allclose(o3, (a + c) * b, rtol=1e-6)
+
+
+def test_tensor_reduce_negate_and_scan(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(a, b):
+    o1 = nl.ndarray((a.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    o2 = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    x, y = nl.load(a), nl.load(b)
+    nl.store(o1, value=nisa.tensor_reduce(np.max, x, axis=1, negate=True, keepdims=True))
+    nl.store(o2, value=nisa.tensor_tensor_scan(x, y, initial=0.5, op0=np.multiply, op1=np.add))
+    return o1, o2
+"""
+    a = rng.uniform(0.5, 1.0, (4, 12)).astype(np.float32)
+    b = rng.standard_normal((4, 12)).astype(np.float32)
+    o1, o2 = run_kernel(body, a, b).outputs
+    np.testing.assert_allclose(o1, -a.max(axis=1, keepdims=True))
+    ref = np.empty_like(a)
+    prev = np.full(4, 0.5, np.float32)
+    for i in range(12):
+        prev = a[:, i] * prev + b[:, i]
+        ref[:, i] = prev
+    np.testing.assert_allclose(o2, ref, rtol=1e-5)
+
+
+def test_scan_generic_ops_and_tile_initial(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(a, b, c):
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    r = nisa.tensor_tensor_scan(nl.load(a), nl.load(b), initial=nl.load(c), op0=np.maximum, op1=np.add)
+    nl.store(out, value=r)
+    return out
+"""
+    a, b = (rng.standard_normal((4, 6)).astype(np.float32) for _ in range(2))
+    c = rng.standard_normal((4, 1)).astype(np.float32)
+    ref = np.empty_like(a)
+    prev = c[:, 0].copy()
+    for i in range(6):
+        prev = np.maximum(a[:, i], prev) + b[:, i]
+        ref[:, i] = prev
+    np.testing.assert_allclose(run_kernel(body, a, b, c).output, ref, rtol=1e-6)
+
+
+def test_reciprocal_memset_iota_copy(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(a):
+    o1 = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    o2 = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    o3 = nl.ndarray(a.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+    o4 = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    nl.store(o1, value=nisa.reciprocal(x))
+    nl.store(o2, value=nisa.memset(a.shape, 7.0, nl.float32, engine=nisa.gpsimd_engine))
+    nl.store(o3, value=nisa.iota(nl.arange(a.shape[0])[:, None] * 100 + nl.arange(a.shape[1])[None, :], dtype=nl.int32))
+    nl.store(o4, value=nisa.tensor_copy(x, engine=nisa.scalar_engine))
+    return o1, o2, o3, o4
+"""
+    a = rng.uniform(1, 2, (4, 6)).astype(np.float32)
+    o1, o2, o3, o4 = run_kernel(body, a).outputs
+    np.testing.assert_allclose(o1, 1 / a, rtol=1e-6)
+    np.testing.assert_array_equal(o2, 7.0)
+    np.testing.assert_array_equal(o3, np.arange(4)[:, None] * 100 + np.arange(6)[None, :])
+    np.testing.assert_array_equal(o4, a)
+
+
+def test_bn_stats_bn_aggr_give_mean_and_population_variance(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((a.shape[0], 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    stats = nl.ndarray((a.shape[0], 12), dtype=nl.float32, buffer=nl.sbuf)
+    for c in nl.affine_range(2):
+        stats[:, c * 6:(c + 1) * 6] = nisa.bn_stats(nl.load(a[:, c * 512:(c + 1) * 512]))
+    nl.store(out, value=nisa.bn_aggr(stats))
+    return out
+"""
+    a = (rng.standard_normal((8, 1024)) * 2 + 1).astype(np.float32)
+    out = run_kernel(body, a).output
+    np.testing.assert_allclose(out[:, 0], a.mean(axis=1), rtol=1e-5)
+    np.testing.assert_allclose(out[:, 1], a.var(axis=1), rtol=1e-4)
+
+
+def test_affine_select_and_dma_copy(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(a):
+    o1 = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    o2 = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    i_p = nl.arange(a.shape[0])[:, None]
+    i_f = nl.arange(a.shape[1])[None, :]
+    nl.store(o1, value=nisa.affine_select(i_p - i_f >= 0, x, -9984.0))   # causal mask
+    nisa.dma_copy(dst=o2, src=a)                                            # HBM -> HBM
+    nisa.dma_copy(dst=o2, src=x, dst_rmw_op=np.add)                         # accumulate SBUF into HBM
+    return o1, o2
+"""
+    a = rng.standard_normal((8, 8)).astype(np.float32)
+    o1, o2 = run_kernel(body, a).outputs
+    np.testing.assert_array_equal(o1, np.where(np.tril(np.ones((8, 8))) > 0, a, -9984.0))
+    np.testing.assert_allclose(o2, 2 * a)
+
+
+def test_engine_enum_and_unknown_engine(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(a):
+    assert nisa.engine.vector == 5 and nisa.unknown_engine == 0
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, value=nisa.tensor_scalar(nl.load(a), np.add, 1.0, engine=nki.isa.unknown_engine))
+    return out
+"""
+    a = rng.standard_normal((2, 2)).astype(np.float32)
+    np.testing.assert_allclose(run_kernel(body, a).output, a + 1)
