@@ -105,6 +105,18 @@ def _reshape_col(c: Any, ndim: int) -> Any:
     return c
 
 
+def _operand_mask(mask: np.ndarray | None, x: Any) -> np.ndarray | None:
+    """Operand masking: a mask over the output's free index also shrinks the moving operand."""
+    v = as_view(x)
+    if mask is None or v is None:
+        return None
+    try:
+        np.broadcast_shapes(mask.shape, v.shape)
+    except ValueError:
+        return None
+    return mask if mask.ndim == 2 and mask.shape[0] == 1 else None
+
+
 # ---- TensorE ---------------------------------------------------------------------------------
 def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_moving_onezero: bool = False,
               is_transpose: bool = False, tile_position=(), tile_size=(), mask=None, _api: str = "nisa.nc_matmul",
@@ -113,7 +125,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
     rt = current()
     m_mask = _ops.mask_array(mask)
     st = operand(stationary, _api, allow_scalar=False)
-    mv = operand(moving, _api, allow_scalar=False)
+    mv = operand(moving, _api, allow_scalar=False, mask=_operand_mask(m_mask, moving))
     _ops.check_engine_access(rt, _api, "tensor", [st, mv], "psum")
     if len(st.shape) != 2 or len(mv.shape) != 2:
         raise rt.rule_error(_api, f"operands must be 2-D tiles, got stationary {st.shape} and moving {mv.shape}",
@@ -142,8 +154,11 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
     if is_transpose and _dt.is_float(st.dtype) and _dt.itemsize(st.dtype) == 2:
         out_dtype = st.dtype  # PE transpose mode passes 2-byte types through (NC-v3)
     out = _ops.new_result(rt, _api, (m, n), out_dtype, "psum", data, written, m_mask)
+    n_eff = n
+    if m_mask is not None:
+        n_eff = int(np.count_nonzero(np.broadcast_to(m_mask, (m, n)).any(axis=0)))
     _ops.emit_for(rt, out, "tensor", "nc_matmul", _api, [st, mv],
-                  {"k": k, "m": m, "n": n, "dtype": _dt.name(st.dtype), "moving_dtype": _dt.name(mv.dtype),
+                  {"k": k, "m": m, "n": n_eff, "dtype": _dt.name(st.dtype), "moving_dtype": _dt.name(mv.dtype),
                    "is_transpose": bool(is_transpose), "stationary_onezero": bool(is_stationary_onezero),
                    "moving_onezero": bool(is_moving_onezero)}, partitions=m, free=n)
     return out

@@ -89,6 +89,13 @@ def emit_for(rt: Runtime, out: Tensor | None, engine: str, op: str, api: str, op
     shape = out.shape if out is not None else (operands[0].shape if operands else (1, 1))
     p = partitions if partitions is not None else (shape[0] if shape else 1)
     n = free if free is not None else (int(np.prod(shape[1:])) if len(shape) > 1 else 1)
+    if out is not None and out._mask is not None:
+        # the compiler shrinks a masked instruction to the elements the mask keeps
+        m = np.broadcast_to(out._mask, out.shape).reshape(out.shape[0], -1)
+        rows = int(np.count_nonzero(m.any(axis=1)))
+        cols = int(np.count_nonzero(m.any(axis=0)))
+        p = min(p, rows) if partitions is None else p
+        n = max(1, int(np.ceil(n * cols / m.shape[1]))) if m.shape[1] else n
     ins = rt.emit(engine, op, api, reads, writes, p, n, tuple(dt.name(o.dtype) for o in operands if not o.scalar),
                   dt.name(out.dtype) if out is not None else "", accumulate=accumulate, attrs=attrs)
     if out is not None:

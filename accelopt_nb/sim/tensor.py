@@ -618,10 +618,11 @@ def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: 
 class Operand:
     """An API argument resolved to data (fp32/int compute type), validity, and trace region."""
 
-    __slots__ = ("view", "data", "written", "dtype", "shape", "scalar")
+    __slots__ = ("view", "data", "written", "dtype", "shape", "scalar", "mask")
 
     def __init__(self, view: View | None, data: Any, written: np.ndarray | None, dtype: Any,
-                 shape: tuple[int, ...], scalar: bool = False) -> None:
+                 shape: tuple[int, ...], scalar: bool = False, mask: np.ndarray | None = None) -> None:
+        self.mask = mask
         self.view = view
         self.data = data
         self.written = written
@@ -635,7 +636,15 @@ class Operand:
 
     @property
     def region(self) -> Region | None:
-        return None if self.view is None else self.view.region()
+        if self.view is None:
+            return None
+        if self.mask is not None:
+            try:
+                np.broadcast_shapes(self.mask.shape, self.view.shape)
+                return self.view.region(self.mask)  # a masked instruction only touches the masked elements
+            except ValueError:
+                pass
+        return self.view.region()
 
 
 def as_view(x: Any) -> View | None:
@@ -669,7 +678,7 @@ def operand(x: Any, api: str, *, allow_scalar: bool = True, allow_hbm: bool = Fa
     data, written = read(view, mask, api)
     if data is not None and compute:
         data = data.astype(dt.compute_dtype(t.dtype), copy=False)
-    return Operand(view, data, written, t.dtype, view.shape)
+    return Operand(view, data, written, t.dtype, view.shape, mask=mask)
 
 
 def combine_written(*ws: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray | None:

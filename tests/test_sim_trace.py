@@ -1,0 +1,59 @@
+"""The instruction stream the performance model consumes, and trace-only mode."""
+import numpy as np
+
+from accelopt_nb.sim import SimOptions, load_kernel, simulate
+from tests.conftest import DATA
+
+
+def _matmul_inputs(rng):
+    return (rng.standard_normal((256, 384)).astype(np.float32), rng.standard_normal((384, 700)).astype(np.float32))
+
+
+def test_trace_records_engines_regions_dtypes_lines_and_loops(rng):
+    res = simulate(load_kernel(DATA / "accelopt_style_matmul.py"), *_matmul_inputs(rng))
+    trace = res.trace
+    loads = [i for i in trace if i.op == "dma_load"]
+    assert loads[0].engine == "dma" and loads[0].attrs["bytes"] == 128 * 128 * 4
+    assert loads[0].attrs["partitions"] == 128 and loads[0].attrs["bytes_per_partition"] == 512
+    mm = [i for i in trace if i.op == "nc_matmul" and not i.attrs["is_transpose"]]
+    assert all(i.engine == "tensor" and i.writes[0].buffer == "psum" for i in mm)
+    assert mm[0].attrs["n"] == 512 and mm[-1].reads[1].elements == 128 * (700 - 512)  # masked ragged tile
+    assert all(i.line is not None and i.file.endswith("accelopt_style_matmul.py") for i in trace)
+    assert all(kind == "affine" for i in mm for (_, kind, _) in i.loops)
+    # the copy PSUM->SBUF writes the block buffer directly (no extra copy instruction)
+    copies = [i for i in trace if i.op == "tensor_copy"]
+    xs = [t for t in trace.tensors.values() if t.par_axis == 2]
+    assert xs and copies[0].writes[0].tensor == xs[0].id and copies[0].writes[0].block == 0
+    out = [t for t in trace.tensors.values() if t.kind == "output"]
+    assert len(out) == 1 and out[0].buffer == "hbm"
+    assert trace.dtypes_used() == {"float32"}
+
+
+def test_trace_only_mode_gives_the_same_stream_without_arithmetic(rng):
+    kern = load_kernel(DATA / "accelopt_style_matmul.py")
+    full = simulate(kern, *_matmul_inputs(rng))
+    fast = simulate(kern, *_matmul_inputs(rng), options=SimOptions(trace_only=True))
+    assert [(i.engine, i.op, i.partitions, i.free_elems) for i in full.trace] == \
+           [(i.engine, i.op, i.partitions, i.free_elems) for i in fast.trace]
+    assert fast.trace.trace_only and not np.any(fast.output)
+
+
+def test_simulate_cli_text_and_json(tmp_path, capsys):
+    import json
+    from accelopt_nb.cli import main
+    assert main(["simulate", str(DATA / "accelopt_style_matmul.py"), "--task", str(DATA / "matmul_task.py")]) == 0
+    assert "CORRECT" in capsys.readouterr().out
+    assert main(["simulate", str(DATA / "accelopt_style_matmul.py"), "--task", str(DATA / "matmul_task.py"),
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] == "correct" and report["outputs"][0]["l2_rel_error"] < 2e-5
+
+
+def test_simulate_cli_reports_kernel_error(tmp_path, capsys):
+    import json
+    from accelopt_nb.cli import main
+    bad = tmp_path / "bad.py"
+    bad.write_text((DATA / "accelopt_style_matmul.py").read_text().replace("nl.load(v1[", "nl.load(v1[0, "))
+    assert main(["simulate", str(bad), "--task", str(DATA / "matmul_task.py"), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] == "error" and report["error"]["line"] == 21 and report["error"]["api"] == "indexing"
