@@ -268,3 +268,36 @@ def kernel(a):
 """
     res = run_kernel(body, np.arange(4, dtype=np.float32).reshape(2, 2))
     assert res.log and res.log[0].startswith("tile=")
+
+
+@pytest.mark.parametrize("name,ref", [("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
+                                      ("bitwise_xor", np.bitwise_xor), ("left_shift", np.left_shift),
+                                      ("right_shift", np.right_shift)])
+def test_bitwise_ops_on_int_tiles(run_kernel, rng, name, ref):
+    body = f"""
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray(a.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.{name}(nl.load(a), nl.load(b)))
+    return out
+"""
+    a = rng.integers(0, 1 << 12, (4, 8)).astype(np.int32)
+    b = rng.integers(0, 8, (4, 8)).astype(np.int32)
+    np.testing.assert_array_equal(run_kernel(body, a, b).output, ref(a, b))
+
+
+def test_invert_and_logical_not(run_kernel):
+    body = """
+@nki.jit
+def kernel(a):
+    o1 = nl.ndarray(a.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+    o2 = nl.ndarray(a.shape, dtype=nl.uint8, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    nl.store(o1, value=nl.invert(x))
+    nl.store(o2, value=nl.logical_not(x))
+    return o1, o2
+"""
+    a = np.array([[0, 1, 5, -3]], dtype=np.int32)
+    o1, o2 = run_kernel(body, a).outputs
+    np.testing.assert_array_equal(o1, np.invert(a))
+    np.testing.assert_array_equal(o2, (a == 0).astype(np.uint8))
