@@ -45,8 +45,25 @@ FLOAT_WIDTH = {"float8_e4m3fn": 1, "float8_e5m2": 1, "float16": 2, "bfloat16": 2
                "tfloat32": 4, "float32": 4}
 
 
+_CANON_CACHE: dict[Any, Any] = {}
+_NAME_CACHE: dict[Any, str] = {}
+
+
 def canonical(dtype: Any) -> Any:
     """Map anything a kernel may pass as a dtype (np types, strings, nl names) to ours."""
+    try:
+        return _CANON_CACHE[dtype]
+    except (KeyError, TypeError):
+        pass
+    out = _canonical(dtype)
+    try:
+        _CANON_CACHE[dtype] = out
+    except TypeError:
+        pass
+    return out
+
+
+def _canonical(dtype: Any) -> Any:
     if dtype is None:
         return None
     if isinstance(dtype, _TF32):
@@ -74,8 +91,17 @@ def canonical(dtype: Any) -> Any:
 
 
 def name(dtype: Any) -> str:
-    dtype = canonical(dtype)
-    return dtype.name if isinstance(dtype, _TF32) else str(dtype)
+    try:
+        return _NAME_CACHE[dtype]
+    except (KeyError, TypeError):
+        pass
+    c = canonical(dtype)
+    out = c.name if isinstance(c, _TF32) else str(c)
+    try:
+        _NAME_CACHE[dtype] = out
+    except TypeError:
+        pass
+    return out
 
 
 def storage(dtype: Any) -> np.dtype:

@@ -5,6 +5,7 @@ import enum
 from typing import Any
 
 import numpy as np
+from math import prod as _prod
 
 from accelopt_nb.sim import dtypes as _dt
 from accelopt_nb.sim import ops as _ops
@@ -93,7 +94,7 @@ def _col(op: Operand, api: str, rows: int) -> Any:
     """A scalar or a [P, 1] tile operand broadcast along the free axes."""
     if op.scalar:
         return op.data
-    if op.shape[0] != rows or int(np.prod(op.shape[1:])) != 1:
+    if op.shape[0] != rows or int(_prod(op.shape[1:])) != 1:
         raise current().rule_error(api, f"operand of shape {op.shape} must be a scalar or a [{rows}, 1] tile",
                                    "per-partition operands are [P, 1] tiles")
     return None if op.data is None else op.data.reshape((rows,) + (1,) * 1)
@@ -267,7 +268,7 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, **kwa
     if a is None or b is None:
         raise current().rule_error(api, "both operands must be tiles (use tensor_scalar for scalars)",
                                    "tensor_tensor takes two tiles")
-    if a.shape != b.shape and int(np.prod(a.shape)) != int(np.prod(b.shape)):
+    if a.shape != b.shape and int(_prod(a.shape)) != int(_prod(b.shape)):
         raise current().rule_error(api, f"operand shapes differ: {a.shape} vs {b.shape}", "tensor_tensor takes equal shapes")
     if a.tensor.buffer == "psum" and b.tensor.buffer == "psum":
         raise current().rule_error(api, "at most one tensor_tensor input may be in PSUM", "tensor_tensor: <= 1 PSUM input")
@@ -375,7 +376,7 @@ def tensor_reduce(op, data, axis, *, dtype=None, negate: bool = False, keepdims:
                           written, None)
     _ops.emit_for(rt, out, "vector", "tensor_reduce", api, [x], {"alu": name, "num_inputs": 1,
                                                                  "psum_input": x.buffer == "psum"},
-                  free=int(np.prod(x.shape[1:])) if len(x.shape) > 1 else 1)
+                  free=int(_prod(x.shape[1:])) if len(x.shape) > 1 else 1)
     return out
 
 
@@ -471,7 +472,7 @@ def bn_stats(data, *, dtype=None, mask=None, **kwargs) -> Tensor:
     x = operand(data, api, allow_scalar=False)
     _ops.check_engine_access(rt, api, "vector", [x], None)
     rows = x.shape[0]
-    f = int(np.prod(x.shape[1:]))
+    f = int(_prod(x.shape[1:]))
     if f > 512:
         raise rt.rule_error(api, f"bn_stats free size {f} exceeds 512", "bn_stats free size <= nl.tile_size.bn_stats_fmax")
     out_data = None
@@ -498,7 +499,7 @@ def bn_aggr(data, *, dtype=None, mask=None, **kwargs) -> Tensor:
     x = operand(data, api, allow_scalar=False)
     _ops.check_engine_access(rt, api, "vector", [x], None)
     rows = x.shape[0]
-    f = int(np.prod(x.shape[1:]))
+    f = int(_prod(x.shape[1:]))
     if f % 3:
         raise rt.rule_error(api, f"bn_aggr input free size {f} is not a multiple of 3", "bn_aggr takes bn_stats output")
     out_data = None
@@ -571,7 +572,7 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=No
     for v in (dv, sv):
         if v.tensor.buffer == "psum":
             raise rt.rule_error(api, "DMA cannot access PSUM", "DMA moves data between HBM and SBUF")
-    if int(np.prod(dv.shape)) != int(np.prod(sv.shape)):
+    if int(_prod(dv.shape)) != int(_prod(sv.shape)):
         raise rt.rule_error(api, f"dst {dv.shape} and src {sv.shape} hold different element counts",
                             "dma_copy needs equal sizes")
     m = _ops.mask_array(mask)
@@ -590,8 +591,8 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=No
     hbm_view = sv if not sv.tensor.on_chip else dv
     shape = onchip.shape
     p = shape[0] if shape else 1
-    per_part = (int(np.prod(shape[1:])) if len(shape) > 1 else 1) * _dt.itemsize(sv.tensor.dtype)
-    rt.emit("dma", "dma_copy", api, (sv.region(m),), (dv.region(m),), p, int(np.prod(shape[1:])) if len(shape) > 1 else 1,
+    per_part = (int(_prod(shape[1:])) if len(shape) > 1 else 1) * _dt.itemsize(sv.tensor.dtype)
+    rt.emit("dma", "dma_copy", api, (sv.region(m),), (dv.region(m),), p, int(_prod(shape[1:])) if len(shape) > 1 else 1,
             (_dt.name(sv.tensor.dtype),), _dt.name(dv.tensor.dtype), accumulate=accumulate,
             attrs={"bytes": p * per_part, "partitions": p, "bytes_per_partition": per_part,
                    "contiguous_bytes": hbm_view.contiguous_bytes(), "src": sv.tensor.buffer, "dst": dv.tensor.buffer,

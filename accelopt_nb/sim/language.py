@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+from math import prod as _prod
 
 from accelopt_nb.sim import dtypes as _dt
 from accelopt_nb.sim import ops as _ops
@@ -92,8 +93,8 @@ def _allocate(api: str, shape, dtype, buffer, name: str, fill: Any, *, lazy: boo
     if raw_name == "shared_hbm" and rt.grid:
         rt.shared_hbm.append(t)
     if fill is not None and buf != "hbm" and not lazy:
-        per_partition = int(np.prod(dims[par_axis + 1:])) if len(dims) > par_axis + 1 else 1
-        nblocks = int(np.prod(dims[:par_axis])) if par_axis else 1
+        per_partition = int(_prod(dims[par_axis + 1:])) if len(dims) > par_axis + 1 else 1
+        nblocks = int(_prod(dims[:par_axis])) if par_axis else 1
         rt.emit("vector", "memset", api, (), (t.full_view().region(),), dims[par_axis], per_partition * nblocks,
                 (), _dt.name(dtype), attrs={"value": float(fill)})
     return t
@@ -177,7 +178,7 @@ def num_programs(axes: Any = None) -> Any:
     rt = current()
     grid = rt.grid or (1,)
     if axes is None:
-        return int(np.prod(grid))
+        return int(_prod(grid))
     if isinstance(axes, (list, tuple)):
         return tuple(grid[a] for a in axes)
     return grid[axes]
@@ -200,7 +201,7 @@ def device_print(prefix: str, x: Any, **kwargs) -> None:
 # ---- memory movement ---------------------------------------------------------------------------
 def _dma_attrs(hbm_view: View, onchip_shape, itemsize: int, src: str, dst: str, transpose: bool = False) -> dict:
     p = onchip_shape[0] if onchip_shape else 1
-    per_part = int(np.prod(onchip_shape[1:])) * itemsize if len(onchip_shape) > 1 else itemsize
+    per_part = int(_prod(onchip_shape[1:])) * itemsize if len(onchip_shape) > 1 else itemsize
     return {"bytes": p * per_part, "partitions": p, "bytes_per_partition": per_part,
             "contiguous_bytes": hbm_view.contiguous_bytes(), "src": src, "dst": dst, "transpose": transpose}
 
@@ -227,7 +228,7 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
     out = _ops.new_result(rt, api, shape, out_dtype, "sbuf", data, None, m)
     attrs = _dma_attrs(view, shape, _dt.itemsize(view.tensor.dtype), "hbm", "sbuf")
     ins = rt.emit("dma", "dma_load", api, (view.region(m),), (out.full_view().region(out._mask),), shape[0],
-                  int(np.prod(shape[1:])), (_dt.name(view.tensor.dtype),), _dt.name(out_dtype), attrs=attrs)
+                  int(_prod(shape[1:])), (_dt.name(view.tensor.dtype),), _dt.name(out_dtype), attrs=attrs)
     out._producer = ins
     return out
 
@@ -263,7 +264,7 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
     sview = as_view(value)
     if sview is None:
         if isinstance(value, (int, float, np.number)):
-            value = full((dview.shape[0] if dview.shape else 1, int(np.prod(dview.shape[1:])) if len(dview.shape) > 1 else 1),
+            value = full((dview.shape[0] if dview.shape else 1, int(_prod(dview.shape[1:])) if len(dview.shape) > 1 else 1),
                          value, dtype=dview.tensor.dtype)
             sview = value.full_view()
         else:
@@ -273,7 +274,7 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
     if sview.tensor.buffer == "psum":  # the compiler evacuates PSUM to SBUF first
         sview = copy(sview).full_view()
     op = operand(sview, api, mask=m, compute=False)
-    if int(np.prod(op.shape)) != int(np.prod(dview.shape)):
+    if int(_prod(op.shape)) != int(_prod(dview.shape)):
         try:
             if np.broadcast_shapes(op.shape, dview.shape) != tuple(dview.shape):
                 raise ValueError
@@ -281,7 +282,7 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
             raise rt.rule_error(api, f"value of shape {op.shape} does not match destination '{dview.tensor.name}' view "
                                 f"of shape {dview.shape}", "stored tile must match the destination shape") from None
     data, written = op.data, op.written
-    if data is not None and data.shape != dview.shape and data.size == int(np.prod(dview.shape)):
+    if data is not None and data.shape != dview.shape and data.size == int(_prod(dview.shape)):
         data = data.reshape(dview.shape)
         written = None if written is None else written.reshape(dview.shape)
     if m is not None and written is not None:
@@ -293,7 +294,7 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
     else:
         write(dview, None, None, m, api)
     attrs = _dma_attrs(dview, op.shape, _dt.itemsize(sview.tensor.dtype), "sbuf", "hbm")
-    rt.emit("dma", "dma_store", api, (op.region,), (dview.region(m),), op.shape[0], int(np.prod(op.shape[1:])),
+    rt.emit("dma", "dma_store", api, (op.region,), (dview.region(m),), op.shape[0], int(_prod(op.shape[1:])),
             (_dt.name(sview.tensor.dtype),), _dt.name(dview.tensor.dtype), attrs=attrs)
 
 
@@ -317,7 +318,7 @@ def broadcast_to(src, *, shape, **kwargs) -> Tensor:
         # partition broadcast: a TensorE matmul with a ones vector into PSUM, then an evacuation copy
         tmp = _ops.new_result(rt, api, shape, float32, "psum", data, written, None)
         _ops.emit_for(rt, tmp, "tensor", "nc_matmul", api, [op],
-                      {"k": 1, "m": shape[0], "n": int(np.prod(shape[1:])), "dtype": _dt.name(op.dtype),
+                      {"k": 1, "m": shape[0], "n": int(_prod(shape[1:])), "dtype": _dt.name(op.dtype),
                        "is_transpose": False, "stationary_onezero": True, "moving_onezero": False})
         out = _ops.elementwise(api, "vector", "tensor_copy", lambda x: x, [tmp], dtype=op.dtype)
         return out
@@ -352,8 +353,8 @@ def _binary(name: str):
             if vx is not None and vy is not None:
                 sx, sy = vx.shape, vy.shape
                 # a [P, 1] operand broadcast along the free axis is a tensor_scalar operand
-                if (len(sy) >= 2 and sy[0] == sx[0] and int(np.prod(sy[1:])) == 1 and int(np.prod(sx[1:])) > 1) or \
-                        (len(sx) >= 2 and sx[0] == sy[0] and int(np.prod(sx[1:])) == 1 and int(np.prod(sy[1:])) > 1):
+                if (len(sy) >= 2 and sy[0] == sx[0] and int(_prod(sy[1:])) == 1 and int(_prod(sx[1:])) > 1) or \
+                        (len(sx) >= 2 and sx[0] == sy[0] and int(_prod(sx[1:])) == 1 and int(_prod(sy[1:])) > 1):
                     op = "tensor_scalar"
         out_default = _dt.uint8 if name in ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
                                             "logical_and", "logical_or", "logical_xor") else None
@@ -433,7 +434,7 @@ def _reduce(name: str, rfn):
         out_dtype = _dt.canonical(dtype) if dtype is not None else (
             float32 if name in ("mean", "var") else (uint8 if name == "all" else op.dtype))
         out = _ops.new_result(rt, api_name, out_shape, out_dtype, "sbuf", data, written, None)
-        n_in = int(np.prod(op.shape[1:])) if len(op.shape) > 1 else 1
+        n_in = int(_prod(op.shape[1:])) if len(op.shape) > 1 else 1
         _ops.emit_for(rt, out, "vector", "tensor_reduce", api_name, [op], {"alu": name, "num_inputs": 1},
                       free=n_in * (2 if name == "var" else 1))
         return out
@@ -492,7 +493,7 @@ def softmax(x, axis=-1, *, dtype=None, mask=None, **kwargs):
 def rms_norm(x, w, axis=-1, n=None, epsilon: float = 1e-6, *, dtype=None, mask=None, **kwargs):
     rt = current()
     op = operand(x, "nl.rms_norm", allow_scalar=False)
-    count = n if n is not None else int(np.prod([op.shape[a] for a in _ops.reduce_axes(rt, "nl.rms_norm", op.shape, axis)]))
+    count = n if n is not None else int(_prod([op.shape[a] for a in _ops.reduce_axes(rt, "nl.rms_norm", op.shape, axis)]))
     sq = square(x, mask=mask)
     ss = sum(sq, axis=axis, keepdims=True, mask=mask)
     ms = multiply(ss, 1.0 / count)

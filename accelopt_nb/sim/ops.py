@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from math import prod as _prod
 
 from accelopt_nb.errors import NKIRuleError, UninitializedReadError
 from accelopt_nb.sim import dtypes as dt
@@ -52,7 +53,7 @@ def check_tile_shape(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, 
         raise rt.rule_error(api, f"partition dimension {shape[0]} exceeds the architecture limit of {PMAX}",
                             "partition dim <= 128")
     if buffer == "psum":
-        per_partition = int(np.prod(shape[1:])) * dt.itemsize(dtype) if len(shape) > 1 else dt.itemsize(dtype)
+        per_partition = int(_prod(shape[1:])) * dt.itemsize(dtype) if len(shape) > 1 else dt.itemsize(dtype)
         if per_partition > PSUM_BANK_BYTES:
             raise rt.rule_error(api, f"PSUM tile of {per_partition} bytes per partition exceeds one 2 KiB bank "
                                 f"(shape {shape}, {dt.name(dtype)})", "PSUM tile <= 2 KiB per partition (512 fp32)")
@@ -88,7 +89,7 @@ def emit_for(rt: Runtime, out: Tensor | None, engine: str, op: str, api: str, op
     writes = () if out is None else (out.full_view().region(out._mask),)
     shape = out.shape if out is not None else (operands[0].shape if operands else (1, 1))
     p = partitions if partitions is not None else (shape[0] if shape else 1)
-    n = free if free is not None else (int(np.prod(shape[1:])) if len(shape) > 1 else 1)
+    n = free if free is not None else (int(_prod(shape[1:])) if len(shape) > 1 else 1)
     if out is not None and out._mask is not None:
         # the compiler shrinks a masked instruction to the elements the mask keeps
         m = np.broadcast_to(out._mask, out.shape).reshape(out.shape[0], -1)
@@ -149,7 +150,7 @@ def copy_into(dest: View, value: Any, api: str, reduction: bool = False) -> None
     if isinstance(value, (int, float, bool, np.number)):
         data = None if rt.options.trace_only else np.full(dshape, value, dtype=np.float32 if dt.is_float(dest.dtype) else np.int64)
         write(dest, data, None, None, api)
-        rt.emit("vector", "memset", api, (), (dest.region(),), dshape[0], int(np.prod(dshape[1:])) if len(dshape) > 1 else 1,
+        rt.emit("vector", "memset", api, (), (dest.region(),), dshape[0], int(_prod(dshape[1:])) if len(dshape) > 1 else 1,
                 (), dt.name(dest.dtype), attrs={"value": float(value)})
         return
     src_view = as_view(value)
@@ -159,7 +160,7 @@ def copy_into(dest: View, value: Any, api: str, reduction: bool = False) -> None
     src = src_view.tensor
     sshape = src_view.shape
     if sshape != dshape:
-        if int(np.prod(sshape)) == int(np.prod(dshape)) and sshape[0] == dshape[0]:
+        if int(_prod(sshape)) == int(_prod(dshape)) and sshape[0] == dshape[0]:
             pass  # same tile, different free-dim grouping
         else:
             try:
@@ -175,7 +176,7 @@ def copy_into(dest: View, value: Any, api: str, reduction: bool = False) -> None
     producer = src._producer
     retarget = (src.kind == "result" and not src._consumed and producer is not None and src_view.key == tuple(
         slice(0, s, 1) for s in src.shape) and dest.tensor.buffer in ENGINE_WRITES[producer.engine]
-        and int(np.prod(sshape)) == int(np.prod(dshape)))
+        and int(_prod(sshape)) == int(_prod(dshape)))
     mask = src._mask if retarget else None
     if retarget:
         src._consumed = True
@@ -192,14 +193,14 @@ def copy_into(dest: View, value: Any, api: str, reduction: bool = False) -> None
     engine = "vector"
     check_engine_access(rt, api, engine, [op], dest.tensor.buffer)
     values = op.data
-    if values is not None and sshape != dshape and int(np.prod(sshape)) == int(np.prod(dshape)):
+    if values is not None and sshape != dshape and int(_prod(sshape)) == int(_prod(dshape)):
         values = values.reshape(dshape)
     written = op.written
-    if written is not None and sshape != dshape and written.size == int(np.prod(dshape)):
+    if written is not None and sshape != dshape and written.size == int(_prod(dshape)):
         written = written.reshape(dshape)
     write(dest, values, written, None, api, reduction=reduction)
     rt.emit(engine, "tensor_copy", api, (op.region,), (dest.region(),), dshape[0],
-            int(np.prod(dshape[1:])) if len(dshape) > 1 else 1, (dt.name(src.dtype),), dt.name(dest.dtype),
+            int(_prod(dshape[1:])) if len(dshape) > 1 else 1, (dt.name(src.dtype),), dt.name(dest.dtype),
             attrs={"psum_input": src.buffer == "psum"})
 
 

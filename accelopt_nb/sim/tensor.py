@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from math import prod as _prod
 
 from accelopt_nb.errors import LoopCarriedDependencyError, NKIRuleError, OpaqueTensorError
 from accelopt_nb.sim import dtypes as dt
@@ -185,7 +186,7 @@ class Tensor(_Opaque):
     def reshape(self, shape):
         """A reshaped alias of the same memory (``tensor.reshape``)."""
         shape = tuple(int(s) for s in shape)
-        if int(np.prod(shape)) != int(np.prod(self.shape)):
+        if int(_prod(shape)) != int(_prod(self.shape)):
             raise current().rule_error("reshape", f"cannot reshape {self.shape} into {shape}", "reshape keeps size")
         return _Alias(self, shape)
 
@@ -395,7 +396,7 @@ class View(_Opaque):
             else:
                 lo.append(k)
                 hi.append(k + 1)
-        elements = int(np.prod(self.shape)) if self.shape else 1
+        elements = int(_prod(self.shape)) if self.shape else 1
         if mask is not None:
             elements = int(np.count_nonzero(np.broadcast_to(mask, self.shape)))
         block = 0
