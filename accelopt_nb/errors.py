@@ -85,6 +85,19 @@ class UnsupportedAPIError(KernelError):
     rule = "API not supported by the accelopt_nb simulator"
 
 
+class KernelRejectedError(KernelError):
+    """The static check refused the kernel source before running it (forbidden import or builtin)."""
+
+    rule = ("kernels may use only NumPy, math and NKI: no I/O, processes, sockets, reflection or "
+            "import machinery")
+
+
+class KernelRuntimeError(KernelError):
+    """The kernel built but failed while running on the device (runtime error or device fault)."""
+
+    rule = "a kernel must run to completion on the device"
+
+
 class ProblemError(AccelOptError):
     """An NKIBench problem or task module is malformed or unknown."""
 
@@ -111,3 +124,20 @@ class ReplayMissError(LLMError):
 
 class StoreError(AccelOptError):
     """The run store is missing, corrupt, or was asked for something it does not hold."""
+
+
+class UnusableOutputError(LLMError):
+    """A model response had no usable content (no code block, unparsable plan).
+
+    Raised by a caller's ``validate`` function to make the LLM client retry the request; the
+    client counts each such response in the ledger (bounded, never silent).
+    """
+
+
+class LLMEndpointError(LLMError):
+    """The LLM endpoint refused the request in a way every call would repeat (bad API key,
+    unknown model or URL), so retrying or continuing the step is pointless."""
+
+
+class ServingUnavailableError(LLMError):
+    """A model server (vLLM) was asked to start but is not installed on this machine."""

@@ -1,0 +1,363 @@
+"""The LLM client: OpenAI-compatible chat completions with retries, a ledger and cassettes.
+
+Error contract (what callers, e.g. the agents, must handle):
+
+* :meth:`LLMClient.complete` **returns** a :class:`Completion` for every per-call failure,
+  so one bad call never aborts a step: ``status == "error"`` (no response after transport
+  retries, or a request the server refused such as a too-long prompt) or
+  ``status == "unusable"`` (every response rejected by ``validate``). Check
+  ``completion.ok``, or call ``completion.raise_for_status()``.
+* It **raises** only when continuing makes no sense: :class:`BudgetExceededError` (the
+  spending cap is reached: stop the run), :class:`LLMEndpointError` (bad API key, unknown
+  model or URL: every call would fail), :class:`ReplayMissError` (the cassette does not
+  match this run), :class:`ConfigError` (a missing API key variable).
+* :meth:`LLMClient.complete_many` never raises for the cap: calls refused by it come back
+  with ``status == "budget_exceeded"``, so the answers already paid for are kept.
+
+Every call, failed or not, is recorded in the ledger with its tokens and cost.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+import uuid
+import weakref
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import openai
+
+from accelopt_nb.errors import (BudgetExceededError, ConfigError, LLMEndpointError,
+                                UnusableOutputError)
+from accelopt_nb.llm.cassette import Cassette, request_key
+from accelopt_nb.llm.completion import Completion, Rejection
+from accelopt_nb.llm.config import ModelConfig
+from accelopt_nb.llm.ledger import Ledger, LLMCallRecord
+from accelopt_nb.llm.loop_thread import LoopThread
+from accelopt_nb.llm.prices import PriceTable
+from accelopt_nb.llm.response import MalformedResponse, ParsedResponse, Usage, parse_chat_response
+from accelopt_nb.llm.retry import Failure, classify_failure
+
+__all__ = ["LLMClient", "Messages", "Validator"]
+
+Messages = str | Sequence[Mapping[str, Any]]
+
+# Standard Chat Completions settings the SDK accepts as keyword arguments; any other setting
+# goes into extra_body.
+_SDK_PARAMS = {"temperature", "top_p", "max_tokens", "max_completion_tokens", "reasoning_effort", "seed",
+               "stop", "frequency_penalty", "presence_penalty", "response_format", "logprobs",
+               "top_logprobs", "logit_bias", "user", "extra_body", "tools", "tool_choice"}
+_UNSUPPORTED_PARAMS = {"n", "stream", "stream_options", "model", "messages"}
+Validator = Callable[[str], Any]
+
+
+@dataclass
+class _Response:
+    """One response obtained for one request (live or replayed)."""
+
+    data: dict[str, Any]
+    parsed: ParsedResponse
+    latency_s: float
+    attempts: int
+    failures: list[str]
+    replayed: bool
+
+
+@dataclass
+class _Failed:
+    """No usable response for one request after its transport retries."""
+
+    failure: Failure
+    latency_s: float
+    attempts: int
+    failures: list[str]
+
+
+@dataclass
+class _CallState:
+    """What one logical call has consumed so far (for the ledger and the cap)."""
+
+    usage: Usage = field(default_factory=Usage)
+    cost: float | None = 0.0
+    attempts: int = 0
+    failures: list[str] = field(default_factory=list)
+    rejections: list[Rejection] = field(default_factory=list)
+    replayed: bool = False
+    latency_s: float = 0.0
+
+    def add(self, got: "_Response | _Failed") -> None:
+        self.attempts += got.attempts
+        self.failures.extend(got.failures)
+        self.latency_s += got.latency_s
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _normalize_messages(messages: Messages) -> list[dict[str, Any]]:
+    if isinstance(messages, str):
+        return [{"role": "user", "content": messages}]
+    out = []
+    for m in messages:
+        if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
+            raise ConfigError(f"each message must be a mapping with 'role' and 'content', got {m!r}")
+        out.append(dict(m))
+    return out
+
+
+class LLMClient:
+    """Chat completions against one model (see the module docstring for the error contract).
+
+    ``concurrency`` bounds the requests in flight per event loop. The async methods run on
+    the caller's loop; the ``*_sync`` methods run on a private worker loop, so they also work
+    inside Jupyter, whose own loop is already running.
+    """
+
+    def __init__(self, config: ModelConfig, ledger: Ledger | None = None,
+                 cassette: Cassette | None = None, concurrency: int = 8, *,
+                 prices: PriceTable | None = None, seed: int | None = None) -> None:
+        if concurrency < 1:
+            raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
+        self.config = config
+        self.ledger = ledger
+        self.cassette = cassette
+        self.concurrency = concurrency
+        self.prices = ledger.prices if ledger is not None else (prices or PriceTable.default())
+        if config.price is not None:
+            self.prices.get(config.price)  # an unknown price key fails now, not after a paid call
+        if ledger is not None:
+            ledger.require_price(config.price, config.model)
+        self._rng = random.Random(seed)
+        # One SDK client and one semaphore per event loop: both bind to the loop they first run on.
+        self._clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI]" = \
+            weakref.WeakKeyDictionary()
+        self._semaphores: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]" = \
+            weakref.WeakKeyDictionary()
+        self._worker = LoopThread()
+
+    # -- plumbing ----------------------------------------------------------------------
+    def _sdk(self) -> openai.AsyncOpenAI:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = openai.AsyncOpenAI(api_key=self.config.api_key(), base_url=self.config.base_url,
+                                        max_retries=0, timeout=self.config.timeout_s)
+            self._clients[loop] = client
+        return client
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        sem = self._semaphores.get(loop)
+        if sem is None:
+            sem = asyncio.Semaphore(self.concurrency)
+            self._semaphores[loop] = sem
+        return sem
+
+    def build_request(self, messages: Messages, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The request body sent (and hashed for cassettes): model, messages, settings."""
+        request: dict[str, Any] = {"model": self.config.model, "messages": _normalize_messages(messages)}
+        request.update(self.config.request_params())
+        for key, value in (params or {}).items():
+            if key in _UNSUPPORTED_PARAMS:
+                raise ConfigError(f"request setting {key!r} is not supported: the client reads one "
+                                  "non-streamed choice per request (use complete_many for several)")
+            if key not in _SDK_PARAMS:
+                # Server-specific settings (vLLM's top_k, min_p...) travel in the JSON body.
+                request.setdefault("extra_body", {})[key] = value
+            elif value is None:
+                request.pop(key, None)
+            else:
+                request[key] = value
+        return request
+
+    def _cost(self, usage: Usage) -> float | None:
+        return None if self.config.price is None else self.prices.cost(self.config.price, usage)
+
+    def _check_budget(self, state: _CallState) -> None:
+        if self.ledger is not None:
+            self.ledger.check_budget(pending_usd=state.cost or 0.0)
+
+    # -- one response, with transport retries --------------------------------------------
+    async def _obtain(self, request: dict[str, Any], key: str, state: _CallState, *,
+                      sample: int | None, retry: int) -> _Response | _Failed:
+        cassette = self.cassette
+        if cassette is not None and cassette.replays:
+            self._check_budget(state)
+            entry = cassette.lookup(key, request)
+            if entry is not None:
+                return _Response(entry.response, parse_chat_response(entry.response), entry.latency_s,
+                                 entry.attempts, list(entry.transport_failures), replayed=True)
+        policy = self.config.retry
+        failures: list[str] = []
+        started = time.monotonic()
+        last: Failure | None = None
+        for attempt in range(1, policy.max_attempts + 1):
+            self._check_budget(state)
+            try:
+                raw = await self._sdk().chat.completions.with_raw_response.create(
+                    **request, timeout=self.config.timeout_s)
+                data = json.loads(raw.http_response.text)
+                parsed = parse_chat_response(data)
+            except (openai.APIError, MalformedResponse, json.JSONDecodeError, UnicodeDecodeError) as exc:
+                failure = classify_failure(exc)
+                if failure is None:  # pragma: no cover - classify covers every caught type
+                    raise
+                failures.append(failure.kind)
+                last = failure
+                if failure.fatal:
+                    state.attempts += len(failures)  # so the ledger row shows the refused request
+                    state.failures.extend(failures)
+                    raise LLMEndpointError(f"{self.config.base_url} refused model {self.config.model!r}: "
+                                           f"{failure.message}") from exc
+                if not failure.transient or attempt == policy.max_attempts:
+                    break
+                await asyncio.sleep(policy.delay(attempt, failure.retry_after, self._rng))
+                continue
+            latency = time.monotonic() - started
+            if cassette is not None and cassette.records:
+                cassette.record(key, request, data, latency_s=latency, attempts=attempt,
+                                transport_failures=failures, sample=sample, retry=retry)
+            return _Response(data, parsed, latency, attempt, failures, replayed=False)
+        assert last is not None
+        return _Failed(last, time.monotonic() - started, len(failures), failures)
+
+    # -- one logical call ----------------------------------------------------------------
+    async def complete(self, messages: Messages, *, role: str, run_id: str | None = None,
+                       iteration: int | None = None, validate: Validator | None = None,
+                       sample: int | None = None, params: Mapping[str, Any] | None = None) -> Completion:
+        """Ask the model once (plus bounded retries); see the module docstring for errors.
+
+        ``validate(text)`` returns the parsed value (stored in ``Completion.parsed``) or
+        raises :class:`UnusableOutputError`, which re-asks the model up to
+        ``config.max_unusable_retries`` times. ``params`` overrides request settings for
+        this call (a ``None`` value removes a setting). ``sample`` distinguishes repeated
+        identical requests in a cassette.
+        """
+        request = self.build_request(messages, params)
+        call = Completion(call_id=uuid.uuid4().hex, status="error", model=self.config.model, role=role,
+                          run_id=run_id, iteration=iteration, sample=sample,
+                          request_hash=request_key(request, sample=sample), started_at=_now_iso())
+        state = _CallState()
+        try:
+            async with self._semaphore():
+                await self._run_call(call, request, state, validate, sample)
+        except BudgetExceededError as exc:
+            call.status, call.error = "budget_exceeded", str(exc)
+            # A call refused before its first request cost nothing and is not a call;
+            # one stopped between unusable-output retries has billed responses to record.
+            self._finish(call, state, record=state.attempts > 0)
+            raise
+        except BaseException as exc:  # a fatal endpoint error, a cancellation, a validator bug
+            call.status, call.error = "error", f"{type(exc).__name__}: {exc}"
+            # Record what reached the server; a config error or replay miss sent nothing.
+            self._finish(call, state, record=state.attempts > 0)
+            raise
+        self._finish(call, state)
+        return call
+
+    async def _run_call(self, call: Completion, request: dict[str, Any], state: _CallState,
+                        validate: Validator | None, sample: int | None) -> None:
+        for retry in range(self.config.max_unusable_retries + 1):
+            key = request_key(request, sample=sample, retry=retry)
+            got = await self._obtain(request, key, state, sample=sample, retry=retry)
+            state.add(got)
+            if isinstance(got, _Failed):
+                call.status, call.error = "error", got.failure.message
+                return
+            state.replayed = state.replayed or got.replayed
+            state.usage = state.usage + got.parsed.usage
+            cost = self._cost(got.parsed.usage)
+            state.cost = None if cost is None or state.cost is None else state.cost + cost
+            call.text, call.reasoning = got.parsed.text, got.parsed.reasoning
+            call.finish_reason = got.parsed.finish_reason
+            if validate is None:
+                call.status = "ok"
+                return
+            try:
+                call.parsed = validate(got.parsed.text)
+            except UnusableOutputError as exc:
+                state.rejections.append(Rejection(got.parsed.text, str(exc) or "unusable output",
+                                                  got.parsed.reasoning))
+                continue
+            call.status = "ok"
+            return
+        call.status = "unusable"
+        call.error = f"{len(state.rejections)} unusable response(s): {state.rejections[-1].reason}"
+
+    def _finish(self, call: Completion, state: _CallState, record: bool = True) -> None:
+        call.usage, call.cost_usd = state.usage, state.cost
+        call.attempts, call.transport_failures = state.attempts, list(state.failures)
+        call.rejections, call.replayed = list(state.rejections), state.replayed
+        # Time spent on requests (not queued behind the concurrency limit); replayed
+        # responses contribute their recorded latency, so a replay reproduces the original.
+        call.latency_s = state.latency_s
+        if record and self.ledger is not None:
+            self.ledger.record(LLMCallRecord.from_completion(call, self.config.price))
+
+    # -- batches and sync wrappers -------------------------------------------------------
+    async def complete_many(self, requests: Iterable[Mapping[str, Any]]) -> list[Completion]:
+        """Run several calls concurrently (each a dict of :meth:`complete` arguments).
+
+        Per-call failures come back as failed Completions; calls refused by the spending
+        cap come back with ``status == "budget_exceeded"``. Endpoint, replay and config
+        errors are raised after every call has finished.
+        """
+        specs = [dict(r) for r in requests]
+        results = await asyncio.gather(*(self.complete(**s) for s in specs), return_exceptions=True)
+        out: list[Completion] = []
+        fatal: BaseException | None = None
+        for spec, res in zip(specs, results):
+            if isinstance(res, Completion):
+                out.append(res)
+            elif isinstance(res, BudgetExceededError):
+                out.append(Completion(call_id=uuid.uuid4().hex, status="budget_exceeded",
+                                      model=self.config.model, role=spec.get("role", "?"),
+                                      run_id=spec.get("run_id"), iteration=spec.get("iteration"),
+                                      sample=spec.get("sample"), error=str(res), cost_usd=0.0))
+            else:
+                fatal = fatal or res
+                out.append(Completion(call_id=uuid.uuid4().hex, status="error", model=self.config.model,
+                                      role=spec.get("role", "?"), error=f"{type(res).__name__}: {res}"))
+        if fatal is not None:
+            raise fatal
+        return out
+
+    def complete_sync(self, messages: Messages, **kwargs: Any) -> Completion:
+        """:meth:`complete` for sync code and notebooks (runs on a worker thread's loop)."""
+        return self._worker.run(self.complete(messages, **kwargs))
+
+    def complete_many_sync(self, requests: Iterable[Mapping[str, Any]]) -> list[Completion]:
+        return self._worker.run(self.complete_many(list(requests)))
+
+    async def list_models(self) -> list[str]:
+        """Model ids the endpoint serves (``GET /models``); raises the SDK's error if unreachable."""
+        page = await self._sdk().models.list(timeout=min(self.config.timeout_s, 30.0))
+        return [m.id for m in page.data]
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def aclose(self) -> None:
+        """Close the SDK client of the running loop."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.pop(loop, None)
+        if client is not None:
+            await client.close()
+
+    def close(self) -> None:
+        """Stop the sync worker loop (closing its SDK client)."""
+        self._worker.close(cleanup=self.aclose())
+
+    def __enter__(self) -> "LLMClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> "LLMClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

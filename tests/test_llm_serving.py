@@ -1,0 +1,91 @@
+"""The vLLM launch command for the paper's models, and starting it when vLLM exists."""
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+import pytest
+
+from accelopt_nb.cli import main
+from accelopt_nb.errors import ConfigError, ServingUnavailableError
+from accelopt_nb.llm import ModelConfig
+from accelopt_nb.llm.serving import build_vllm_command, serve_options, start_vllm
+
+
+def test_gpt_oss_120b_command():
+    cmd = build_vllm_command(serve_options(ModelConfig.from_preset("gpt-oss-120b")))
+    assert cmd[:3] == ["vllm", "serve", "openai/gpt-oss-120b"]
+    args = dict(zip(cmd[3::2], cmd[4::2]))
+    assert args["--served-model-name"] == "openai/gpt-oss-120b"  # what the client asks for
+    assert args["--port"] == "8000" and args["--host"] == "127.0.0.1"
+    assert args["--tensor-parallel-size"] == "1"
+    assert args["--reasoning-parser"] == "openai_gptoss"
+    assert cmd[-1] == "--async-scheduling"
+
+
+def test_overrides_and_port_from_base_url():
+    cfg = ModelConfig.from_preset("gpt-oss-20b", base_url="http://0.0.0.0:9001/v1")
+    cmd = build_vllm_command(serve_options(cfg, tensor_parallel_size=4, max_model_len=32768,
+                                           gpu_memory_utilization=0.9, extra_args=("--enable-prefix-caching",)))
+    text = " ".join(cmd)
+    assert "serve openai/gpt-oss-20b" in text
+    assert "--port 9001" in text and "--host 0.0.0.0" in text
+    assert "--tensor-parallel-size 4" in text and "--max-model-len 32768" in text
+    assert "--gpu-memory-utilization 0.9" in text
+    assert cmd[-2:] == ["--async-scheduling", "--enable-prefix-caching"]
+
+
+def test_hosted_model_has_nothing_to_serve():
+    with pytest.raises(ConfigError, match="hosted"):
+        serve_options(ModelConfig.from_preset("claude-sonnet-4"))
+
+
+def test_invalid_options():
+    with pytest.raises(ConfigError, match="tensor_parallel_size"):
+        serve_options(ModelConfig.from_preset("gpt-oss-120b"), tensor_parallel_size=0)
+
+
+def test_start_without_vllm_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ServingUnavailableError, match="vLLM is not installed.*vllm serve openai/gpt-oss-120b"):
+        start_vllm(serve_options(ModelConfig.from_preset("gpt-oss-120b")))
+
+
+def test_start_runs_vllm_with_the_key_in_the_environment(monkeypatch, tmp_path):
+    # A fake `vllm` executable at the process boundary: records its argv and key.
+    record = tmp_path / "argv.txt"
+    fake = tmp_path / "vllm"
+    fake.write_text(f"#!{sys.executable}\nimport os, sys\n"
+                    f"open({str(record)!r}, 'w').write(' '.join(sys.argv[1:]) + '|' + "
+                    "os.environ.get('VLLM_API_KEY', ''))\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", str(tmp_path) + os.pathsep + os.environ.get("PATH", ""))
+    monkeypatch.setenv("MY_VLLM_KEY", "k-123")
+    cfg = ModelConfig.from_preset("gpt-oss-120b", api_key_env="MY_VLLM_KEY")
+    proc = start_vllm(serve_options(cfg, tensor_parallel_size=2))
+    assert proc.wait(timeout=30) == 0
+    argv, key = record.read_text().split("|")
+    assert argv.startswith("serve openai/gpt-oss-120b") and "--tensor-parallel-size 2" in argv
+    assert key == "k-123" and "k-123" not in argv
+
+
+def test_cli_prints_the_command(capsys):
+    assert main(["llm", "serve-cmd", "--preset", "gpt-oss-120b", "--tp", "8", "--port", "8123"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("vllm serve openai/gpt-oss-120b")
+    assert "--tensor-parallel-size 8" in out and "--port 8123" in out
+
+
+def test_cli_run_without_vllm(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert main(["llm", "serve-cmd", "--run"]) == 2
+    assert "vLLM is not installed" in capsys.readouterr().err
+
+
+def test_cli_lists_presets_and_prices(capsys):
+    assert main(["llm", "presets"]) == 0
+    assert "claude-sonnet-4" in capsys.readouterr().out
+    assert main(["llm", "prices"]) == 0
+    out = capsys.readouterr().out
+    assert "as of 2026-11" in out and "proxy of gpt-oss-120b@groq" in out
