@@ -1,0 +1,100 @@
+"""Correctness checks on one kernel run: the paper's L2 test plus the checks the paper lacks.
+
+* the paper's test: every output has the reference's shape and a whole-tensor relative L2 error
+  below the tolerance (non-float outputs must match exactly);
+* coverage: every output element was written (from the instruction stream's write regions, and
+  from NaNs where the reference is finite: the simulator fills fresh tensors with NaN);
+* precision: no float type narrower than the problem's inputs, decided from the dtypes the kernel
+  actually used (the trace), not from a substring of its source.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from accelopt_nb.taskfile import as_output_tuple, l2_relative_error
+
+# Mantissa+exponent+sign bits of the float types a kernel can use; a smaller number is a lowering.
+_FLOAT_BITS = {"float64": 64, "float32": 32, "float32r": 32, "tfloat32": 19, "bfloat16": 16,
+               "float16": 16}
+
+
+def float_bits(dtype_name: str) -> int | None:
+    """Precision rank of a float dtype name (None for non-float types: ints, bools)."""
+    name = str(dtype_name)
+    if name in _FLOAT_BITS:
+        return _FLOAT_BITS[name]
+    for prefix, bits in (("float8", 8), ("float6", 6), ("float4", 4)):
+        if name.startswith(prefix):
+            return bits
+    return None
+
+
+def lowered_dtypes(used: Iterable[str], input_dtypes: Iterable[str]) -> list[str]:
+    """Float dtypes in ``used`` less precise than the least precise float input."""
+    in_bits = [b for b in (float_bits(d) for d in input_dtypes) if b is not None]
+    if not in_bits:
+        return []
+    floor = min(in_bits)
+    return sorted(d for d in set(used) if (float_bits(d) or floor) < floor)
+
+
+def unwritten_outputs(trace: Any) -> list[tuple[str, int, int]]:
+    """(name, never-written elements, total elements) for every kernel output the trace shows
+    partly unwritten. A write region's box may over-cover a strided write, so this never reports
+    a written element as unwritten."""
+    if trace is None:
+        return []
+    outputs = {tid: info for tid, info in trace.tensors.items() if info.kind == "output"}
+    if not outputs:
+        return []
+    masks = {tid: np.zeros(info.shape, dtype=bool) for tid, info in outputs.items()}
+    for ins in trace.instructions:
+        for region in ins.writes:
+            mask = masks.get(region.tensor)
+            if mask is not None:
+                mask[tuple(slice(lo, hi) for lo, hi in zip(region.lo, region.hi))] = True
+    report = []
+    for tid, mask in masks.items():
+        missing = int(mask.size - np.count_nonzero(mask))
+        if missing:
+            report.append((outputs[tid].name, missing, int(mask.size)))
+    return report
+
+
+def compare_outputs(actual: Sequence[Any], reference: Any, tolerance: float
+                    ) -> tuple[bool, list[float | None], str | None]:
+    """Compare transformed kernel outputs to the reference.
+
+    Returns (passed, per-output relative L2 errors, reason for the first failure)."""
+    ref = as_output_tuple(reference)
+    if len(actual) != len(ref):
+        return False, [], f"kernel produced {len(actual)} output(s); the reference has {len(ref)}"
+    errors: list[float | None] = []
+    reason: str | None = None
+    for i, (a, r) in enumerate(zip(actual, ref)):
+        a, r = np.asarray(a), np.asarray(r)
+        if a.shape != r.shape:
+            errors.append(None)
+            reason = reason or f"output {i} has shape {a.shape}; the reference has {r.shape}"
+            continue
+        if not (np.issubdtype(r.dtype, np.floating) or np.issubdtype(r.dtype, np.complexfloating)):
+            same = bool(np.array_equal(a, r))
+            errors.append(0.0 if same else float("inf"))
+            if not same:
+                reason = reason or f"output {i} differs from the exact (non-float) reference"
+            continue
+        a64 = a.astype(np.float64)
+        bad = ~np.isfinite(a64) & np.isfinite(r.astype(np.float64))
+        err = l2_relative_error(a64, r)
+        errors.append(err)
+        if bad.any():
+            n_nan = int(np.count_nonzero(np.isnan(a64) & bad))
+            kind = "NaN" if n_nan == int(np.count_nonzero(bad)) else "NaN/inf"
+            reason = reason or (f"output {i} has {int(np.count_nonzero(bad))} of {a.size} elements "
+                                f"{kind} where the reference is finite (unwritten or NaN-producing)")
+        elif not err < tolerance:
+            reason = reason or (f"output {i}: relative L2 error {err:.3g} is not below the "
+                                f"tolerance {tolerance:.3g}")
+    return reason is None, errors, reason

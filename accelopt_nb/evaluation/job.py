@@ -1,0 +1,133 @@
+"""What to evaluate: the job (problem, kernel source, backend, hardware, preset) and its options.
+
+A job is plain data (``to_dict`` / ``from_dict``) because it travels to a sandbox worker or to a
+Dask worker on another machine. The problem travels as a reference: an NKIBench problem name
+(resolved on the worker through the ``nkibench`` package) or the full source of a task file.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import accelopt_nb
+
+# Bump when a change to the evaluator can change a verdict; it is part of every cache key.
+EVALUATOR_VERSION = "1"
+
+PAPER_SEEDS: tuple[int, ...] = (0, 21, 42, 63, 84)
+DEFAULT_TOLERANCE = 2e-5
+PROFILE_SEED = 42       # the paper profiles the seed-42 run
+BACKENDS = ("simulator", "neuron")
+HARDWARE = ("trn1", "trn2")
+# Latency re-measurement threshold, (max - min) / min, per hardware generation (the paper's protocol).
+LATENCY_SPREAD = {"trn1": 0.01, "trn2": 0.04}
+
+
+@dataclass
+class NeuronOptions:
+    """Options of the real-hardware backend (see :mod:`accelopt_nb.evaluation.neuron`)."""
+
+    warmup: int = 2
+    iters: int = 10
+    max_rounds: int = 10
+    spread: float | None = None           # None: LATENCY_SPREAD[hw]
+    round_pause_s: float = 1.0            # pause between measurement rounds
+    python: str | None = None             # interpreter with neuronxcc; None: $ACCELOPT_NEURON_PYTHON or ours
+    pythonpath: list[str] = field(default_factory=list)
+    compile_opts: str = "--disable-dge --logical-nc-config=1"
+
+
+@dataclass
+class EvalOptions:
+    """Knobs of one evaluation. ``verdict_fields`` are the ones that can change the result."""
+
+    seeds: tuple[int, ...] = PAPER_SEEDS
+    tolerance: float | None = None        # None: the problem's own (2e-5 unless it says otherwise)
+    adversarial: bool = True              # run the task's get_adversarial_inputs()
+    fail_fast: bool = True                # stop at the first failing input, as the paper does
+    profile: bool = True                  # estimate (simulator) or measure (neuron) the latency
+    timeout_s: float = 180.0              # wall-time limit of the whole evaluation (the paper's)
+    memory_mb: int | None = 4096          # address-space limit of the sandbox process
+    kernel_name: str = "kernel"           # the kernel function in the source
+    kernel_filename: str = "kernel.py"    # how the kernel file is named in error messages
+    neuron: NeuronOptions = field(default_factory=NeuronOptions)
+
+    def verdict_fields(self) -> dict[str, Any]:
+        d = {"seeds": list(self.seeds), "tolerance": self.tolerance, "adversarial": self.adversarial,
+             "fail_fast": self.fail_fast, "profile": self.profile, "kernel_name": self.kernel_name}
+        n = self.neuron
+        d["neuron"] = {"warmup": n.warmup, "iters": n.iters, "max_rounds": n.max_rounds,
+                       "spread": n.spread, "compile_opts": n.compile_opts}
+        return d
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["seeds"] = list(self.seeds)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EvalOptions":
+        d = {k: v for k, v in d.items() if k in {f.name for f in fields(cls)}}
+        if "seeds" in d:
+            d["seeds"] = tuple(int(s) for s in d["seeds"])
+        if isinstance(d.get("neuron"), dict):
+            d["neuron"] = NeuronOptions(**{k: v for k, v in d["neuron"].items()
+                                           if k in {f.name for f in fields(NeuronOptions)}})
+        return cls(**d)
+
+
+@dataclass
+class ProblemRef:
+    """Where the task comes from: ``kind`` "nkibench" (by name) or "task" (full task-file source)."""
+
+    kind: str
+    name: str
+    source: str | None = None
+    fingerprint: str | None = None        # nkibench: hash of the materialised task, when known
+
+    def identity(self) -> str:
+        """Stable identity for cache keys: the name, and the hash of the task source."""
+        if self.kind == "task":
+            return f"task:{self.name}:{hashlib.sha256((self.source or '').encode()).hexdigest()}"
+        return f"nkibench:{self.name}:{self.fingerprint or ''}"
+
+
+@dataclass
+class EvalJob:
+    """One kernel to evaluate on one problem."""
+
+    problem: ProblemRef
+    kernel_source: str
+    backend: str = "simulator"
+    hw: str = "trn1"
+    preset: str = "small"
+    options: EvalOptions = field(default_factory=EvalOptions)
+    label: str | None = None
+    visible_cores: str | None = None      # NEURON_RT_VISIBLE_CORES lease (set by the executor)
+
+    @property
+    def kernel_sha256(self) -> str:
+        return hashlib.sha256(self.kernel_source.encode()).hexdigest()
+
+    def cache_key(self) -> str:
+        ident = {"kernel": self.kernel_sha256, "problem": self.problem.identity(),
+                 "preset": self.preset, "backend": self.backend, "hw": self.hw,
+                 "evaluator": EVALUATOR_VERSION, "package": accelopt_nb.__version__,
+                 "options": self.options.verdict_fields()}
+        return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"problem": asdict(self.problem), "kernel_source": self.kernel_source,
+                "backend": self.backend, "hw": self.hw, "preset": self.preset,
+                "options": self.options.to_dict(), "label": self.label,
+                "visible_cores": self.visible_cores}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EvalJob":
+        return cls(problem=ProblemRef(**d["problem"]), kernel_source=d["kernel_source"],
+                   backend=d.get("backend", "simulator"), hw=d.get("hw", "trn1"),
+                   preset=d.get("preset", "small"),
+                   options=EvalOptions.from_dict(d.get("options", {})), label=d.get("label"),
+                   visible_cores=d.get("visible_cores"))

@@ -1,0 +1,76 @@
+"""The sandbox worker: ``python -m accelopt_nb.evaluation.worker JOB.json RESULT.json``.
+
+It limits its own resources first, then imports and calls the job's target function, and always
+tries to leave a RESULT.json behind: ``{"kind": "ok", "value": ...}``, ``{"kind": "error", ...}``
+or ``{"kind": "out_of_memory", ...}``. If it dies before that (a signal, a hard crash), the parent
+sees no result and reports a crash.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import traceback
+
+MIB = 1024 * 1024
+
+
+def _limit_resources(memory_mb: int | None, file_size_mb: int | None) -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if memory_mb:
+        limit = int(memory_mb) * MIB
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    if file_size_mb:
+        limit = int(file_size_mb) * MIB
+        _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+
+
+def _is_memory_error(exc: BaseException) -> bool:
+    """MemoryError anywhere in the cause chain (a simulator may wrap it in a kernel error)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, MemoryError):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def _write(path: str, data: dict) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str]) -> int:
+    job_path, result_path = argv[1], argv[2]
+    with open(job_path) as f:
+        job = json.load(f)
+    _limit_resources(job.get("memory_mb"), job.get("file_size_mb"))
+    try:
+        module_name, func_name = job["target"].split(":")
+        module = __import__(module_name, fromlist=[func_name])
+        value = getattr(module, func_name)(job["payload"])
+        _write(result_path, {"kind": "ok", "value": value})
+        return 0
+    except BaseException as exc:  # noqa: BLE001 - the whole point is to report anything
+        kind = "out_of_memory" if _is_memory_error(exc) else "error"
+        error = {"type": type(exc).__name__, "message": str(exc)[:4000],
+                 "traceback": "".join(traceback.format_exception(type(exc), exc,
+                                                                 exc.__traceback__))[-8000:]}
+        del exc  # drop frames (and any large arrays they hold) before writing the result
+        _write(result_path, {"kind": kind, "error": error})
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

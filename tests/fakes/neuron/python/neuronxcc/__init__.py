@@ -1,0 +1,1 @@
+"""FAKE neuronxcc package for tests (see tests/fakes/neuron/README.md)."""
