@@ -1,0 +1,283 @@
+"""The Session step API on a tiny task, with real evaluation and a fake model over real HTTP."""
+from __future__ import annotations
+
+import pytest
+from fakes.fake_nki_llm import (FakeNKIModel, double_tile, set_tile, wrong_result, write_axpb_problem)
+from fakes.fake_openai_server import Fail, FakeOpenAIServer
+
+from accelopt_nb.errors import ConfigError
+from accelopt_nb.llm import Ledger, LLMClient, ModelConfig, PriceTable
+from accelopt_nb.search import OptimizationMemory, SearchConfig, SearchProblem, Session
+from accelopt_nb.store import RunStore
+
+MODEL = "fake-nki-model"
+PRICES = PriceTable.default().with_entries({"fake-price": {"kind": "per_token", "input": 1.0, "output": 2.0}})
+
+
+def small_config(**overrides) -> SearchConfig:
+    base = {"iterations": 2, "beam_width": 2, "plans_per_kernel": 2, "samples_per_plan": 1,
+            "memory.top_k": 2, "memory.capacity": 3, "evaluation.shape_preset": "task"}
+    base.update(overrides)
+    return SearchConfig.from_preset("smoke", **base)
+
+
+@pytest.fixture
+def problem(tmp_path):
+    task, kern = write_axpb_problem(tmp_path / "problem")
+    return SearchProblem.from_files(task, kern, name="axpb")
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAIServer(models=[MODEL]) as srv:
+        yield srv
+
+
+def make_client(server, run_dir, run_id="r1"):
+    store = RunStore.open(run_dir)
+    ledger = Ledger.for_store(store, run_id, prices=PRICES)
+    config = ModelConfig(model=MODEL, base_url=server.url, price="fake-price", max_unusable_retries=1)
+    return LLMClient(config, ledger, concurrency=4), ledger
+
+
+def new_session(problem, tmp_path, server=None, config=None, run_id="r1", **kw):
+    run_dir = tmp_path / "run"
+    client = ledger = None
+    if server is not None:
+        client, ledger = make_client(server, run_dir, run_id)
+    s = Session.create(problem, run_dir=run_dir, config=config or small_config(), llm=client, run_id=run_id,
+                       eval_cache=tmp_path / "cache", **kw)
+    return s, client, ledger
+
+
+def test_two_iterations_improve_the_beam_fill_memory_and_account_every_call(problem, tmp_path, server):
+    model = FakeNKIModel(plans=["DOUBLE the tile width.", "Use 512-column tiles: WIDE512."],
+                         rewrites=[("DOUBLE", double_tile), ("WIDE512", set_tile(512))])
+    server.responder = model.responder
+    s, client, ledger = new_session(problem, tmp_path, server)
+    events = []
+    s.progress = events.append
+    base_ms = s.baseline.latency_ms
+    assert s.baseline.correct and s.beam == ["baseline"]
+
+    report = s.run()
+    assert s.iteration == 2 and s.next_phase == "plan"
+    hist = s.history()
+    assert [h["iteration"] for h in hist] == [0, 1]
+    assert hist[1]["best_latency_ms"] <= hist[0]["best_latency_ms"] < base_ms  # improves, never regresses
+    assert "TILE = 512" in s.best.source and report.speedup > 2.0
+    # Iteration 0: one beam kernel x 2 plans x 1 sample; iteration 1: two beam kernels.
+    assert model.calls["planner"] == 2 + 4 and model.calls["executor"] == 2 + 4
+    # Memory: positive rewrites (> 1.04x) from each iteration, in FIFO order, capacity 3.
+    assert 1 <= len(s.memory) <= 3 and all(i.kind == "positive" and i.speedup > 1.04 for i in s.memory)
+    assert model.calls["summarizer"] >= 1
+    # The second iteration's planner saw the memory in its system prompt.
+    planner_prompts = [b["messages"][0]["content"] for b in server.requests if "propose the next" in
+                       b["messages"][0]["content"]]
+    assert "Lessons from earlier" not in planner_prompts[0] and "Widen the tiles" in planner_prompts[-1]
+    # The ledger adds up: one row per request, tokens as the server counted them, cost per role summed.
+    store = s.store
+    calls = store.llm_calls_df("r1")
+    assert len(calls) == server.chat_requests == sum(model.calls.values())
+    assert set(calls["status"]) == {"ok"}
+    assert sum(u.calls for u in report.usage) == len(calls)
+    assert sum(u.prompt_tokens for u in report.usage) == int(calls["prompt_tokens"].sum())
+    assert report.total_cost_usd == pytest.approx(ledger.spent_usd) == pytest.approx(calls["cost_usd"].sum())
+    expected = sum(r.prompt_tokens * 1.0 + r.completion_tokens * 2.0 for r in ledger.records) / 1e6
+    assert report.total_cost_usd == pytest.approx(expected)
+    # Everything is in the store: kernels with raw responses, evaluations, plans, steps.
+    counts = store.table_counts("r1")
+    assert counts["kernels"] == 1 + 6 and counts["evaluations"] == 7 and counts["plans"] == 6
+    kdf = store.kernels_df("r1")
+    llm_rows = kdf[kdf["origin"] == "llm"]
+    assert all("```py" in d["raw_response"] and d["extraction"] == "fenced" for d in llm_rows["data"])
+    assert {e["kind"] for e in events} >= {"phase", "item", "phase_done", "iteration"}
+    assert "best:" in report.to_text() and "executor" in report.to_text()
+    client.close()
+    s.close()
+
+
+def test_parent_retained_when_children_are_slower_or_wrong(problem, tmp_path, server):
+    model = FakeNKIModel(plans=["NARROW to 64 columns.", "WRONG: fold the constant."],
+                         rewrites=[("NARROW", set_tile(64)), ("WRONG", wrong_result)])
+    server.responder = model.responder
+    s, client, _ = new_session(problem, tmp_path, server, config=small_config(iterations=1))
+    s.run()
+    kernels = {k.kernel_id: k for k in s._iteration_kernels(0)}
+    assert {k.status for k in kernels.values()} == {"correct", "incorrect"}
+    # The slower child is in the beam (width 2) but behind the parent; the wrong one never.
+    assert s.beam[0] == "baseline" and len(s.beam) == 2
+    assert kernels[s.beam[1]].latency_ms > s.baseline.latency_ms
+    # A 64-wide tile is > 15 % slower: a negative rewrite, stored reversed (slow = child).
+    assert [i.kind for i in s.memory] == ["negative"]
+    assert s.memory.items[0].fast_kernel_id == "baseline"
+    client.close()
+    s.close()
+
+
+def test_failed_llm_calls_never_abort_a_step(problem, tmp_path, server):
+    model = FakeNKIModel(plans=["DOUBLE the tile width.", "GIVEUP on this one."],
+                         rewrites=[("DOUBLE", double_tile), ("GIVEUP", lambda src: None)])
+    server.responder = model.responder
+    s, client, _ = new_session(problem, tmp_path, server, config=small_config(iterations=1))
+    server.enqueue(Fail(400, "context too long"))  # the first planner call fails outright
+    s.plan()
+    plans = s._iteration_plans()
+    assert len(plans) == 1  # one of two planner calls failed; the step went on
+    info = s._done_steps()[(0, "plan")]
+    assert info["failed"][0]["status"] == "error"
+    server.enqueue(Fail(400, "nope"))
+    s.execute()
+    assert len(s._iteration_kernels()) == 0
+    assert s._done_steps()[(0, "execute")]["failed"][0]["status"] == "error"
+    s.evaluate(); s.select(); s.summarize()
+    assert s.beam == ["baseline"] and s.iteration == 1
+    statuses = set(s.store.llm_calls_df("r1")["status"])
+    assert statuses == {"ok", "error"}
+    client.close()
+    s.close()
+
+
+def test_unusable_answers_are_retried_then_recorded(problem, tmp_path, server):
+    model = FakeNKIModel(plans=["GIVEUP on this one."], rewrites=[("GIVEUP", lambda src: None)])
+    server.responder = model.responder
+    s, client, _ = new_session(problem, tmp_path, server, config=small_config(iterations=1, plans_per_kernel=1))
+    s.plan()
+    s.execute()
+    failed = s._done_steps()[(0, "execute")]["failed"]
+    assert len(failed) == 1 and failed[0]["status"] == "unusable" and "ran out of time" in failed[0]["raw"]
+    calls = s.store.llm_calls_df("r1")
+    row = calls[calls["role"] == "executor"].iloc[0]
+    assert row["unusable_outputs"] == 2  # the first answer and one retry, both counted
+    client.close()
+    s.close()
+
+
+def test_every_role_can_be_played_by_a_person_without_any_llm(problem, tmp_path):
+    s, _, _ = new_session(problem, tmp_path, server=None, config=small_config(iterations=1))
+    with pytest.raises(ConfigError, match="no LLM client for the planner"):
+        s.plan()
+    s2 = Session.resume(tmp_path / "run", eval_cache=tmp_path / "cache")
+    assert s2.next_phase == "plan"  # the failed attempt left no completed step
+    plans = s2.plan(manual=["Use 256-column tiles."])
+    assert [p.origin for p in plans] == ["manual"]
+    with pytest.raises(ConfigError, match="the next step is execute"):
+        s2.select()
+    with pytest.raises(ConfigError, match="unknown plans"):
+        s2.execute(manual={"nope": "x"})
+    kernels = s2.execute(manual={plans[0].plan_id: set_tile(256)(problem.baseline_source)}, llm=False)
+    assert [k.origin for k in kernels] == ["manual"]
+    s2.evaluate()
+    beam = s2.select()
+    assert beam[0].kernel_id == kernels[0].kernel_id and beam[0].latency_ms < s2.baseline.latency_ms
+    items = s2.summarize(manual=[{"title": "Wider tiles", "summary": "**Wider tiles**\nUse 256 columns."}])
+    assert [i.kind for i in items] == ["manual"] and len(s2.memory) == 1
+    assert s2.store.table_counts(s2.run_id)["llm_calls"] == 0
+    s.close()
+    s2.close()
+
+
+def test_resume_continues_from_the_last_completed_step(problem, tmp_path, server):
+    model = FakeNKIModel(plans=["DOUBLE the tile width.", "Use 512-column tiles: WIDE512."],
+                         rewrites=[("DOUBLE", double_tile), ("WIDE512", set_tile(512))])
+    server.responder = model.responder
+    s, client, _ = new_session(problem, tmp_path, server)
+    s.plan()
+    s.execute()
+    s.close()
+    client.close()
+    before = RunStore.open(tmp_path / "run").table_counts("r1")
+
+    client2, _ = make_client(server, tmp_path / "run")
+    s2 = Session.resume(tmp_path / "run", llm=client2, problem=problem, eval_cache=tmp_path / "cache")
+    assert (s2.iteration, s2.next_phase) == (0, "evaluate")
+    assert len(s2._iteration_kernels()) == 2
+    s2.run()
+    after = s2.store.table_counts("r1")
+    assert after["kernels"] == before["kernels"] + 4  # iteration 1 only; nothing re-generated
+    assert model.calls["planner"] == 6 and model.calls["executor"] == 6
+    assert s2.iteration == 2
+    # A resumed run with more iterations continues, it does not start over.
+    s2.run(3)
+    assert s2.iteration == 3 and len(s2.history()) == 3
+    client2.close()
+    s2.close()
+
+
+def test_repeated_sampling_always_plans_from_the_baseline_without_memory(problem, tmp_path, server):
+    model = FakeNKIModel(plans=["DOUBLE the tile width.", "Use 512-column tiles: WIDE512."],
+                         rewrites=[("DOUBLE", double_tile), ("WIDE512", set_tile(512))])
+    server.responder = model.responder
+    s, client, _ = new_session(problem, tmp_path, server, config=small_config(strategy="repeated"))
+    s.run()
+    plans0, plans1 = s._iteration_plans(0), s._iteration_plans(1)
+    assert len(plans0) == 2 and len(plans1) == 4  # N, then B*N: the beam search's nominal budget
+    assert {p.parent_id for p in plans0 + plans1} == {"baseline"}
+    assert len(s.memory) == 0 and model.calls["summarizer"] == 0
+    assert "TILE = 512" in s.best.source
+    client.close()
+    s.close()
+
+
+def test_shared_memory_is_visible_across_problems_only_when_enabled(problem, tmp_path, server):
+    model = FakeNKIModel(plans=["DOUBLE the tile width."], rewrites=[("DOUBLE", double_tile)])
+    server.responder = model.responder
+    shared = OptimizationMemory(8)
+    shared.add_manual("Other lesson", "**Other lesson**\nFrom another problem.", problem="other")
+    cfg = small_config(iterations=1, plans_per_kernel=1, **{"memory.shared": False})
+    s, client, _ = new_session(problem, tmp_path, server, config=cfg, memory=shared)
+    s.plan()
+    assert "From another problem" not in server.requests[-1]["messages"][0]["content"]
+    s.close()
+    client.close()
+    cfg2 = small_config(iterations=1, plans_per_kernel=1, **{"memory.shared": True})
+    s2, client2, _ = new_session(problem, tmp_path / "two", server, config=cfg2, memory=shared, run_id="r2")
+    s2.run()
+    assert "From another problem" in server.requests[-3]["messages"][0]["content"]
+    assert any(i.problem == "axpb" for i in shared)  # the new lesson went into the shared memory
+    saved = OptimizationMemory.load(tmp_path / "two" / "run" / "memory-r2.json")
+    assert len(saved) == len(shared)
+    client2.close()
+    s2.close()
+
+
+def test_steps_run_from_inside_a_running_event_loop_like_jupyter(problem, tmp_path, server):
+    import asyncio
+
+    model = FakeNKIModel(plans=["DOUBLE the tile width."], rewrites=[("DOUBLE", double_tile)])
+    server.responder = model.responder
+    s, client, _ = new_session(problem, tmp_path, server, config=small_config(iterations=1, plans_per_kernel=1))
+
+    async def cell():  # a notebook cell runs synchronous code while the kernel's loop is running
+        s.step()
+
+    asyncio.run(cell())
+    df = s.kernels_df()
+    assert list(df["kernel_id"]) == ["baseline", "i0b0p0s0"]
+    assert df.set_index("kernel_id").loc["i0b0p0s0", "in_beam"]
+    client.close()
+    s.close()
+
+
+def test_a_recorded_run_replays_offline_to_the_same_kernels(problem, tmp_path, server):
+    from accelopt_nb.llm import Cassette
+
+    model = FakeNKIModel(plans=["DOUBLE the tile width.", "Use 512-column tiles: WIDE512."],
+                         rewrites=[("DOUBLE", double_tile), ("WIDE512", set_tile(512))])
+    server.responder = model.responder
+    tape = tmp_path / "tape.jsonl"
+    runs = {}
+    for mode, url in (("record", server.url), ("replay", "http://127.0.0.1:9/v1")):  # nothing listens on :9
+        run_dir = tmp_path / mode
+        store = RunStore.open(run_dir)
+        cfg = ModelConfig(model=MODEL, base_url=url, price="fake-price")
+        client = LLMClient(cfg, Ledger.for_store(store, mode, prices=PRICES), Cassette(tape, mode), concurrency=4)
+        s = Session.create(problem, run_dir=run_dir, config=small_config(), llm=client, run_id=mode,
+                           eval_cache=tmp_path / "cache")
+        s.run()
+        runs[mode] = {k.kernel_id: k.source for k in s.kernels.values()}, s.best.kernel_id, s.memory.items
+        client.close()
+        s.close()
+    assert runs["record"][0] == runs["replay"][0] and runs["record"][1] == runs["replay"][1]
+    assert [i.summary for i in runs["record"][2]] == [i.summary for i in runs["replay"][2]]
+    assert server.chat_requests == sum(model.calls.values())  # the replay never reached a server
