@@ -791,33 +791,8 @@ class Session:
 
 
 def _read_rows(store: Any, table: str, run_id: str) -> list[dict[str, Any]]:
-    """Rows of one run from the store file, ``*_json`` columns decoded, in insertion order.
-
-    Read through a separate read-only connection (the schema is public in
-    ``accelopt_nb.store.schema``) rather than the pandas accessors, so NULLs stay None.
-    """
-    import json
-    import sqlite3
-
-    from accelopt_nb.store.schema import COLUMNS
-
-    if table not in COLUMNS:
-        raise StoreError(f"unknown store table {table!r}")
-    conn = sqlite3.connect(f"file:{store.path}?mode=ro", uri=True, timeout=30.0)
-    try:
-        conn.row_factory = sqlite3.Row
-        rows = conn.execute(f"SELECT * FROM {table} WHERE run_id=? ORDER BY rowid", (run_id,)).fetchall()
-    finally:
-        conn.close()
-    out = []
-    for r in rows:
-        d = dict(r)
-        for col in list(d):
-            if col.endswith("_json"):
-                v = d.pop(col)
-                d[col[: -len("_json")]] = json.loads(v) if isinstance(v, str) else None
-        out.append(d)
-    return out
+    """Rows of one run, ``*_json`` columns decoded, in insertion order."""
+    return store.rows(table, run_id)
 
 
 def parse_plan_lenient(text: str) -> ParsedPlan:
