@@ -1,0 +1,37 @@
+"""Entry point of the performance model: instruction stream -> :class:`Profile`."""
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+from typing import Any, Mapping
+
+from accelopt_nb.perf.hardware import HWConfig, load_hw
+from accelopt_nb.perf.profile import Profile, build_profile
+from accelopt_nb.perf.schedule import schedule
+from accelopt_nb.sim.trace import Trace
+
+
+def estimate(trace: Trace, hw: "str | Path | HWConfig" = "trn1",
+             overrides: "Mapping[str, Any] | str | Path | None" = None) -> Profile:
+    """Estimate latency and neuron-profile metrics of one kernel launch.
+
+    ``trace`` is the instruction stream recorded by :func:`accelopt_nb.sim.simulate` (or built by
+    hand); ``hw`` a preset name (``"trn1"``, ``"trn2"``), a YAML path or an :class:`HWConfig`;
+    ``overrides`` changes hardware numbers for what-if studies. Deterministic.
+    """
+    if not isinstance(trace, Trace):
+        raise TypeError(f"estimate() needs an accelopt_nb.sim.trace.Trace, got {type(trace).__name__} "
+                        "(use SimResult.trace)")
+    config = load_hw(hw, overrides)
+    # The model allocates many small acyclic objects next to a large trace; the cyclic garbage
+    # collector would rescan that trace over and over (it dominated the run time), so pause it.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return build_profile(trace, schedule(trace, config))
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+__all__ = ["estimate"]

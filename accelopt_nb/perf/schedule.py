@@ -1,0 +1,294 @@
+"""The timing model: list scheduling of the instruction stream onto engines and DMA queues.
+
+Rules (documented in docs/perf_model.md):
+
+* Each compute engine (tensor, vector, scalar, gpsimd) executes its instructions in stream
+  (program) order; each DMA queue is FIFO. Engines and queues overlap otherwise.
+* An instruction starts after the producers of what it reads (RAW) and the earlier readers and
+  writers of what it overwrites (WAR, WAW), by box overlap of :class:`Region` on one tensor.
+* ``affine_range`` / ``static_range`` iterations allocate their tiles afresh, so iterations
+  overlap as far as dependencies, engines and on-chip capacity allow (multi-buffering bounded by
+  :class:`TimedPool`). ``sequential_range`` (and SPMD instances, which run serially on one core)
+  keeps order conservatively: a tile allocated inside such a loop reuses the previous
+  iteration's buffer, so it is single-buffered (a WAR/WAW wait on the previous instance).
+* trn1 resource conflicts: VectorE and GpSimdE never access SBUF at the same time; VectorE and
+  ScalarE never access PSUM at the same time.
+* Fixed overheads: tiny instructions (N < 128) pay ~100 cycles; an instruction that waits for
+  a result (back-to-back dependent, or a semaphore wait on another engine) pays ~100 cycles.
+* Spills from :func:`plan_memory` become DMA traffic on the spill queue: the save waits for the
+  victim's last use and frees its space, the reload waits for space and delays the next use.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from accelopt_nb.perf.costs import compute_cost
+from accelopt_nb.perf.deps import NONE, DependencyTracker
+from accelopt_nb.perf.dma import BandwidthLedger, QueueAssigner, TransferShape, transfer_rate, transfer_shape
+from accelopt_nb.perf.hardware import HWConfig
+from accelopt_nb.perf.memory import MemoryPlan, TimedPool, plan_memory
+from accelopt_nb.sim.trace import Trace
+
+COMPUTE_ENGINES = ("tensor", "vector", "scalar", "gpsimd")
+_ENGINE_ROW = {e: i for i, e in enumerate(COMPUTE_ENGINES)}
+_EPS = 1e-15
+
+
+@dataclass
+class SpillEvent:
+    kind: str          # "spill_save" | "spill_reload"
+    start: float
+    end: float         # data moved
+    nbytes: int
+    tensor: int
+    block: int
+
+
+@dataclass
+class Schedule:
+    """When every instruction ran, plus the bookkeeping the profile is computed from."""
+
+    hw: HWConfig
+    start: np.ndarray          # seconds, per instruction
+    end: np.ndarray            # completion (what dependants wait for)
+    busy_end: np.ndarray       # end of the engine/queue occupancy (DMA: last byte moved)
+    row: np.ndarray            # 0..3 compute engines, 4 + q for DMA queue q
+    overhead: np.ndarray       # fixed-overhead seconds included in the duration
+    spill_events: list[SpillEvent]
+    memory: MemoryPlan
+    dma_queues: int
+    spill_row: int
+    transfer: dict[int, TransferShape] = field(default_factory=dict)
+
+    @property
+    def total_time(self) -> float:
+        t = float(self.end.max()) if len(self.end) else 0.0
+        for ev in self.spill_events:
+            t = max(t, ev.end)
+        return t
+
+    def row_names(self) -> list[str]:
+        return list(COMPUTE_ENGINES) + [f"dma q{q}" for q in range(self.dma_queues)] + ["dma spill"]
+
+
+def _alias_map(trace: Trace) -> dict[int, int]:
+    """Tensor -> the previous instance of the same allocation site in a sequential/SPMD loop."""
+    last: dict[tuple, int] = {}
+    prev: dict[int, int] = {}
+    for info in sorted(trace.tensors.values(), key=lambda t: (t.alloc_index, t.id)):
+        if info.buffer == "hbm" or not info.loops:
+            continue
+        k = max((j for j, lp in enumerate(info.loops) if lp[1] in ("sequential", "spmd")), default=-1)
+        if k < 0:
+            continue
+        loops = info.loops
+        key = (info.line, info.kind, info.shape, info.dtype, info.buffer, loops[:k], loops[k][0],
+               tuple((kind, it) for _, kind, it in loops[k + 1:]))
+        if key in last:
+            prev[info.id] = last[key]
+        last[key] = info.id
+    return prev
+
+
+def _folded_psum_zeroing(trace: Trace) -> set[int]:
+    """Zero-fills of PSUM tiles whose next use is a matmul accumulation into them.
+
+    PSUM accumulation starts by overwriting (the first matmul of a group, ARCH1), so the
+    compiler never materializes such a memset: the model makes it free.
+    """
+    pending: dict[int, int] = {}
+    folded: set[int] = set()
+    for ins in trace.instructions:
+        touched = {r.tensor for r in ins.reads} | {w.tensor for w in ins.writes}
+        hits = [t for t in touched if t in pending]
+        for t in hits:
+            idx = pending.pop(t)
+            if ins.engine == "tensor" and ins.accumulate and any(w.tensor == t for w in ins.writes):
+                folded.add(idx)
+        if (ins.op == "memset" and not ins.reads and len(ins.writes) == 1 and ins.writes[0].buffer == "psum"
+                and float(ins.attrs.get("value", 0.0) or 0.0) == 0.0):
+            pending[ins.writes[0].tensor] = ins.index
+    return folded
+
+
+def _reads_that_matter(trace: Trace) -> set[int]:
+    """Tensors written after they are first read: only their reads can cause a WAR wait."""
+    first_read: dict[int, int] = {}
+    out: set[int] = set()
+    for ins in trace.instructions:
+        for r in ins.reads:
+            first_read.setdefault(r.tensor, ins.index)
+        for w in ins.writes:
+            if w.tensor in first_read:
+                out.add(w.tensor)
+    return out
+
+
+def schedule(trace: Trace, hw: HWConfig) -> Schedule:
+    """Assign a start and end time to every instruction of ``trace`` on ``hw``."""
+    instrs = trace.instructions
+    n = len(instrs)
+    if any(ins.index != k for k, ins in enumerate(instrs)):
+        raise ValueError("trace instructions must be numbered 0..n-1 in stream order (Instruction.index)")
+    start = np.zeros(n)
+    end = np.zeros(n)
+    busy_end = np.zeros(n)
+    row = np.zeros(n, dtype=np.int32)
+    overhead = np.zeros(n)
+
+    plan = plan_memory(trace, hw)
+    ranges = plan.ranges
+    pools = {"sbuf": TimedPool(plan.capacity["sbuf"]), "psum": TimedPool(plan.capacity["psum"])}
+    range_last_end = [0.0] * len(ranges)
+    alias_prev = _alias_map(trace)
+    tensor_last_end: dict[int, float] = {}
+    first_touch_done: set[int] = set()
+
+    deps = DependencyTracker(_reads_that_matter(trace))
+    queues = QueueAssigner(hw)
+    ledger = BandwidthLedger(hw)
+    n_queues = hw.dma_queues
+    spill_row = 4 + n_queues
+    queue_free = [0.0] * n_queues
+    spill_free = 0.0
+    engine_free = [0.0] * 4
+    sbuf_port = 0.0     # trn1: VectorE / GpSimdE SBUF port
+    psum_port = 0.0     # trn1: VectorE / ScalarE PSUM access
+    share_sbuf = hw.vector_gpsimd_share_sbuf_port
+    share_psum = hw.vector_scalar_share_psum
+    latency = hw.dma_fixed_latency_s
+    transfers: dict[int, TransferShape] = {}
+    rate_cache: dict = {}
+    spill_events: list[SpillEvent] = []
+    save_end: dict[int, float] = {}      # id(spill) -> when its save finished
+    tensors = trace.tensors
+    dep_over = {e: hw.dependent_overhead_cycles / hw.clock(e) for e in ("vector", "scalar", "gpsimd")}
+
+    def spill_dma(kind: str, rid: int, ready: float) -> float:
+        nonlocal spill_free
+        r = ranges[rid]
+        info = tensors[r.tensor]
+        shape = TransferShape(r.nbytes, max(info.partitions, 1), info.bytes_per_partition,
+                              max(info.bytes_per_partition, 1), True,
+                              r.nbytes if kind == "spill_reload" else 0, r.nbytes if kind == "spill_save" else 0,
+                              False)
+        s = max(ready, spill_free)
+        data_end = ledger.serve(s, r.nbytes, transfer_rate(shape, hw, rate_cache), True)
+        spill_free = data_end
+        spill_events.append(SpillEvent(kind, s, data_end, r.nbytes, r.tensor, r.block))
+        return max(s + latency, data_end)
+
+    alias_sources = set(alias_prev.values())
+    folded = _folded_psum_zeroing(trace)
+    spills_at, reloads_at, starts = plan.spills_at, plan.reloads_at, plan.starts
+    access_ranges, ends = plan.access_ranges, plan.ends
+    for i, ins in enumerate(instrs):
+        ready = 0.0
+        # spills triggered here free space before this instruction allocates
+        for sp in spills_at[i]:
+            r = ranges[sp.range_id]
+            t_free = range_last_end[r.id]
+            if sp.save:
+                t_free = spill_dma("spill_save", r.id, t_free)
+            save_end[id(sp)] = t_free
+            pools[r.buffer].release(r.size, t_free)
+        for sp in reloads_at[i]:
+            r = ranges[sp.range_id]
+            t_space = pools[r.buffer].allocate(r.size, save_end.get(id(sp), 0.0))
+            ready = max(ready, spill_dma("spill_reload", r.id, t_space))
+        for rid in starts[i]:
+            r = ranges[rid]
+            ready = max(ready, pools[r.buffer].allocate(r.size, ready))
+
+        # dependencies
+        reads, writes = ins.reads, ins.writes
+        raw = NONE
+        for rg in reads:
+            t = deps.raw(rg.tensor, rg.block, rg.lo, rg.hi)
+            if t > raw:
+                raw = t
+        acc = ins.accumulate
+        for rg in writes:
+            t = deps.war_waw(rg.tensor, rg.block, rg.lo, rg.hi, acc and rg.buffer == "psum")
+            if t > ready:
+                ready = t
+            if acc and rg.buffer != "psum":     # a non-PSUM += reads its destination
+                t = deps.raw(rg.tensor, rg.block, rg.lo, rg.hi)
+                if t > raw:
+                    raw = t
+        if alias_prev:
+            for rg in (*reads, *writes):
+                tid = rg.tensor
+                if tid in alias_prev and tid not in first_touch_done:
+                    first_touch_done.add(tid)
+                    ready = max(ready, tensor_last_end.get(alias_prev[tid], 0.0))
+        if raw > ready:
+            ready = raw
+
+        engine = ins.engine
+        if i in folded:                       # costs nothing; occupies no engine
+            s = e = ready
+            row[i] = _ENGINE_ROW.get(engine, 0)
+            busy_end[i] = e
+        elif engine == "dma":
+            shape = transfer_shape(ins)
+            transfers[i] = shape
+            q = queues.queue(ins)
+            s = max(ready, queue_free[q])
+            data_end = ledger.serve(s, shape.nbytes, transfer_rate(shape, hw, rate_cache), shape.touches_hbm)
+            queue_free[q] = data_end
+            e = max(s + latency, data_end)
+            row[i] = 4 + q
+            busy_end[i] = data_end
+        else:
+            k = _ENGINE_ROW.get(engine)
+            if k is None:
+                raise ValueError(f"instruction {i} ({ins.op}) runs on unknown engine {engine!r}")
+            cost = compute_cost(ins, hw)
+            s = max(ready, engine_free[k])
+            uses_sbuf = uses_psum = False
+            if share_sbuf and (engine == "vector" or engine == "gpsimd"):
+                uses_sbuf = any(rg.buffer == "sbuf" for rg in reads) or any(rg.buffer == "sbuf" for rg in writes)
+                if uses_sbuf and sbuf_port > s:
+                    s = sbuf_port
+            if share_psum and (engine == "vector" or engine == "scalar"):
+                uses_psum = any(rg.buffer == "psum" for rg in reads) or any(rg.buffer == "psum" for rg in writes)
+                if uses_psum and psum_port > s:
+                    s = psum_port
+            over = cost.overhead_s
+            if k and raw > NONE and raw >= engine_free[k] - _EPS:
+                over += dep_over[engine]
+            e = s + cost.busy_s + over
+            engine_free[k] = e
+            if uses_sbuf:
+                sbuf_port = e
+            if uses_psum:
+                psum_port = e
+            row[i] = k
+            busy_end[i] = e
+            overhead[i] = over
+        start[i] = s
+        end[i] = e
+
+        # bookkeeping for later instructions
+        for rg in reads:
+            deps.record_read(rg.tensor, rg.block, rg.lo, rg.hi, e)
+        for rg in writes:
+            deps.record_write(rg.tensor, rg.block, rg.lo, rg.hi, e, acc and rg.buffer == "psum")
+        if alias_sources:
+            for rg in (*reads, *writes):
+                if rg.tensor in alias_sources and tensor_last_end.get(rg.tensor, 0.0) < e:
+                    tensor_last_end[rg.tensor] = e
+        for rid in access_ranges[i]:
+            if range_last_end[rid] < e:
+                range_last_end[rid] = e
+        for rid in ends[i]:
+            r = ranges[rid]
+            pools[r.buffer].release(r.size, range_last_end[rid])
+
+    return Schedule(hw, start, end, busy_end, row, overhead, spill_events, plan, n_queues, spill_row, transfers)
+
+
+__all__ = ["COMPUTE_ENGINES", "Schedule", "SpillEvent", "schedule"]

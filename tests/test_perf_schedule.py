@@ -1,0 +1,204 @@
+"""Timing model: engine overlap, dependencies, DMA queues and bandwidth, conflicts, loop kinds."""
+import pytest
+
+from accelopt_nb.perf import estimate, load_hw
+from perf_builders import TraceBuilder
+
+TRN1 = load_hw("trn1")
+US = 1e-6
+
+
+def vec_time(cycles, hw=TRN1):
+    return cycles / hw.vector_clock_hz
+
+
+def test_independent_engines_overlap():
+    b = TraceBuilder()
+    x, y = b.tensor("x", (128, 4096)), b.tensor("y", (128, 4096))
+    ox, oy = b.tensor("ox", (128, 4096)), b.tensor("oy", (128, 4096))
+    b.vector("tensor_scalar", [b.region(x)], [b.region(ox)], 4096)
+    b.vector("activation", [b.region(y)], [b.region(oy)], 4096, engine="scalar", func="exp")
+    p = estimate(b.trace)
+    t_vec, t_act = 4096 / 1.12e9, 4096 / 1.4e9
+    assert p.total_time == pytest.approx(max(t_vec, t_act))
+    assert p.vector_engine_active_time_percent == pytest.approx(1.0)
+    assert p.scalar_engine_active_time_percent == pytest.approx(t_act / t_vec)
+
+
+def test_a_dependency_serializes_engines():
+    b = TraceBuilder()
+    x, mid, out = b.tensor("x", (128, 4096)), b.tensor("mid", (128, 4096)), b.tensor("out", (128, 4096))
+    b.vector("tensor_scalar", [b.region(x)], [b.region(mid)], 4096)
+    b.vector("activation", [b.region(mid)], [b.region(out)], 4096, engine="scalar")
+    p = estimate(b.trace)
+    # RAW: the activation starts when the vector op ends, and pays the dependent-issue overhead
+    expected = 4096 / 1.12e9 + (4096 + TRN1.dependent_overhead_cycles) / 1.4e9
+    assert p.total_time == pytest.approx(expected)
+
+
+def test_each_engine_runs_in_order():
+    b = TraceBuilder()
+    tiles = [b.tensor(f"t{i}", (128, 1024)) for i in range(4)]
+    for i in range(2):
+        b.vector("tensor_scalar", [b.region(tiles[2 * i])], [b.region(tiles[2 * i + 1])], 1024)
+    assert estimate(b.trace).total_time == pytest.approx(2 * 1024 / 1.12e9)
+
+
+def test_write_after_read_waits_for_the_reader():
+    b = TraceBuilder()
+    x, y, z = b.tensor("x", (128, 8192)), b.tensor("y", (128, 8192)), b.tensor("z", (128, 512))
+    b.vector("activation", [b.region(x)], [b.region(y)], 8192, engine="scalar")      # reads x for a while
+    b.vector("tensor_scalar", [b.region(z)], [b.region(x, (0, 0), (128, 512))], 512)  # overwrites part of x
+    p = estimate(b.trace)
+    assert p.total_time == pytest.approx(8192 / 1.4e9 + 512 / 1.12e9)
+
+
+def test_disjoint_regions_of_one_tensor_do_not_depend():
+    b = TraceBuilder()
+    x, y = b.tensor("x", (128, 8192)), b.tensor("y", (128, 1024))
+    b.vector("activation", [b.region(x, (0, 0), (128, 4096))], [b.region(y)], 4096, engine="scalar")
+    b.vector("tensor_scalar", [b.region(y)], [b.region(x, (0, 4096), (128, 8192))], 4096)
+    # WAR on y (the activation writes y, the vector op reads it): serialized by RAW, not by x
+    p = estimate(b.trace)
+    assert p.total_time == pytest.approx(4096 / 1.4e9 + (4096 + 100) / 1.12e9)
+    b2 = TraceBuilder()
+    x2, y2, w2 = b2.tensor("x", (128, 8192)), b2.tensor("y", (128, 1024)), b2.tensor("w", (128, 1024))
+    b2.vector("activation", [b2.region(x2, (0, 0), (128, 4096))], [b2.region(y2)], 4096, engine="scalar")
+    b2.vector("tensor_scalar", [b2.region(w2)], [b2.region(x2, (0, 4096), (128, 8192))], 4096)
+    assert estimate(b2.trace).total_time == pytest.approx(4096 / 1.12e9)
+
+
+def _load_trace(n_loads, rows=128, cols=2048, same_statement=True, dtype="float32"):
+    b = TraceBuilder()
+    src = b.hbm("src", (rows * n_loads, cols), dtype)
+    for i in range(n_loads):
+        b.line = 10 if same_statement else 10 + i
+        t = b.tensor(f"t{i}", (rows, cols), dtype)
+        b.dma(b.region(t), b.region(src, (i * rows, 0), ((i + 1) * rows, cols)))
+    return b.trace
+
+
+def test_dma_transfer_time_follows_bytes_per_partition():
+    big = estimate(_load_trace(1, cols=2048)).total_time          # 8 KiB per partition, efficiency 0.98
+    assert big == pytest.approx(128 * 8192 / (0.98 * 272e9), rel=1e-3)
+    small = estimate(_load_trace(1, cols=512)).total_time          # 2 KiB: 0.81, but the 1.3 us latency dominates
+    assert small == pytest.approx(TRN1.dma_fixed_latency_s)
+    # per byte, 256 B per partition is ~8x less efficient than 2 KiB
+    t256 = estimate(_load_trace(64, cols=64)).total_time
+    t2k = estimate(_load_trace(8, cols=512)).total_time
+    assert t256 / t2k == pytest.approx(0.81 / 0.10, rel=0.1)
+
+
+def test_one_queue_is_fifo_and_separate_statements_overlap():
+    # 16 partitions (2 DMA engines): one queue moves ~27 GB/s, far below the shared caps
+    serial = estimate(_load_trace(4, rows=16, same_statement=True)).total_time
+    parallel = estimate(_load_trace(4, rows=16, same_statement=False)).total_time
+    one = estimate(_load_trace(1, rows=16)).total_time
+    assert serial == pytest.approx(4 * one, rel=1e-3)
+    assert parallel == pytest.approx(one, rel=1e-3)
+
+
+def test_fewer_partitions_use_fewer_dma_engines():
+    full = estimate(_load_trace(1, rows=128, cols=4096)).total_time
+    eighth = estimate(_load_trace(1, rows=16, cols=4096)).total_time      # 2 of 16 engines
+    assert eighth == pytest.approx(full, rel=1e-3)                        # 1/8 of the bytes, 1/8 of the engines
+
+
+def test_concurrent_queues_share_the_dma_engines_and_hbm():
+    # 16 queues, 32 KiB per partition: together they cannot beat the 16 engines' 272 GB/s
+    p = estimate(_load_trace(32, cols=8192, same_statement=False))
+    rate = p.hbm_read_bytes / p.total_time
+    assert 0.9 * TRN1.dma_bandwidth < rate <= TRN1.dma_bandwidth * 1.001
+    # a slower HBM binds instead
+    p2 = estimate(_load_trace(32, cols=8192, same_statement=False), overrides={"hbm_bandwidth": 150e9})
+    rate2 = p2.hbm_read_bytes / p2.total_time
+    assert 0.9 * 150e9 < rate2 <= 150e9 * 1.001
+    # 16-partition transfers use 2 engines each: 8 queues of them run side by side at full rate
+    one = estimate(_load_trace(1, rows=16, cols=2048)).total_time
+    eight = estimate(_load_trace(8, rows=16, cols=2048, same_statement=False)).total_time
+    assert eight == pytest.approx(one, rel=1e-3)
+
+
+def _port_trace(engine2, buffer):
+    b = TraceBuilder()
+    a, oa = b.tensor("a", (128, 4096), buffer=buffer), b.tensor("oa", (128, 4096))
+    c, oc = b.tensor("c", (128, 4096), buffer=buffer), b.tensor("oc", (128, 4096))
+    b.vector("tensor_scalar", [b.region(a)], [b.region(oa)], 4096)
+    b.vector("tensor_scalar", [b.region(c)], [b.region(oc)], 4096, engine=engine2)
+    return b.trace
+
+
+def test_trn1_vector_and_gpsimd_share_the_sbuf_port():
+    t1 = estimate(_port_trace("gpsimd", "sbuf"), "trn1").total_time
+    assert t1 == pytest.approx(4096 / 1.12e9 + (150 + 4096) / 1.4e9)      # serialized
+    t2 = estimate(_port_trace("gpsimd", "sbuf"), "trn2").total_time
+    assert t2 == pytest.approx(max(4096 / 0.96e9, (150 + 4096) / 1.2e9))   # lifted on trn2
+
+
+def test_trn1_vector_and_scalar_share_psum_access():
+    assert estimate(_port_trace("scalar", "psum"), "trn1").total_time == pytest.approx(4096 / 1.12e9 + 4096 / 1.4e9)
+    assert estimate(_port_trace("scalar", "sbuf"), "trn1").total_time == pytest.approx(4096 / 1.12e9)
+
+
+def test_psum_accumulation_group_then_evacuation():
+    b = TraceBuilder()
+    ps = b.tensor("acc", (128, 512), "float32", "psum")
+    st, mv, out = b.tensor("st", (128, 128), "bfloat16"), b.tensor("mv", (128, 512), "bfloat16"), b.tensor("o", (128, 512))
+    b.vector("memset", [], [b.region(ps)], 512, value=0.0)
+    for _ in range(4):
+        b.matmul(b.region(ps), b.region(st), b.region(mv), 128, 128, 512)
+    b.vector("tensor_copy", [b.region(ps)], [b.region(out)], 512)
+    p = estimate(b.trace)
+    # the zero-fill is folded into the first matmul; the copy waits for all four matmuls
+    assert p.total_time == pytest.approx(4 * 512 / 2.8e9 + (512 + 100) / 1.12e9)
+    assert p.matmul_instruction_count == 4
+
+
+def _pipeline(kind):
+    """4 iterations of load -> vector op -> store, the tile allocated inside the loop."""
+    b = TraceBuilder()
+    src, dst = b.hbm("src", (512, 8192)), b.hbm("dst", (512, 8192), kind="output")
+    for i in range(4):
+        b.loops = ((1, kind, i),)
+        b.line = 20
+        t = b.tensor("t", (128, 8192))
+        b.line = 21
+        b.dma(b.region(t), b.region(src, (i * 128, 0), (i * 128 + 128, 8192)))
+        b.line = 22
+        b.vector("reciprocal", [b.region(t)], [b.region(t)], 8192)
+        b.line = 23
+        b.dma(b.region(dst, (i * 128, 0), (i * 128 + 128, 8192)), b.region(t))
+    return b.trace
+
+
+def test_affine_iterations_overlap_and_sequential_ones_are_single_buffered():
+    affine = estimate(_pipeline("affine")).total_time
+    sequential = estimate(_pipeline("sequential")).total_time
+    load = 128 * 32768 / (1.0 * 272e9)
+    compute = 8 * 8192 / 1.12e9
+    assert affine == pytest.approx(load + 4 * compute + load, rel=0.02)      # loads and stores hide under compute
+    assert sequential == pytest.approx(4 * (2 * load + compute), rel=0.02)   # next load waits for the free buffer
+
+
+def test_dependent_back_to_back_instructions_pay_an_overhead():
+    def chain(dependent):
+        b = TraceBuilder()
+        ts = [b.tensor(f"t{i}", (128, 512)) for i in range(9)]
+        for i in range(4):
+            src = ts[i] if dependent else ts[4 + i]
+            b.vector("tensor_scalar", [b.region(src)], [b.region(ts[i + 1] if dependent else ts[i])], 512)
+        return estimate(b.trace).total_time
+    assert chain(False) == pytest.approx(4 * 512 / 1.12e9)
+    assert chain(True) == pytest.approx((4 * 512 + 3 * 100) / 1.12e9)
+
+
+def test_estimate_is_deterministic():
+    trace = _pipeline("affine")
+    assert estimate(trace).to_dict() == estimate(trace).to_dict()
+
+
+def test_empty_trace_and_bad_input():
+    p = estimate(TraceBuilder().trace)
+    assert p.total_time == 0 and p.bound == "empty"
+    with pytest.raises(TypeError, match="Trace"):
+        estimate([1, 2, 3])
