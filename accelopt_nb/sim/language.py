@@ -7,6 +7,7 @@ transpose plus the matmul).
 """
 from __future__ import annotations
 
+import builtins
 import math
 from types import SimpleNamespace
 from typing import Any
@@ -315,12 +316,23 @@ def broadcast_to(src, *, shape, **kwargs) -> Tensor:
     data = None if op.data is None else np.broadcast_to(op.data, shape).astype(op.data.dtype)
     written = None if op.written is None else np.broadcast_to(op.written, shape)
     if op.shape[0] == 1 and shape[0] > 1:
-        # partition broadcast: a TensorE matmul with a ones vector into PSUM, then an evacuation copy
-        tmp = _ops.new_result(rt, api, shape, float32, "psum", data, written, None)
-        _ops.emit_for(rt, tmp, "tensor", "nc_matmul", api, [op],
-                      {"k": 1, "m": shape[0], "n": int(_prod(shape[1:])), "dtype": _dt.name(op.dtype),
-                       "is_transpose": False, "stationary_onezero": True, "moving_onezero": False})
-        out = _ops.elementwise(api, "vector", "tensor_copy", lambda x: x, [tmp], dtype=op.dtype)
+        # partition broadcast: a TensorE matmul with a ones row. One PSUM bank holds the result, which
+        # consumers read directly; wider rows go bank by bank and are gathered into SBUF.
+        free = int(_prod(shape[1:]))
+        mm_attrs = {"k": 1, "m": shape[0], "dtype": _dt.name(op.dtype), "moving_dtype": _dt.name(op.dtype),
+                    "is_transpose": False, "stationary_onezero": True, "moving_onezero": False}
+        if free * 4 <= _ops.PSUM_BANK_BYTES:
+            out = _ops.new_result(rt, api, shape, float32, "psum", data, written, None)
+            _ops.emit_for(rt, out, "tensor", "nc_matmul", api, [op], dict(mm_attrs, n=free))
+            return out
+        out = _ops.new_result(rt, api, shape, op.dtype, "sbuf", data, written, None)
+        flat = out.full_view().region()
+        for start in range(0, free, PSUM_FMAX):
+            n = builtins.min(PSUM_FMAX, free - start)
+            bank = _ops.new_result(rt, api, (shape[0], n), float32, "psum", None, None, None)
+            _ops.emit_for(rt, bank, "tensor", "nc_matmul", api, [op], dict(mm_attrs, n=n))
+            rt.emit("vector", "tensor_copy", api, (bank.full_view().region(),), (flat,), shape[0], n,
+                    ("float32",), _dt.name(op.dtype), attrs={"psum_input": True, "num_inputs": 1})
         return out
     out = _ops.new_result(rt, api, shape, op.dtype, "sbuf", data, written, None)
     _ops.emit_for(rt, out, "vector", "tensor_copy", api, [op], {"num_inputs": 1})
