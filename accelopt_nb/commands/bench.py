@@ -1,0 +1,78 @@
+"""`accelopt bench`: correctness and profile of the NKIBench baselines, as % of peak.
+
+Writes ``<out>/nkibench_<preset>_<hw>_<backend>.{csv,json,png}`` and prints the table. On the
+small preset each kernel is checked on the paper's five seeds plus the adversarial inputs; on the
+paper preset on seed 42 only (``--seeds`` overrides), or not at all with ``--trace-only``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+NAME = "bench"
+HELP = "benchmark the NKIBench baselines (or your kernels): correctness, latency, % of peak, chart"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hw", choices=("trn1", "trn2"), default="trn1", help="hardware generation (default trn1)")
+    p.add_argument("--problems", nargs="+", metavar="NAME", help="problems to run (default: all)")
+    p.add_argument("--preset", default="small", choices=("small", "paper"),
+                   help="shape preset: small (seconds, 5 seeds) or paper (the paper's shapes; default small)")
+    p.add_argument("--backend", choices=("simulator", "neuron"), default="simulator",
+                   help="simulator (CPU simulator + performance model) or neuron (real Trainium, via the "
+                        "evaluation service)")
+    p.add_argument("--out", default="bench_out", help="output directory for CSV, JSON and PNG (default bench_out)")
+    p.add_argument("--seeds", nargs="+", type=int, metavar="SEED",
+                   help="seeds to check (default: 0 21 42 63 84 on small, 42 on paper)")
+    p.add_argument("--trace-only", action="store_true",
+                   help="skip correctness and arithmetic: record the instruction stream and profile it")
+    adv = p.add_mutually_exclusive_group()
+    adv.add_argument("--adversarial", dest="adversarial", action="store_true", default=None,
+                     help="also check the adversarial inputs (default on the small preset)")
+    adv.add_argument("--no-adversarial", dest="adversarial", action="store_false",
+                     help="skip the adversarial inputs")
+    p.add_argument("--kernel", action="append", default=[], metavar="PROBLEM=FILE",
+                   help="benchmark FILE instead of PROBLEM's baseline (repeatable)")
+    p.add_argument("--problem-dir", action="append", default=[], metavar="DIR",
+                   help="register a directory of extra problem folders (repeatable)")
+    p.add_argument("--sandbox", action="store_true",
+                   help="evaluate through the sandboxed evaluation service instead of in-process")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the JSON summary instead of the table")
+
+
+def run(args: argparse.Namespace) -> int:
+    import nkibench
+    from accelopt_nb.bench import format_table, run_bench, service_evaluator, write_outputs
+    from accelopt_nb.errors import ConfigError
+
+    for d in args.problem_dir:
+        nkibench.register_problem_dir(d)
+    kernels = {}
+    for item in args.kernel:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ConfigError(f"--kernel expects PROBLEM=FILE, got {item!r}")
+        kernels[name] = path
+    problems = args.problems
+    if problems is None and kernels:
+        problems = sorted(kernels)
+    evaluate = service_evaluator() if args.sandbox else None
+    t0 = time.monotonic()
+    df = run_bench(problems, preset=args.preset, hw=args.hw, backend=args.backend, seeds=args.seeds,
+                   trace_only=args.trace_only, adversarial=args.adversarial, evaluate=evaluate, kernels=kernels,
+                   progress=not args.no_progress)
+    wall = time.monotonic() - t0
+    paths = write_outputs(df, args.out, meta={"command": "accelopt bench", "wall_s": wall,
+                                              "trace_only": args.trace_only, "sandbox": args.sandbox})
+    if args.json:
+        print(json.dumps({**df.attrs["summary"], "wall_s": wall, "files": {k: str(v) for k, v in paths.items()}},
+                         indent=2))
+    else:
+        print(format_table(df))
+        print(f"wall time {wall:.1f} s; wrote {paths['csv']}, {paths['json']}, {paths['png']}")
+    failed = df[df["correct"] == False]  # noqa: E712
+    for r in failed.to_dict("records"):
+        print(f"{r['problem']}: {r['status']}: {r['message']}")
+    return 1 if len(failed) or (df["status"] == "error").any() else 0
