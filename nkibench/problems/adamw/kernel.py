@@ -1,8 +1,4 @@
-"""Baseline NKI kernel for adamw: one AdamW step (step 1, PyTorch defaults), fp32.
-
-Element-wise over 128 x 512 tiles: four loads, the moment updates, bias corrections, square root,
-division and decayed parameter, each as its own Vector/Scalar instruction, and one store.
-"""
+"""Baseline NKI kernel for adamw: one AdamW step (step 1, PyTorch defaults), fp32."""
 import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
 

@@ -1,9 +1,4 @@
-"""Baseline NKI kernel for add_rmsnorm_matmul: ((x + z) * rsqrt(mean_K (x+z)^2 + eps) * g) @ w, fp32.
-
-For each 128-row block: add the residual, compute the row RMS on the Vector/Scalar engines, scale,
-transpose each 128x128 block on TensorE and apply the gain as a per-partition scalar while copying it
-out of PSUM, then accumulate K/128 matmuls per 512-column output tile, re-reading w every time.
-"""
+"""Baseline NKI kernel for add_rmsnorm_matmul: ((x + z) * rsqrt(mean_K (x+z)^2 + eps) * g) @ w, fp32."""
 import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
 import neuronxcc.nki.isa as nisa

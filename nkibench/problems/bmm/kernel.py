@@ -1,10 +1,4 @@
-"""Baseline NKI kernel for bmm: out[b] = lhs[b] @ rhs[b], fp32, K <= 128.
-
-Per batch, rhs[b] (K x N) is loaded once and stays in SBUF. Each 128-row block of lhs is
-transposed on TensorE (contraction on partitions), then every 512-column output tile is one
-matmul, copied out of PSUM and stored. K=64 uses only half of the PE rows, and each store moves
-2 KiB per partition: both leave headroom.
-"""
+"""Baseline NKI kernel for bmm: out[b] = lhs[b] @ rhs[b], fp32, K <= 128."""
 import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
 import neuronxcc.nki.isa as nisa

@@ -1,10 +1,4 @@
-"""Baseline NKI kernel for bmm_softmax: softmax(lhs[b] @ rhs[b]) over the last axis, fp32, K <= 128.
-
-For each 128-row block: transpose the lhs block on TensorE, compute the full score row in 512-wide
-PSUM tiles and gather it in SBUF, then run the textbook three-pass softmax (row max, exp of the
-shifted scores, row sum, scale by the reciprocal) as separate Vector/Scalar instructions and store
-the whole row block.
-"""
+"""Baseline NKI kernel for bmm_softmax: softmax(lhs[b] @ rhs[b]) over the last axis, fp32, K <= 128."""
 import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
 import neuronxcc.nki.isa as nisa

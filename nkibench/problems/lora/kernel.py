@@ -1,10 +1,4 @@
-"""Baseline NKI kernel for lora: out = x @ w + (x @ a) @ b, fp32, R <= 128.
-
-For each 128-row block of x: transpose its blocks on TensorE, compute (x @ a)^T = a^T @ x^T directly
-in PSUM (R x 128, so it can serve as a stationary operand), then for every 512-column tile accumulate
-the K/128 products with w and the single rank-R product with b in the same PSUM tile. w, a and b are
-re-read from HBM for every row block.
-"""
+"""Baseline NKI kernel for lora: out = x @ w + (x @ a) @ b, fp32, R <= 128."""
 import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
 import neuronxcc.nki.isa as nisa

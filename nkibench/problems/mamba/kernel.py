@@ -1,11 +1,4 @@
-"""Baseline NKI kernel for mamba: the selective scan, fp32, one pass over the whole sequence.
-
-For each block of up to 128 channels: keep delta and u for the whole sequence in SBUF, and for every
-state s compute exp(delta * a[:, s]) on ScalarE, the input term delta * u * b[s] (b broadcast over
-partitions), the recurrence with one tensor_tensor_scan, and accumulate c[s] * h into the output.
-Each instruction spans the full sequence, so for long sequences the live tiles exceed SBUF and spill,
-the main headroom (the NKI tutorial's later versions tile the sequence and carry the scan state).
-"""
+"""Baseline NKI kernel for mamba: the selective scan, fp32, one pass over the whole sequence."""
 import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
 import neuronxcc.nki.isa as nisa

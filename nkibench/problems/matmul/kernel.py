@@ -1,9 +1,4 @@
-"""Baseline NKI kernel for matmul: C = A @ B, fp32.
-
-Straightforward tiling: for each 128-row block of A, transpose its 128x128 blocks on TensorE once,
-then for every 512-column tile of C accumulate K/128 matmuls in PSUM, streaming the B tiles from
-HBM each time. B is re-read for every row block (M/128 times), which is the main headroom.
-"""
+"""Baseline NKI kernel for matmul: C = A @ B, fp32."""
 import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
 import neuronxcc.nki.isa as nisa

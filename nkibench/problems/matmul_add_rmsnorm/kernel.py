@@ -1,9 +1,4 @@
-"""Baseline NKI kernel for matmul_add_rmsnorm: y = x @ w + z; y * g * rsqrt(mean_N y^2 + eps), fp32.
-
-For each 128-row block: transpose the x blocks on TensorE, compute the full output row in 512-wide
-PSUM tiles, add the residual while copying each tile to SBUF, then normalise the whole row (square,
-sum, rsqrt, scale, gain) on the Vector/Scalar engines and store it. w is re-read for every row block.
-"""
+"""Baseline NKI kernel for matmul_add_rmsnorm: y = x @ w + z; y * g * rsqrt(mean_N y^2 + eps), fp32."""
 import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
 import neuronxcc.nki.isa as nisa

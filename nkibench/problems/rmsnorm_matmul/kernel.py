@@ -1,9 +1,4 @@
-"""Baseline NKI kernel for rmsnorm_matmul: (x / sqrt(mean_K x^2)) @ w, fp32.
-
-For each 128-row block: load the rows, square, sum and take the reciprocal square root (Vector and
-Scalar engines), scale the rows, transpose the normalised block on TensorE, then compute every
-512-column output tile by accumulating K/128 matmuls in PSUM, re-reading w from HBM each time.
-"""
+"""Baseline NKI kernel for rmsnorm_matmul: (x / sqrt(mean_K x^2)) @ w, fp32."""
 import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
 import neuronxcc.nki.isa as nisa

@@ -1,9 +1,4 @@
-"""Baseline NKI kernel for rope_single_freq_apply: [x0*cos - x1*sin ; x0*sin + x1*cos], fp32.
-
-Works on 512-column tiles with the two D/2 halves as separate tiles, so every instruction uses only
-D/2 = 64 of the 128 partitions and every DMA moves 2 KiB per partition: straightforward, and about
-half of the engines' width is left unused.
-"""
+"""Baseline NKI kernel for rope_single_freq_apply: [x0*cos - x1*sin ; x0*sin + x1*cos], fp32."""
 import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
 

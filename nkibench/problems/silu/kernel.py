@@ -1,9 +1,4 @@
-"""Baseline NKI kernel for silu: x / (1 + exp(-x)), fp32, a literal translation of the formula.
-
-Loads 128 x 512 tiles (2 KiB per partition per DMA), computes exp(-x) on ScalarE, then 1 + e and
-x / (1 + e) as two VectorE instructions, and stores each tile. Three instructions where one fused
-activation would do, plus the small DMAs, leave headroom.
-"""
+"""Baseline NKI kernel for silu: x / (1 + exp(-x)), fp32, a literal translation of the formula."""
 import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
 import neuronxcc.nki.isa as nisa

@@ -1,10 +1,4 @@
-"""Baseline NKI kernel for swiglu: (silu(x @ Wg) * (x @ Wu)) @ Wd, fp32.
-
-For each 128-row block: transpose the x blocks on TensorE; for each 512-column tile of the hidden
-layer accumulate the gate and up projections in two PSUM tiles and combine them (sigmoid on ScalarE,
-products on VectorE) into an SBUF row; transpose that row back block by block and accumulate the
-down projection. All three weight matrices are re-read from HBM for every row block.
-"""
+"""Baseline NKI kernel for swiglu: (silu(x @ Wg) * (x @ Wu)) @ Wd, fp32."""
 import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
 import neuronxcc.nki.isa as nisa

@@ -1,9 +1,4 @@
-"""Baseline NKI kernel for transpose_matmul: C = lhs_t.T @ rhs, fp32.
-
-lhs_t already has the contraction on its first axis, so its tiles feed TensorE's stationary
-operand directly. For each 128-row block of C the kernel loads that block's K/128 stationary tiles
-once, then streams 512-column tiles of rhs from HBM for every block (rhs is re-read M/128 times).
-"""
+"""Baseline NKI kernel for transpose_matmul: C = lhs_t.T @ rhs, fp32."""
 import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
 import neuronxcc.nki.isa as nisa
