@@ -301,3 +301,32 @@ def kernel(a):
     o1, o2 = run_kernel(body, a).outputs
     np.testing.assert_array_equal(o1, np.invert(a))
     np.testing.assert_array_equal(o2, (a == 0).astype(np.uint8))
+
+
+def test_partition_broadcast_in_nl_ops_is_costed_on_tensor_engine(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(x, row):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.multiply(nl.load(x), nl.load(row)))
+    return out
+"""
+    x = rng.standard_normal((16, 8)).astype(np.float32)
+    row = rng.standard_normal((1, 8)).astype(np.float32)
+    res = run_kernel(body, x, row)
+    np.testing.assert_allclose(res.output, x * row, rtol=1e-6)
+    assert res.trace.op_counts()["nc_matmul"] == 1   # the ones-vector broadcast on TensorE
+
+
+def test_operators_do_not_broadcast_over_partitions(run_kernel, rng):
+    from accelopt_nb.errors import NKIRuleError
+    body = """
+@nki.jit
+def kernel(x, row):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.load(x) * nl.load(row))
+    return out
+"""
+    with pytest.raises(NKIRuleError, match="partition axis") as exc:
+        run_kernel(body, np.ones((16, 8), np.float32), np.ones((1, 8), np.float32))
+    assert exc.value.line == 12

@@ -57,3 +57,14 @@ def test_simulate_cli_reports_kernel_error(tmp_path, capsys):
     assert main(["simulate", str(bad), "--task", str(DATA / "matmul_task.py"), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["status"] == "error" and report["error"]["line"] == 21 and report["error"]["api"] == "indexing"
+
+
+def test_cli_help_lists_every_command(capsys):
+    import pytest
+    from accelopt_nb.cli import main
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for cmd in ("simulate", "profile", "bench", "evaluate", "llm", "optimize"):
+        assert cmd in out

@@ -132,6 +132,9 @@ def cast(values: np.ndarray, dtype: Any) -> np.ndarray:
         return rounded.view(np.float32)
     if values.dtype == dtype:
         return values
+    if dtype.kind == "f" or dtype in (bfloat16, float8_e4m3, float8_e5m2):
+        with np.errstate(over="ignore", invalid="ignore"):  # saturation to inf is the hardware result
+            return values.astype(dtype)
     if dtype.kind in "iu" and values.dtype.kind == "f":
         info = np.iinfo(dtype)
         with np.errstate(invalid="ignore"):

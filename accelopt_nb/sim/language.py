@@ -352,11 +352,24 @@ def expand_dims(data, axis) -> Tensor:
 
 
 # ---- element-wise math ---------------------------------------------------------------------------
+def _partition_broadcast(x: Any, y: Any) -> tuple[Any, Any]:
+    """A (1, F) operand meeting a (P, F) one is broadcast on TensorE first: legal, but not free."""
+    vx, vy = as_view(x), as_view(y)
+    if vx is None or vy is None or not vx.shape or not vy.shape or vx.shape[0] == vy.shape[0]:
+        return x, y
+    if vx.shape[0] == 1:
+        return broadcast_to(x, shape=(vy.shape[0],) + tuple(vx.shape[1:])), y
+    if vy.shape[0] == 1:
+        return x, broadcast_to(y, shape=(vx.shape[0],) + tuple(vy.shape[1:]))
+    return x, y
+
+
 def _binary(name: str):
     fn = ALU[name]
 
     def api(x, y, *, dtype=None, mask=None, **kwargs):
         rt = current()
+        x, y = _partition_broadcast(x, y)
         scalar_side = any(isinstance(v, (int, float, bool, np.number)) for v in (x, y))
         op = "tensor_scalar" if scalar_side else "tensor_tensor"
         engine = "gpsimd" if name == "power" and not scalar_side else "vector"

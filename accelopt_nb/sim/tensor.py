@@ -64,6 +64,12 @@ class _Opaque:
     # arithmetic operators map to nl element-wise ops (imported lazily: language imports us)
     def _binop(self, other, name, reverse=False):
         from accelopt_nb.sim import language as nl
+        other_shape = getattr(other, "shape", None)
+        if other_shape is not None and len(other_shape) >= 1 and len(self.shape) >= 1 and \
+                1 in (self.shape[0], other_shape[0]) and self.shape[0] != other_shape[0]:
+            raise current().rule_error(f"operator ({name})", f"operators do not broadcast along the partition axis "
+                                       f"({tuple(self.shape)} with {tuple(other_shape)}); use nl.{name}(...) or "
+                                       "nl.broadcast_to", "operator overloads do not broadcast over partitions")
         fn = getattr(nl, name)
         return fn(other, self) if reverse else fn(self, other)
 
