@@ -1,8 +1,10 @@
-"""`accelopt profile KERNEL.py --task TASK.py`: correctness and the estimated Trainium profile.
+"""`accelopt profile KERNEL.py --task TASK.py`: correctness and the Trainium profile of one kernel.
 
-The kernel runs on the CPU simulator with the task's inputs (seed 42); unless ``--trace-only``,
-each output is checked against the task's NumPy reference with the paper's L2 relative error.
-The instruction stream then goes through the performance model.
+By default the kernel goes through the evaluation service, like ``accelopt evaluate``: sandboxed,
+checked on the paper's seeds and the task's adversarial inputs, then profiled (estimated by the
+performance model on the simulator, measured with neuron-profile on ``--backend neuron``); the
+status values are the service's. ``--trace-only`` skips arithmetic and correctness and runs the
+simulator in-process to get the instruction stream only, for fast profiling of large shapes.
 """
 from __future__ import annotations
 
@@ -40,11 +42,19 @@ class ProfileRun:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", choices=("simulator", "neuron"), default="simulator",
+                        help="simulator (default; estimated profile) or neuron (real Trainium, measured)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="input seeds of the correctness check (default: the paper's 0 21 42 63 84)")
+    parser.add_argument("--no-adversarial", action="store_true", help="skip the task's adversarial inputs")
+    parser.add_argument("--timeout", type=float, default=180.0, help="wall-time limit, s (default 180)")
+    parser.add_argument("--memory-mb", type=int, default=4096, help="memory limit, MiB (default 4096)")
+    parser.add_argument("--no-cache", action="store_true", help="do not read or write the result cache")
     parser.add_argument("kernel", type=Path, help="kernel file written against neuronxcc.nki")
     parser.add_argument("--task", type=Path, required=True,
                         help="NKIBench-format task module (get_inputs, forward, transform_to_nki_inputs, "
                              "transform_nki_outputs)")
-    parser.add_argument("--hw", default="trn1", help="hardware preset (trn1, trn2) or a YAML config path")
+    parser.add_argument("--hw", default="trn1", help="hardware: trn1 or trn2 (with --trace-only also a YAML config path)")
     parser.add_argument("--kernel-name", default="kernel", help="kernel function name (default: kernel)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--trace-only", action="store_true",
@@ -97,10 +107,36 @@ def format_run(run: ProfileRun) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = profile_kernel(args.kernel, args.task, hw=args.hw, kernel_name=args.kernel_name,
-                            trace_only=args.trace_only, tolerance=args.tolerance)
+    if args.trace_only:
+        result = profile_kernel(args.kernel, args.task, hw=args.hw, kernel_name=args.kernel_name,
+                                trace_only=True, tolerance=args.tolerance)
+        if args.json:
+            print(json.dumps(dict(result.to_dict(), status="not_checked"), indent=2))
+        else:
+            print(format_run(result))
+        return 0
+    return _run_service(args)
+
+
+def _run_service(args: argparse.Namespace) -> int:
+    from accelopt_nb.errors import ConfigError
+    from accelopt_nb.evaluation import EvalOptions, Status, evaluate_task_file
+    from accelopt_nb.perf import format_profile
+
+    if not Path(args.task).is_file():
+        raise ConfigError(f"task file not found: {args.task}")
+    options = EvalOptions(timeout_s=args.timeout, memory_mb=args.memory_mb, tolerance=args.tolerance,
+                          adversarial=not args.no_adversarial, kernel_name=args.kernel_name)
+    if args.seeds:
+        options = EvalOptions(**{**options.__dict__, "seeds": tuple(args.seeds)})
+    result = evaluate_task_file(args.kernel, args.task, backend=args.backend, hw=args.hw, options=options,
+                                cache=not args.no_cache)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        print(format_run(result))
-    return 0 if result.correct in (True, None) else 1
+        print(f"kernel   {args.kernel}\ntask     {args.task}")
+        print(result.summary())
+        if result.profile:
+            print()
+            print(format_profile(result.profile))
+    return 0 if result.status is Status.CORRECT else 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Mapping, Any
 
 import numpy as np
 
@@ -280,35 +280,45 @@ def _diagnose(trace: Trace, sched: Schedule, total: float, active: dict[str, flo
     return bound, why
 
 
-def format_profile(profile: Profile) -> str:
-    """A human-readable table of the profile (used by ``accelopt profile``)."""
-    p = profile
-    rows = [
-        ("kernel", p.kernel_name), ("hardware", p.hw),
-        ("latency", f"{p.latency:.4f} ms"),
-        ("bound", p.bound),
-        ("hbm_read_bytes", _fmt_bytes(p.hbm_read_bytes)), ("hbm_write_bytes", _fmt_bytes(p.hbm_write_bytes)),
-        ("sbuf_read_bytes", _fmt_bytes(p.sbuf_read_bytes)), ("sbuf_write_bytes", _fmt_bytes(p.sbuf_write_bytes)),
-        ("psum_read_bytes", _fmt_bytes(p.psum_read_bytes)), ("psum_write_bytes", _fmt_bytes(p.psum_write_bytes)),
-        ("spill_save_bytes", _fmt_bytes(p.spill_save_bytes)), ("spill_reload_bytes", _fmt_bytes(p.spill_reload_bytes)),
-        ("hardware_flops", f"{p.hardware_flops:.4g}"), ("transpose_flops", f"{p.transpose_flops:.4g}"),
-        ("mm_arithmetic_intensity", f"{p.mm_arithmetic_intensity:.2f} (ridge {p.peak_flops_bandwidth_ratio:.2f})"),
-        ("hfu_estimated_percent", f"{p.hfu_estimated_percent:.4f}"),
-        ("mbu_estimated_percent", f"{p.mbu_estimated_percent:.4f}"),
-        ("tensor_engine_active_time_percent", f"{p.tensor_engine_active_time_percent:.4f}"),
-        ("vector_engine_active_time_percent", f"{p.vector_engine_active_time_percent:.4f}"),
-        ("scalar_engine_active_time_percent", f"{p.scalar_engine_active_time_percent:.4f}"),
-        ("gpsimd_engine_active_time_percent", f"{p.gpsimd_engine_active_time_percent:.4f}"),
-        ("dma_active_time_percent", f"{p.dma_active_time_percent:.4f}"),
-        ("matmul_instruction_count", str(p.matmul_instruction_count)),
-        ("instruction_count", str(p.instruction_count)),
-        ("dma_transfer_count", str(p.dma_transfer_count)),
-        ("dma_transfer_average_bytes", _fmt_bytes(p.dma_transfer_average_bytes)),
-    ]
-    width = max(len(k) for k, _ in rows)
+_BYTES = ("hbm_read_bytes", "hbm_write_bytes", "sbuf_read_bytes", "sbuf_write_bytes", "psum_read_bytes",
+          "psum_write_bytes", "spill_save_bytes", "spill_reload_bytes", "dma_transfer_average_bytes")
+_FRACTIONS = ("hfu_estimated_percent", "mbu_estimated_percent", "tensor_engine_active_time_percent",
+              "vector_engine_active_time_percent", "scalar_engine_active_time_percent",
+              "gpsimd_engine_active_time_percent", "dma_active_time_percent")
+_ORDER = ("kernel_name", "hw", "latency", "bound") + _BYTES[:8] + (
+    "hardware_flops", "transpose_flops", "mm_arithmetic_intensity") + _FRACTIONS + (
+    "matmul_instruction_count", "instruction_count", "dma_transfer_count", "dma_transfer_average_bytes")
+
+
+def format_profile(profile: "Profile | Mapping[str, Any]") -> str:
+    """A human-readable table of a profile: an estimated :class:`Profile`, or the metrics dict of an
+    evaluation (simulator estimate or a real neuron-profile summary; missing fields are skipped)."""
+    p = profile.to_dict() if isinstance(profile, Profile) else dict(profile)
+    rows = []
+    for key in _ORDER:
+        v = p.get(key)
+        if v is None:
+            continue
+        if key == "latency":
+            text = f"{v:.4f} ms"
+        elif key in _BYTES:
+            text = _fmt_bytes(v)
+        elif key in _FRACTIONS:
+            text = f"{v:.4f}"
+        elif key == "mm_arithmetic_intensity":
+            ridge = p.get("peak_flops_bandwidth_ratio")
+            text = f"{v:.2f}" + (f" (ridge {ridge:.2f})" if ridge is not None else "")
+        elif key in ("hardware_flops", "transpose_flops"):
+            text = f"{v:.4g}"
+        else:
+            text = str(v)
+        rows.append((key.replace("kernel_name", "kernel").replace("hw", "hardware") if key in ("kernel_name", "hw")
+                     else key, text))
+    width = max((len(k) for k, _ in rows), default=0)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
-    lines.append("bottleneck:")
-    lines.extend(f"  - {w}" for w in p.bottleneck)
+    if p.get("bottleneck"):
+        lines.append("bottleneck:")
+        lines.extend(f"  - {w}" for w in p["bottleneck"])
     return "\n".join(lines)
 
 
