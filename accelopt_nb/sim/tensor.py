@@ -599,7 +599,7 @@ def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: 
         return
     t = view.tensor
     if t._stamps is None:
-        t._stamps = np.zeros(t.shape, dtype=np.int64)
+        t._stamps = np.zeros(t.shape, dtype=np.int32)  # epochs stay far below 2**31
     key = view.key
     if view.advanced and mask is not None:
         m = np.broadcast_to(mask, _adv_shape(view))
