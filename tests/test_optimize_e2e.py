@@ -185,3 +185,17 @@ def test_cli_argument_errors(tmp_path, capsys):
     assert main(["optimize", "x", "--task", "t.py", "--base-url", "http://h/v1", "--model", "m",
                  "--run-dir", str(tmp_path / "r2")]) == 2
     assert "--task and --kernel go together" in capsys.readouterr().err
+
+
+def test_unreachable_endpoint_fails_before_anything_is_written(tmp_path, capsys):
+    import socket
+
+    from accelopt_nb.cli import main
+
+    with socket.socket() as sock:  # a loopback port with nothing listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert main(["optimize", "silu", "--preset", "smoke", "--base-url", f"http://127.0.0.1:{port}/v1",
+                 "--model", "m", "--run-dir", str(tmp_path / "r")]) == 2
+    assert "cannot reach the LLM endpoint" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

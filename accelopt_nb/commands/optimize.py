@@ -59,6 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--run-id", help="run id (default: generated; with --resume: the latest run)")
     r.add_argument("--resume", action="store_true", help="continue the run from its last completed step")
     r.add_argument("--no-progress", action="store_true", help="no progress display")
+    r.add_argument("--skip-check", action="store_true",
+                   help="do not check that the LLM endpoint answers before starting")
     r.add_argument("--json", action="store_true", help="print the final report as JSON")
 
 
@@ -98,6 +100,21 @@ def _model_config(args: argparse.Namespace, stored: dict[str, Any] | None):
     return ModelConfig.from_dict(overrides)
 
 
+def _preflight(model) -> None:
+    """Fail in seconds, with the reason, when the endpoint is down, instead of a run of failed calls."""
+    import asyncio
+    import sys
+
+    from accelopt_nb.llm.check import preflight
+
+    reachable, message = asyncio.run(preflight(model))
+    if not reachable:
+        raise ConfigError(message + " (start the server, fix --base-url, or pass --skip-check; "
+                          "`accelopt llm check` diagnoses the endpoint)")
+    if message:
+        print(message, file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     from accelopt_nb.agents.prompts import PromptSet
     from accelopt_nb.llm import Cassette, Ledger, LLMClient, PriceTable
@@ -111,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
 
     from accelopt_nb.store import DEFAULT_FILENAME
 
+    if (args.task or args.kernel) and not (args.task and args.kernel):
+        raise ConfigError("--task and --kernel go together (a task file and its baseline kernel)")
     run_dir = args.run_dir or Path("runs") / args.problem
     stored: dict[str, Any] = {}
     run_id = args.run_id
@@ -125,9 +144,13 @@ def run(args: argparse.Namespace) -> int:
         stored = store.get_run(run_id)["config"]
         config = None
         model = _model_config(args, stored.get("llm", {}).get("model"))
+        if not args.skip_check and not (args.cassette and args.cassette_mode == "replay"):
+            _preflight(model)
     else:
         config = _search_config(args)
         model = _model_config(args, None)  # validated before anything is written
+        if not args.skip_check and not (args.cassette and args.cassette_mode == "replay"):
+            _preflight(model)
         store = RunStore.open(run_dir)
     shape_preset = stored.get("shape_preset") or (config.evaluation.shape_preset if config else "small")
     if args.task or args.kernel:

@@ -12,7 +12,7 @@ from accelopt_nb.llm.client import LLMClient
 from accelopt_nb.llm.config import ModelConfig
 from accelopt_nb.llm.retry import RetryPolicy, classify_failure
 
-__all__ = ["CheckReport", "check_endpoint", "check_endpoint_sync"]
+__all__ = ["CheckReport", "check_endpoint", "check_endpoint_sync", "preflight"]
 
 CHECK_PROMPT = "Reply with the single word: ready"
 
@@ -106,6 +106,26 @@ async def check_endpoint(config: ModelConfig, *, max_tokens: int | None = 512,
     finally:
         await client.aclose()
     return report
+
+
+async def preflight(config: ModelConfig) -> tuple[bool, str]:
+    """Cheap reachability check before a long run: ``GET /models`` only, no completion billed.
+
+    Returns (reachable, message); an unlisted model is reachable with a warning message, since some
+    OpenAI-compatible gateways do not list every model they serve.
+    """
+    config = config.replace(retry=RetryPolicy(max_attempts=2, base_delay_s=0.5), max_unusable_retries=0)
+    client = LLMClient(config, concurrency=1)
+    try:
+        models = await client.list_models()
+    except (openai.APIError, AccelOptError) as exc:
+        return False, f"cannot reach the LLM endpoint {config.base_url}: {_describe(exc)}"
+    finally:
+        await client.aclose()
+    if config.model not in models:
+        listed = ", ".join(models[:8]) or "none"
+        return True, f"warning: model {config.model!r} is not listed by {config.base_url} (served: {listed})"
+    return True, ""
 
 
 def check_endpoint_sync(config: ModelConfig, **kwargs: object) -> CheckReport:
