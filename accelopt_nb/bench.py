@@ -109,32 +109,10 @@ def _compare(task, kernel_result: Any, ref: Any, tolerance: float) -> tuple[floa
         a, e = np.asarray(a), np.asarray(e)
         if a.shape != e.shape:
             return math.inf, f"output {i} has shape {a.shape}, the reference {e.shape}"
-        worst = max(worst, l2_relative_error_chunked(a, e))
+        worst = max(worst, l2_relative_error(a, e))
     if not worst < tolerance:
         return worst, f"L2 relative error {worst:.3g} is not below the tolerance {tolerance:g}"
     return worst, None
-
-
-def l2_relative_error_chunked(actual: np.ndarray, expected: np.ndarray, chunk: int = 1 << 22) -> float:
-    """:func:`accelopt_nb.taskfile.l2_relative_error` (the paper's metric) computed in float64 chunks.
-
-    Same definition, but without whole-tensor float64 temporaries: at the paper's bmm shape those
-    are 2 GB each, which decides whether the paper preset fits in a laptop's memory.
-    """
-    a, e = np.ravel(actual), np.ravel(expected)
-    if a.size <= chunk:
-        return l2_relative_error(a, e)
-    num = den = 0.0
-    for i in range(0, a.size, chunk):
-        ea = e[i:i + chunk].astype(np.float64)
-        d = a[i:i + chunk].astype(np.float64) - ea
-        num += float(np.dot(d, d))
-        den += float(np.dot(ea, ea))
-    if not np.isfinite(num):
-        return float("inf")
-    if den == 0.0:
-        return 0.0 if num == 0.0 else float("inf")
-    return math.sqrt(num) / math.sqrt(den)
 
 
 def simulate_case(case: BenchCase) -> CaseOutcome:
@@ -454,5 +432,5 @@ def _json_default(o: Any) -> Any:
 
 
 __all__ = ["BACKENDS", "BenchCase", "CaseOutcome", "Evaluator", "HARDWARE", "PAPER_SEEDS", "PROFILE_SEED",
-           "default_evaluator", "format_table", "l2_relative_error_chunked", "make_cases", "plot_pct_peak", "run_bench", "service_evaluator",
+           "default_evaluator", "format_table", "make_cases", "plot_pct_peak", "run_bench", "service_evaluator",
            "simulate_case", "summarize", "write_outputs"]
