@@ -10,35 +10,29 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 NAME = "profile"
 HELP = "simulate a kernel against an NKIBench task and print its estimated Trainium profile"
 
-DEFAULT_TOLERANCE = 2e-5
 SEED = 42
 
 
 @dataclass
 class ProfileRun:
-    """Everything `accelopt profile` reports for one kernel (reusable by the evaluation service)."""
+    """A trace-only profile: the instruction stream's estimated profile, correctness not checked."""
 
     kernel: str
     task: str
     hw: str
-    trace_only: bool
-    correct: bool | None                  # None when correctness was not checked
-    errors: list[float] = field(default_factory=list)
-    tolerance: float = DEFAULT_TOLERANCE
     profile: Any = None                   # accelopt_nb.perf.Profile
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kernel": self.kernel, "task": self.task, "hw": self.hw, "trace_only": self.trace_only,
-                "correct": self.correct, "l2_relative_errors": self.errors,
-                "max_l2_relative_error": max(self.errors) if self.errors else None,
-                "tolerance": self.tolerance, "profile": self.profile.to_dict() if self.profile else None}
+        return {"status": "not_checked", "kernel": self.kernel, "task": self.task, "hw": self.hw,
+                "trace_only": True, "correct": None,
+                "profile": self.profile.to_dict() if self.profile else None}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,59 +53,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--trace-only", action="store_true",
                         help="skip arithmetic and the correctness check; only build the instruction stream")
-    parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
-                        help=f"max L2 relative error per output (default {DEFAULT_TOLERANCE})")
+    parser.add_argument("--tolerance", type=float, default=None,
+                        help="max L2 relative error per output (default: the task's, 2e-5 unless it says otherwise)")
 
 
-def profile_kernel(kernel: Path, task: Path, *, hw: str = "trn1", kernel_name: str = "kernel",
-                   trace_only: bool = False, tolerance: float = DEFAULT_TOLERANCE) -> ProfileRun:
-    """Simulate ``kernel`` on ``task``'s inputs, check it, and estimate its profile."""
+def profile_kernel(kernel: Path, task: Path, *, hw: str = "trn1", kernel_name: str = "kernel") -> ProfileRun:
+    """Trace ``kernel`` on ``task``'s input shapes (no arithmetic) and estimate its profile, in-process."""
     from accelopt_nb.perf import estimate
     from accelopt_nb.sim import SimOptions, load_kernel, simulate
-    from accelopt_nb.taskfile import as_output_tuple, l2_relative_error, load_task
+    from accelopt_nb.taskfile import load_task
 
     t = load_task(task)
     kern = load_kernel(kernel, name=kernel_name)
-    inputs = t.get_inputs(seed=SEED)
-    nki_inputs = t.to_nki(inputs)
-    result = simulate(kern, *nki_inputs, options=SimOptions(trace_only=trace_only))
-    run = ProfileRun(kernel=str(kernel), task=str(task), hw=str(hw), trace_only=trace_only, correct=None,
-                     tolerance=tolerance)
-    if not trace_only:
-        ref_raw = t.forward(*inputs)
-        ref = as_output_tuple(ref_raw)
-        k_res = result.outputs[0] if len(result.outputs) == 1 else result.outputs
-        outs = t.from_nki(k_res, ref_raw)
-        if len(outs) != len(ref):
-            from accelopt_nb.errors import ProblemError
-            raise ProblemError(f"kernel produced {len(outs)} output(s) after transform_nki_outputs, "
-                               f"the reference has {len(ref)}")
-        run.errors = [l2_relative_error(o, r) for o, r in zip(outs, ref)]
-        run.correct = all(e <= tolerance for e in run.errors)
-    run.profile = estimate(result.trace, hw=hw)
-    return run
+    result = simulate(kern, *t.to_nki(t.get_inputs(seed=SEED)), options=SimOptions(trace_only=True))
+    return ProfileRun(kernel=str(kernel), task=str(task), hw=str(hw), profile=estimate(result.trace, hw=hw))
 
 
 def format_run(run: ProfileRun) -> str:
     from accelopt_nb.perf import format_profile
 
-    lines = [f"kernel   {run.kernel}", f"task     {run.task}"]
-    if run.correct is None:
-        lines.append("correct  not checked (--trace-only)")
-    else:
-        errs = ", ".join(f"{e:.3g}" for e in run.errors)
-        lines.append(f"correct  {'yes' if run.correct else 'NO'} (L2 relative error {errs}; tolerance {run.tolerance:g})")
-    lines.append("")
-    lines.append(format_profile(run.profile))
-    return "\n".join(lines)
+    return "\n".join([f"kernel   {run.kernel}", f"task     {run.task}",
+                      "correct  not checked (--trace-only)", "", format_profile(run.profile)])
 
 
 def run(args: argparse.Namespace) -> int:
     if args.trace_only:
-        result = profile_kernel(args.kernel, args.task, hw=args.hw, kernel_name=args.kernel_name,
-                                trace_only=True, tolerance=args.tolerance)
+        result = profile_kernel(args.kernel, args.task, hw=args.hw, kernel_name=args.kernel_name)
         if args.json:
-            print(json.dumps(dict(result.to_dict(), status="not_checked"), indent=2))
+            print(json.dumps(result.to_dict(), indent=2))
         else:
             print(format_run(result))
         return 0
