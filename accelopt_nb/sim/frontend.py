@@ -214,22 +214,40 @@ nki_module = _module("neuronxcc.nki", {
 })
 neuronxcc_module = _module("neuronxcc", {"nki": nki_module})
 
+def _make_standalone_nki() -> dict[str, types.ModuleType]:
+    """The NKI 0.2+ ``nki`` package: same language, ISA calls with an explicit dst."""
+    from accelopt_nb.sim import nki_frontend
+
+    lang = _module("nki.language", dict(language_module.__dict__, __name__="nki.language"))
+    typing = _module("nki.typing", dict(typing_module.__dict__, __name__="nki.typing"))
+    top = _module("nki", {"jit": jit, "language": lang, "isa": nki_frontend.isa_module, "typing": typing,
+                          "simulate": lambda kernel: (kernel if isinstance(kernel, Kernel) else Kernel(kernel)),
+                          "baremetal": _hardware_only("baremetal"), "benchmark": _hardware_only("benchmark"),
+                          "profile": _hardware_only("profile")})
+    return {"nki": top, "nki.language": lang, "nki.isa": nki_frontend.isa_module, "nki.typing": typing}
+
+
+# Two front ends over one core: each entry maps an import name to its facade module, and the
+# top-level package returned for plain `import a.b` is the one named by the first component.
 _ALIASES: dict[str, types.ModuleType] = {
     "neuronxcc": neuronxcc_module,
     "neuronxcc.nki": nki_module,
     "neuronxcc.nki.language": language_module,
     "neuronxcc.nki.isa": isa_module,
     "neuronxcc.nki.typing": typing_module,
+    **_make_standalone_nki(),
 }
+_FACADE_ROOTS = {"neuronxcc", "nki"}
 
 
 def _make_import(real_import: Callable) -> Callable:
     def sim_import(name, globals=None, locals=None, fromlist=(), level=0):
-        if level == 0 and (name == "neuronxcc" or name.startswith("neuronxcc.")):
+        root = name.split(".", 1)[0]
+        if level == 0 and root in _FACADE_ROOTS:
             if name not in _ALIASES:
                 raise ImportError(f"{name} is not provided by the accelopt_nb simulator "
                                   f"(available: {', '.join(sorted(_ALIASES))})")
-            return _ALIASES[name] if fromlist else neuronxcc_module
+            return _ALIASES[name] if fromlist else _ALIASES[root]
         return real_import(name, globals, locals, fromlist, level)
     return sim_import
 

@@ -1,0 +1,99 @@
+"""The standalone ``nki`` package style (NKI 0.2+): ``import nki``, ISA calls with an explicit ``dst``.
+
+A thin facade over the same core as ``neuronxcc.nki``: every ``nki.isa`` instruction takes the
+destination tile first and returns nothing, so each one here runs the NKI 0.1 instruction and
+writes its result into ``dst`` (re-targeting the recorded instruction, not adding a copy).
+
+``nc_matmul(dst, ..., accumulate=None)``: ``True`` accumulates into ``dst``, ``False`` overwrites;
+``None`` (the compiler infers it) overwrites elements never written and accumulates onto written
+ones, which matches an accumulation group into a PSUM tile allocated for that group.
+"""
+from __future__ import annotations
+
+import types
+from typing import Any, Callable
+
+from accelopt_nb.sim import isa as _isa
+from accelopt_nb.sim import language as _nl
+from accelopt_nb.sim import ops as _ops
+from accelopt_nb.sim.runtime import current
+from accelopt_nb.sim.tensor import as_view
+
+# keyword arguments of the new API that have no effect on the simulated result
+_COSMETIC = ("name", "perf_mode")
+
+
+def _dst_view(dst: Any, api: str):
+    view = as_view(dst)
+    if view is None:
+        raise current().rule_error(api, f"dst must be a tensor or a view of one, got {type(dst).__name__}",
+                                   "nki.isa instructions write into an explicit dst")
+    return view
+
+
+def _with_dst(name: str, old: Callable) -> Callable:
+    api = f"nki.isa.{name}"
+
+    def instruction(dst, *args, **kwargs):
+        for k in _COSMETIC:
+            kwargs.pop(k, None)
+        view = _dst_view(dst, api)
+        result = old(*args, **kwargs)
+        if view.tensor.on_chip:
+            _ops.copy_into(view, result, api)
+        else:
+            _nl.store(view, result)
+    instruction.__name__ = name
+    instruction.__qualname__ = name
+    instruction.__doc__ = f"``{name}`` writing into ``dst`` (NKI 0.2+ calling convention)."
+    return instruction
+
+
+def nc_matmul(dst, stationary, moving, *, is_stationary_onezero: bool = False, is_moving_onezero: bool = False,
+              is_transpose: bool = False, accumulate: bool | None = None, tile_position=(), tile_size=(),
+              **kwargs) -> None:
+    api = "nki.isa.nc_matmul"
+    view = _dst_view(dst, api)
+    result = _isa.nc_matmul(stationary, moving, is_stationary_onezero=is_stationary_onezero,
+                            is_moving_onezero=is_moving_onezero, is_transpose=is_transpose,
+                            tile_position=tile_position, tile_size=tile_size, _api=api)
+    if accumulate is False:
+        _ops.copy_into(view, result, api)
+    else:
+        # True, or None: the PSUM write path overwrites never-written elements and accumulates the rest
+        _ops.accumulate_into(view, result)
+
+
+def memset(dst, value, *, engine=None, **kwargs) -> None:
+    view = _dst_view(dst, "nki.isa.memset")
+    _ops.copy_into(view, _isa.memset(view.shape, value, view.dtype, engine=engine), "nki.isa.memset")
+
+
+def dma_copy(dst, src, *, dst_rmw_op=None, oob_mode=None, dge_mode=None, **kwargs) -> None:
+    _isa.dma_copy(dst=dst, src=src, dst_rmw_op=dst_rmw_op, oob_mode=oob_mode, dge_mode=dge_mode)
+
+
+_DST_FIRST = ("nc_transpose", "activation", "activation_reduce", "tensor_tensor", "tensor_scalar",
+              "tensor_reduce", "tensor_tensor_scan", "reciprocal", "iota", "tensor_copy", "bn_stats", "bn_aggr",
+              "affine_select", "tensor_scalar_reduce", "dropout")
+
+
+def _scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0: bool = False, reverse1: bool = False,
+                          **kwargs) -> None:
+    _with_dst("scalar_tensor_tensor", _isa.scalar_tensor_tensor)(
+        dst, data=data, op0=op0, operand0=operand0, op1=op1, operand1=operand1, reverse0=reverse0,
+        reverse1=reverse1, **kwargs)
+
+
+def _build_isa() -> types.ModuleType:
+    attrs: dict[str, Any] = {k: getattr(_isa, k) for k in _isa.__all__ if not callable(getattr(_isa, k))
+                             or isinstance(getattr(_isa, k), type)}
+    attrs.update({n: _with_dst(n, getattr(_isa, n)) for n in _DST_FIRST})
+    attrs.update(nc_matmul=nc_matmul, memset=memset, dma_copy=dma_copy, scalar_tensor_tensor=_scalar_tensor_tensor,
+                 get_nc_version=_isa.get_nc_version)
+    mod = types.ModuleType("nki.isa")
+    mod.__dict__.update(attrs)
+    return mod
+
+
+isa_module = _build_isa()
