@@ -269,43 +269,76 @@ def run_bench(problems: Iterable[Any] | None = None, *, preset: Any = "small", h
               backend: str = "simulator", seeds: Sequence[int] | None = None, trace_only: bool = False,
               adversarial: bool | None = None, evaluate: Evaluator | None = None,
               kernels: Mapping[str, str | Path] | None = None, progress: bool = True,
-              on_error: str = "record") -> pd.DataFrame:
+              on_error: str = "record", workers: int = 1) -> pd.DataFrame:
     """Benchmark kernels (the baselines unless ``kernels`` says otherwise); one row per problem.
 
     ``problems``: names or Problem/ExternalProblem objects (default: every registered problem).
     ``evaluate``: the per-kernel evaluator (default: :func:`default_evaluator` of ``backend``).
     ``on_error``: "record" puts an evaluator failure in the row's ``message``; "raise" re-raises.
+    ``workers``: problems simulated at once in separate processes (the simulator backend's default
+    evaluator only); rows keep the problem order whatever order they finish in.
     The returned DataFrame carries ``df.attrs["summary"]`` (see :func:`summarize`).
     """
     if on_error not in ("record", "raise"):
         raise ConfigError("on_error must be 'record' or 'raise'")
     cases = make_cases(problems, preset=preset, hw=hw, backend=backend, seeds=seeds, trace_only=trace_only,
                        adversarial=adversarial, kernels=kernels)
+    parallel = workers > 1 and evaluate is None and backend == "simulator" and len(cases) > 1
     evaluate = evaluate or default_evaluator(backend)
-    rows = []
     t0 = time.monotonic()
-    bar = _progress(cases, progress)
-    for case in bar:
-        if hasattr(bar, "set_postfix_str"):
-            bar.set_postfix_str(case.name)
-        try:
-            outcome = evaluate(case)
-        except BackendUnavailableError:
-            raise
-        except AccelOptError as exc:
-            if on_error == "raise":
-                raise
-            outcome = CaseOutcome("error", None, message=f"{type(exc).__name__}: {exc}")
-        except Exception as exc:  # an evaluator bug should not lose the other rows of a long run
-            if on_error == "raise":
-                raise
-            outcome = CaseOutcome("error", None,
-                                  message=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
-        rows.append(_row(case, outcome))
+    outcomes = _run_parallel(cases, workers, progress, on_error) if parallel else \
+        _run_serial(cases, evaluate, progress, on_error)
+    rows = [_row(case, outcome) for case, outcome in zip(cases, outcomes)]
     df = pd.DataFrame(rows, columns=COLUMNS)
     df.attrs["summary"] = summarize(df)
     df.attrs["summary"]["wall_s"] = time.monotonic() - t0
     return df
+
+
+def _guarded(evaluate: Evaluator, case: BenchCase, on_error: str) -> CaseOutcome:
+    try:
+        return evaluate(case)
+    except BackendUnavailableError:
+        raise
+    except AccelOptError as exc:
+        if on_error == "raise":
+            raise
+        return CaseOutcome("error", None, message=f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # an evaluator bug should not lose the other rows of a long run
+        if on_error == "raise":
+            raise
+        return CaseOutcome("error", None, message=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
+
+
+def _run_serial(cases: list[BenchCase], evaluate: Evaluator, progress: bool, on_error: str) -> list[CaseOutcome]:
+    outcomes = []
+    bar = _progress(cases, progress)
+    for case in bar:
+        if hasattr(bar, "set_postfix_str"):
+            bar.set_postfix_str(case.name)
+        outcomes.append(_guarded(evaluate, case, on_error))
+    return outcomes
+
+
+def _run_parallel(cases: list[BenchCase], workers: int, progress: bool, on_error: str) -> list[CaseOutcome]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    outcomes: list[CaseOutcome | None] = [None] * len(cases)
+    bar = _progress(cases, progress) if progress else None
+    # spawn: a clean interpreter per worker (no forked BLAS threads or notebook state)
+    with ProcessPoolExecutor(max_workers=min(workers, len(cases)),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(_guarded, simulate_case, case, on_error): i for i, case in enumerate(cases)}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            outcomes[i] = fut.result()
+            if bar is not None:
+                bar.set_postfix_str(cases[i].name)
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+    return outcomes  # type: ignore[return-value]
 
 
 def _progress(cases: list[BenchCase], enabled: bool):

@@ -161,3 +161,12 @@ def test_chunked_error_is_the_paper_metric():
     a[5, 5] = np.nan
     assert l2_relative_error(a, e, chunk=1000) == np.inf
     assert l2_relative_error(np.zeros(5000), np.zeros(5000), chunk=1000) == 0.0
+
+
+def test_parallel_workers_give_the_same_rows_in_problem_order():
+    names = ["silu", "matmul", "adamw"]
+    serial = run_bench(names, preset="small", progress=False, adversarial=False, seeds=[0])
+    parallel = run_bench(names, preset="small", progress=False, adversarial=False, seeds=[0], workers=2)
+    assert list(parallel["problem"]) == names
+    cols = ["problem", "status", "latency_ms", "pct_peak", "max_rel_error"]
+    pd.testing.assert_frame_equal(serial[cols], parallel[cols])

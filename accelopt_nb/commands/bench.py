@@ -38,6 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="register a directory of extra problem folders (repeatable)")
     p.add_argument("--sandbox", action="store_true",
                    help="evaluate through the sandboxed evaluation service instead of in-process")
+    p.add_argument("--workers", type=int, default=1,
+                   help="problems simulated at once, one process each (default 1; try the core count)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the JSON summary instead of the table")
 
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     df = run_bench(problems, preset=args.preset, hw=args.hw, backend=args.backend, seeds=args.seeds,
                    trace_only=args.trace_only, adversarial=args.adversarial, evaluate=evaluate, kernels=kernels,
-                   progress=not args.no_progress)
+                   progress=not args.no_progress, workers=args.workers)
     wall = time.monotonic() - t0
     paths = write_outputs(df, args.out, meta={"command": "accelopt bench", "wall_s": wall,
                                               "trace_only": args.trace_only, "sandbox": args.sandbox})
