@@ -172,3 +172,12 @@ def test_nkibench_problem_by_name_with_its_baseline_kernel(tmp_path):
     # the cache key follows the problem's materialised task, so both presets are distinct
     assert make_job("matmul", "k", preset="small").cache_key() != make_job(
         "matmul", "k", preset="paper").cache_key()
+
+
+def test_sandbox_limits_default_by_shape_preset():
+    from accelopt_nb.evaluation.job import default_limits
+    small_t, small_m = default_limits("small")
+    paper_t, paper_m = default_limits("paper")
+    assert (small_t, small_m) == (180.0, 4096)          # the paper's 180 s for small shapes
+    assert paper_t > small_t and paper_m >= 4 * small_m  # paper shapes hold GB-sized float64 references
+    assert default_limits("task") == default_limits("small")

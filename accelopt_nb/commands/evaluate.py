@@ -31,8 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="parallel local workers (default: one per core, or per NeuronCore)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="Dask scheduler address (tcp://host:8786) to evaluate on a cluster")
-    p.add_argument("--timeout", type=float, default=180.0, help="wall-time limit per kernel, s")
-    p.add_argument("--memory-mb", type=int, default=4096, help="memory limit per kernel, MiB")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="wall-time limit per kernel, s (default: 180 for the small preset, 1800 for paper)")
+    p.add_argument("--memory-mb", type=int, default=None,
+                   help="memory limit per kernel, MiB (default: 4096 for the small preset, 16384 for paper)")
     p.add_argument("--tolerance", type=float, default=None,
                    help="relative L2 tolerance (default: the problem's, 2e-5 unless it says otherwise)")
     p.add_argument("--no-adversarial", action="store_true", help="skip the adversarial inputs")

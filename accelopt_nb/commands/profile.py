@@ -41,8 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
                         help="input seeds of the correctness check (default: the paper's 0 21 42 63 84)")
     parser.add_argument("--no-adversarial", action="store_true", help="skip the task's adversarial inputs")
-    parser.add_argument("--timeout", type=float, default=180.0, help="wall-time limit, s (default 180)")
-    parser.add_argument("--memory-mb", type=int, default=4096, help="memory limit, MiB (default 4096)")
+    parser.add_argument("--timeout", type=float, default=None, help="wall-time limit, s (default 180)")
+    parser.add_argument("--memory-mb", type=int, default=None, help="memory limit, MiB (default 4096)")
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the result cache")
     parser.add_argument("kernel", type=Path, help="kernel file written against neuronxcc.nki")
     parser.add_argument("--task", type=Path, required=True,

@@ -16,7 +16,7 @@ from accelopt_nb.errors import (AccelOptError, BackendUnavailableError, ConfigEr
                                 EvaluationError, KernelLoadError, KernelRejectedError, ProblemError)
 from accelopt_nb.evaluation.cache import EvalCache
 from accelopt_nb.evaluation.job import (BACKENDS, EVALUATOR_VERSION, HARDWARE, EvalJob,
-                                        EvalOptions)
+                                        EvalOptions, default_limits)
 from accelopt_nb.evaluation.problems import resolve_problem
 from accelopt_nb.evaluation.result import EvalResult, Status
 from accelopt_nb.evaluation.sandbox import SandboxLimits, run_sandboxed
@@ -106,7 +106,10 @@ def run_job(job: EvalJob) -> EvalResult:
     except KernelLoadError as exc:
         return _early(job, Status.BUILD_FAILED, exc, f"kernel failed to load: {exc.message}", t0)
 
-    limits = SandboxLimits(timeout_s=opts.timeout_s, memory_mb=opts.memory_mb,
+    timeout_s, memory_mb = default_limits(job.preset)
+    timeout_s = opts.timeout_s if opts.timeout_s is not None else timeout_s
+    memory_mb = opts.memory_mb if opts.memory_mb is not None else memory_mb
+    limits = SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb,
                            file_size_mb=FILE_SIZE_MB.get(job.backend, 1024))
     outcome = run_sandboxed(ENGINE_TARGET, job.to_dict(), limits)
     if outcome.kind == "ok":
@@ -118,10 +121,10 @@ def run_job(job: EvalJob) -> EvalResult:
         result = _skeleton(job)
         if outcome.kind == "timeout":
             result.status = Status.TIMEOUT
-            result.message = f"exceeded the wall-time limit of {opts.timeout_s:g} s"
+            result.message = f"exceeded the wall-time limit of {timeout_s:g} s"
         elif outcome.kind == "out_of_memory":
             result.status = Status.OUT_OF_MEMORY
-            limit = f"{opts.memory_mb} MiB" if opts.memory_mb else "the machine's memory"
+            limit = f"{memory_mb} MiB" if memory_mb else "the machine's memory"
             result.message = f"exceeded the memory limit of {limit}"
         else:
             result.status = Status.CRASHED

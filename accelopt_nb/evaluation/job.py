@@ -39,6 +39,16 @@ class NeuronOptions:
     compile_opts: str = "--disable-dge --logical-nc-config=1"
 
 
+# Default sandbox limits per shape preset: (wall-time s, address space MiB). The paper's 180 s
+# covers small shapes; paper-size shapes simulate 5 seeds of ~10^5 instructions and hold
+# multi-GB float64 references (bmm: 2 GiB), so they get more of both.
+LIMITS_BY_PRESET = {"small": (180.0, 4096), "paper": (1800.0, 16384)}
+
+
+def default_limits(preset: str) -> tuple[float, int]:
+    return LIMITS_BY_PRESET.get(preset, LIMITS_BY_PRESET["small"])
+
+
 @dataclass
 class EvalOptions:
     """Knobs of one evaluation. ``verdict_fields`` are the ones that can change the result."""
@@ -48,8 +58,8 @@ class EvalOptions:
     adversarial: bool = True              # run the task's get_adversarial_inputs()
     fail_fast: bool = True                # stop at the first failing input, as the paper does
     profile: bool = True                  # estimate (simulator) or measure (neuron) the latency
-    timeout_s: float = 180.0              # wall-time limit of the whole evaluation (the paper's)
-    memory_mb: int | None = 4096          # address-space limit of the sandbox process
+    timeout_s: float | None = None        # wall-time limit; None: by preset (LIMITS_BY_PRESET)
+    memory_mb: int | None = None          # address-space limit of the sandbox; None: by preset
     kernel_name: str = "kernel"           # the kernel function in the source
     kernel_filename: str = "kernel.py"    # how the kernel file is named in error messages
     neuron: NeuronOptions = field(default_factory=NeuronOptions)
