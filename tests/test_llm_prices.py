@@ -92,3 +92,11 @@ def test_undated_table_is_refused(tmp_path):
 def test_unknown_key_names_known_keys():
     with pytest.raises(ConfigError, match="known keys: .*claude-sonnet-4"):
         PriceTable.default().get("gpt-5")
+
+
+def test_snapshot_round_trips_for_resumed_runs():
+    from accelopt_nb.llm import PriceTable
+    table = PriceTable.default()
+    again = PriceTable.from_snapshot(table.snapshot())
+    assert again.as_of == table.as_of and again.keys() == table.keys()
+    assert again.snapshot()["resolved_rules"] == table.snapshot()["resolved_rules"]

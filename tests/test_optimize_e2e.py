@@ -166,6 +166,9 @@ def test_cli_spending_cap_stops_cleanly_and_resume_finishes(tmp_path, monkeypatc
         assert model.calls["executor"] == 0
         spent = query(db, "SELECT SUM(cost_usd) FROM llm_calls")[0][0]
         assert spent >= 0.0001
+        (prices_json,) = query(db, "SELECT prices_json FROM runs")[0]
+        prices = json.loads(prices_json)   # the dated price table, with its rules, is recorded with the run
+        assert prices["as_of"] and prices["resolved_rules"]
         rc = main(_axpb_args(tmp_path, srv.url, "--resume", "--cap-usd", "1.0", "--json"))
         out = capsys.readouterr()
     assert rc == 0, out.err

@@ -46,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--model", help="served model name, e.g. openai/gpt-oss-120b")
     m.add_argument("--api-key-env", help="environment variable holding the API key")
     m.add_argument("--price", help="price-table key for the cost ledger (see `accelopt llm prices`)")
+    m.add_argument("--prices", type=Path, help="a price YAML whose entries override the shipped, dated table")
     m.add_argument("--cap-usd", type=float, help="stop making LLM calls once this much is spent")
     m.add_argument("--concurrency", type=int, default=16, help="LLM requests in flight (default: 16)")
     m.add_argument("--reasoning-effort", choices=["minimal", "low", "medium", "high"])
@@ -132,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--task and --kernel go together (a task file and its baseline kernel)")
     run_dir = args.run_dir or Path("runs") / args.problem
     stored: dict[str, Any] = {}
+    stored_prices: dict[str, Any] | None = None
     run_id = args.run_id
     if args.resume:
         if not (Path(run_dir) / DEFAULT_FILENAME).is_file():
@@ -141,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
         if not ids:
             raise ConfigError(f"--resume: no run to resume in {run_dir}")
         run_id = run_id or ids[-1]
-        stored = store.get_run(run_id)["config"]
+        record = store.get_run(run_id)
+        stored, stored_prices = record["config"], record["prices"]
         config = None
         model = _model_config(args, stored.get("llm", {}).get("model"))
         if not args.skip_check and not (args.cassette and args.cassette_mode == "replay"):
@@ -162,7 +165,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         problem = SearchProblem.from_nkibench(args.problem, shape_preset)
 
-    prices = PriceTable.default()
+    if stored_prices:  # resume: price calls with the table the run started with
+        prices = PriceTable.from_snapshot(stored_prices)
+    else:
+        prices = PriceTable.load(args.prices, base=PriceTable.default()) if args.prices else PriceTable.default()
     ledger = Ledger.for_store(store, run_id, prices=prices, cap_usd=args.cap_usd) if run_id else None
     if ledger is None:  # a new run: its id is made now, so the ledger can name it
         from accelopt_nb.search.session import _new_run_id
@@ -182,7 +188,8 @@ def run(args: argparse.Namespace) -> int:
             if memory is not None:
                 memory.capacity = config.memory.capacity
             session = Session.create(problem, run_dir=run_dir, config=config, run_id=run_id,
-                                     llm_settings={"model": model.to_dict(), "prices_as_of": prices.as_of}, **common)
+                                     llm_settings={"model": model.to_dict()},
+                                     prices=prices.snapshot(), **common)
         with session:
             try:
                 report = session.run(args.iterations)

@@ -96,6 +96,11 @@ class PriceTable:
         return base.merged(table) if base is not None else table
 
     @classmethod
+    def from_snapshot(cls, snapshot: Mapping[str, Any]) -> "PriceTable":
+        """The table a run recorded with :meth:`snapshot`, so a resumed run prices calls as it began."""
+        return cls(snapshot["entries"], as_of=str(snapshot["as_of"]), sources=tuple(snapshot.get("sources", ())))
+
+    @classmethod
     def _from_document(cls, doc: Any, origin: str) -> "PriceTable":
         if not isinstance(doc, Mapping) or not isinstance(doc.get("entries"), Mapping):
             raise ConfigError(f"price table {origin} must be a mapping with an 'entries' mapping")

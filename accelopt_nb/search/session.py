@@ -147,8 +147,11 @@ class Session:
     def create(cls, problem: SearchProblem | str, *, run_dir: str | Path, config: SearchConfig | None = None,
                preset: str | Path = "smoke", llm: Any = None, run_id: str | None = None,
                memory: OptimizationMemory | None = None, llm_settings: Mapping[str, Any] | None = None,
-               **kwargs: Any) -> "Session":
-        """Start a new run: record it, evaluate the baseline, and get ready for iteration 0."""
+               prices: Mapping[str, Any] | None = None, **kwargs: Any) -> "Session":
+        """Start a new run: record it, evaluate the baseline, and get ready for iteration 0.
+
+        ``prices``: the price table's snapshot (``PriceTable.snapshot()``), kept with the run.
+        """
         from accelopt_nb.store import RunStore
 
         config = config or SearchConfig.from_preset(preset)
@@ -158,7 +161,7 @@ class Session:
         run_id = run_id or _new_run_id(problem.name)
         record = {"problem": problem.name, "shape_preset": problem.preset, "search": config.to_dict(),
                   "llm": dict(llm_settings or {}), "accelopt_nb": _version()}
-        store.create_run(run_id, record)
+        store.create_run(run_id, record, prices=prices)
         store.add_problem(run_id, problem.name, problem.to_spec())
         memory_given = memory is not None
         if memory is None:
