@@ -5,3 +5,9 @@ Layers, bottom up: ``sim`` (NKI CPU simulator), ``perf`` (Trainium performance m
 ``search``, and the notebook layer.
 """
 __version__ = "0.1.0"
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext accelopt_nb``: register the ``%accelopt`` magics (IPython is imported only here)."""
+    from accelopt_nb.magics import load_ipython_extension as _load
+    _load(ipython)
