@@ -12,6 +12,7 @@ Load with ``%load_ext accelopt_nb``. Subcommands::
                                           writes the other plans' kernels unless --only)
     %accelopt run [-T N]       finish the run (or go to iteration N)
     %accelopt status | beam | memory | report
+    %accelopt panel            buttons and text areas for the same steps (ipywidgets)
 
 The open session is also bound to ``accelopt_session`` in the notebook's namespace, so every
 Session method stays one attribute away.
@@ -90,7 +91,7 @@ class AccelOptMagics(Magics):
         handler = getattr(self, f"_cmd_{sub}", None)
         if handler is None:
             raise MagicUsageError(f"unknown %accelopt subcommand {sub!r}; one of: profile, open, step, plan, "
-                                  "kernel, run, status, beam, memory, report")
+                                  "kernel, run, status, beam, memory, report, panel")
         return handler(rest, cell)
 
     # ---- kernels without a session ----------------------------------------------------------
@@ -239,6 +240,10 @@ class AccelOptMagics(Magics):
                 f"best {best.kernel_id} {best.latency_ms:.4g} ms ({_pct(best.pct_peak)} of peak, "
                 f"{base.latency_ms / best.latency_ms:.3f}x)")
         return Shown(text, f"<pre>{_escape(text)}</pre>", s)
+
+    def _cmd_panel(self, argv: list[str], cell: str | None):
+        from accelopt_nb.widgets import SessionPanel
+        return SessionPanel(self._need_session())
 
     def _cmd_beam(self, argv: list[str], cell: str | None) -> Shown:
         return self._views("beam", self._need_session().beam_kernels())

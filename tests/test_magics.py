@@ -75,3 +75,28 @@ def test_drive_a_session_step_by_step_with_human_input(ip, tmp_path):
         report = ip.run_line_magic("accelopt", "run").value                   # finish the smoke preset
         assert report.speedup > 1.0 and report.iterations_done >= 1
         assert ip.run_line_magic("accelopt", "memory").value is not None
+
+
+@pytest.mark.slow
+def test_panel_buttons_drive_the_session(ip, tmp_path):
+    pytest.importorskip("ipywidgets")
+    model = FakeNKIModel(plans=["Keep B resident in SBUF: RESIDENT."], rewrites=[("RESIDENT", matmul_resident_rhs)])
+    with FakeOpenAIServer(models=["fake-nki"], responder=model.responder) as srv:
+        ip.run_line_magic("accelopt", f"open matmul --preset smoke --shape-preset small --base-url {srv.url} "
+                                      f"--model fake-nki --price gpt-oss-120b@groq --run-dir {tmp_path / 'run'}")
+        panel = ip.run_line_magic("accelopt", "panel")
+        session = panel.session
+        assert not panel.phase_buttons["plan"].disabled and panel.phase_buttons["execute"].disabled
+        panel.plans_text.value = "Keep B resident (RESIDENT)."
+        panel.plans_button.click()                                   # the person plays the planner
+        assert session.next_phase == "execute" and model.calls["planner"] == 0
+        assert list(panel.plan_choice.options) == [p.plan_id for p in session.iteration_plans()]
+        panel.kernel_button.click()                                  # no kernel written yet: refused, shown
+        assert session.next_phase == "execute" and "choose a plan" in panel.message.value
+        panel.plan_choice.value = panel.plan_choice.options[0]
+        panel.kernel_text.value = matmul_resident_rhs("")
+        panel.kernel_button.click()                                  # ... and the executor
+        for phase in ("evaluate", "select", "summarize"):
+            panel.phase_buttons[phase].click()
+        assert session.iteration == 1 and session.best.kernel_id != "baseline"
+        assert "x over the baseline" in panel.status.value

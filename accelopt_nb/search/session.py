@@ -368,6 +368,10 @@ class Session:
         it = self.iteration if iteration is None else iteration
         return sorted((k for k in self.kernels.values() if k.iteration == it), key=lambda k: (k.order, k.kernel_id))
 
+    def iteration_plans(self, iteration: int | None = None) -> list[PlanView]:
+        """The plans of an iteration (the current one by default), in generation order."""
+        return self._iteration_plans(iteration)
+
     def _iteration_plans(self, iteration: int | None = None) -> list[PlanView]:
         it = self.iteration if iteration is None else iteration
         return sorted((p for p in self.plans.values() if p.iteration == it), key=lambda p: (p.slot, p.plan_id))
