@@ -108,11 +108,37 @@ def run(hw: str, only: str | None) -> dict:
                 all_ordered=all(s["ordered"] for s in steps), all_within_25=all(s["within_25"] for s in steps))
 
 
+def plot(out: dict, path: Path) -> None:
+    """One panel per tutorial: published and simulated latency of each step, log scale."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    suites = sorted({p["suite"] for p in out["points"]})
+    fig, axes = plt.subplots(1, len(suites), figsize=(6 * len(suites), 4.2), squeeze=False)
+    for ax, suite in zip(axes[0], suites):
+        pts = [p for p in out["points"] if p["suite"] == suite]
+        x = range(len(pts))
+        ax.plot(x, [p["published_ms"] for p in pts], "o-", label="published (trn1)")
+        ax.plot(x, [p["simulated_ms"] for p in pts], "s--", label=f"accelopt_nb model ({out['hw']})")
+        ax.set_xticks(list(x), [p["label"] for p in pts], rotation=20, ha="right", fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylabel("latency (ms)")
+        ax.set_title(f"{suite} tutorial steps")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3, which="both")
+    fig.suptitle(f"Performance model fidelity: Spearman {out['spearman']:.2f}, "
+                 f"every step within 25%: {out['all_within_25']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hw", default="trn1")
     ap.add_argument("--only", choices=("matmul", "mamba"))
     ap.add_argument("--json", type=Path, help="also write the results as JSON")
+    ap.add_argument("--plot", type=Path, help="also draw published vs simulated latency per step (PNG)")
     args = ap.parse_args(argv)
     print(f"perf model fidelity on {args.hw} (published numbers are trn1)")
     out = run(args.hw, args.only)
@@ -126,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  every step ordered as published: {out['all_ordered']}; every speedup within 25%: {out['all_within_25']}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
+    if args.plot:
+        plot(out, args.plot)
     return 0 if out["all_ordered"] and out["all_within_25"] else 1
 
 
