@@ -132,9 +132,7 @@ class AccelOptMagics(Magics):
 
     # ---- sessions ------------------------------------------------------------------------------
     def _cmd_open(self, argv: list[str], cell: str | None) -> Shown:
-        from accelopt_nb.llm import Ledger, LLMClient, ModelConfig, PriceTable
-        from accelopt_nb.search import SearchConfig, Session
-        from accelopt_nb.store import RunStore
+        from accelopt_nb.search.launch import model_config, open_session
 
         p = _parser("open")
         p.add_argument("problem")
@@ -150,37 +148,16 @@ class AccelOptMagics(Magics):
         p.add_argument("--resume", action="store_true")
         p.add_argument("--run-id")
         args = p.parse_args(argv)
-        run_dir = args.run_dir or Path("runs") / args.problem
-        overrides = {k: v for k, v in {"base_url": args.base_url, "model": args.model,
-                                       "api_key_env": args.api_key_env, "price": args.price}.items() if v}
-        if args.model_preset:
-            model = ModelConfig.from_preset(args.model_preset, **overrides)
-        elif args.base_url and args.model:
-            model = ModelConfig.from_dict(overrides)
-        else:
+        if not args.model_preset and not (args.base_url and args.model):
             raise MagicUsageError("%accelopt open needs --model-preset, or --base-url and --model")
+        model = model_config(base_url=args.base_url, model=args.model, model_preset=args.model_preset,
+                             api_key_env=args.api_key_env, price=args.price)
         if self.session is not None:
             self.session.close()
-        if args.resume:
-            store = RunStore.open(run_dir)
-            run_id = args.run_id or (store.run_ids() or [None])[-1]
-            if run_id is None:
-                raise MagicUsageError(f"--resume: no run in {run_dir}")
-            prices = store.get_run(run_id)["prices"]
-            table = PriceTable.from_snapshot(prices) if prices else PriceTable.default()
-            client = LLMClient(model, Ledger.for_store(store, run_id, prices=table, cap_usd=args.cap_usd))
-            self.session = Session.resume(run_dir, run_id=run_id, llm=client)
-        else:
-            from accelopt_nb.search.session import _new_run_id
-
-            overrides_cfg = {"evaluation.shape_preset": args.shape_preset} if args.shape_preset else {}
-            config = SearchConfig.from_preset(args.preset, **overrides_cfg)
-            store = RunStore.open(run_dir)
-            run_id = args.run_id or _new_run_id(args.problem)
-            table = PriceTable.default()
-            client = LLMClient(model, Ledger.for_store(store, run_id, prices=table, cap_usd=args.cap_usd))
-            self.session = Session.create(args.problem, run_dir=run_dir, config=config, run_id=run_id, llm=client,
-                                          llm_settings={"model": model.to_dict()}, prices=table.snapshot())
+        overrides = {"evaluation.shape_preset": args.shape_preset} if args.shape_preset else {}
+        self.session = open_session(args.problem, args.run_dir or Path("runs") / args.problem, model=model,
+                                    preset=args.preset, overrides=overrides, run_id=args.run_id,
+                                    resume=args.resume, cap_usd=args.cap_usd)
         if self.shell is not None:
             self.shell.user_ns[SESSION_NAME] = self.session
         return self._cmd_status([], None)

@@ -1,0 +1,186 @@
+"""Batch experiments behind the paper's figures: run search *arms* over problems, collect curves, plot.
+
+An arm is one search configuration (beam search with memory, without memory, repeated sampling,
+another model...). Every run lives in its own run store under ``root/<arm>/<problem>``, so a killed
+batch resumes where it stopped, and the figures are drawn from the stores alone:
+
+* :func:`collect_curves`: per arm, problem and iteration, the best speedup so far, its % of peak,
+  and the cumulative LLM tokens and USD (from the ledger);
+* :func:`plot_speedup_curves`: geometric-mean best speedup over the problems vs iteration
+  (the ablation figure: beam vs repeated sampling, with and without memory);
+* :func:`plot_cost`: final geometric-mean speedup vs total cost per arm (the cost comparison).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from accelopt_nb.errors import ConfigError
+
+CURVE_COLUMNS = ["arm", "problem", "run_id", "iteration", "best_speedup", "best_pct_peak", "cum_tokens",
+                 "cum_cost_usd"]
+
+
+@dataclass
+class Arm:
+    """One configuration of the search: a preset plus dotted overrides, and the model to call."""
+
+    name: str
+    preset: str = "smoke"
+    overrides: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)   # base_url/model/model_preset/price/...
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Arm":
+        unknown = set(d) - {"name", "preset", "overrides", "model"}
+        if unknown or "name" not in d:
+            raise ConfigError(f"an arm needs 'name' and may have preset/overrides/model; got {sorted(d)}")
+        return cls(name=str(d["name"]), preset=str(d.get("preset", "smoke")), overrides=dict(d.get("overrides") or {}),
+                   model=dict(d.get("model") or {}))
+
+
+def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], root: str | Path, *,
+             default_model: Mapping[str, Any] | None = None, progress: bool = True) -> None:
+    """Run (or resume) every arm on every problem to its configured number of iterations."""
+    from accelopt_nb.search.launch import model_config, open_session
+
+    root = Path(root)
+    arms = [a if isinstance(a, Arm) else Arm.from_dict(a) for a in arms]
+    problems = list(problems)
+    jobs = [(a, p) for a in arms for p in problems]
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(jobs), desc="experiment", unit="run")
+    for arm, problem in jobs:
+        if bar is not None:
+            bar.set_postfix_str(f"{arm.name}/{problem}")
+        # an arm naming its own model preset owns its endpoint; otherwise it refines the default model
+        spec = dict(arm.model) if "model_preset" in arm.model else {**dict(default_model or {}), **arm.model}
+        model = model_config(**spec)
+        session = open_session(problem, root / arm.name / problem, model=model, preset=arm.preset,
+                               overrides=arm.overrides, resume=True)
+        with session:
+            session.run()
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+
+
+def collect_curves(root: str | Path) -> pd.DataFrame:
+    """Read every run store under ``root/<arm>/<problem>`` into one tidy DataFrame (CURVE_COLUMNS)."""
+    from accelopt_nb.store import DEFAULT_FILENAME, RunStore
+
+    rows: list[dict[str, Any]] = []
+    for db in sorted(Path(root).glob(f"*/*/{DEFAULT_FILENAME}")):
+        arm, problem = db.parent.parent.name, db.parent.name
+        store = RunStore.open(db.parent)
+        try:
+            for run_id in store.run_ids():
+                rows.extend(_run_curve(store, run_id, arm, problem))
+        finally:
+            store.close()
+    return pd.DataFrame(rows, columns=CURVE_COLUMNS)
+
+
+def _run_curve(store: Any, run_id: str, arm: str, problem: str) -> list[dict[str, Any]]:
+    selects = {}
+    for step in store.rows("steps", run_id):
+        if step["step"] == "select" and step["status"] == "done":
+            selects[int(step["iteration"])] = step.get("info") or {}
+    calls = store.rows("llm_calls", run_id)
+    out = []
+    tokens = cost = 0.0
+    for it in sorted(selects):
+        info = selects[it]
+        for c in calls:
+            if c["iteration"] == it:
+                tokens += (c["prompt_tokens"] or 0) + (c["completion_tokens"] or 0)
+                cost += c["cost_usd"] or 0.0
+        out.append({"arm": arm, "problem": problem, "run_id": run_id, "iteration": it,
+                    "best_speedup": info.get("best_speedup"), "best_pct_peak": info.get("best_pct_peak"),
+                    "cum_tokens": tokens, "cum_cost_usd": cost})
+    return out
+
+
+def geomean_by_iteration(curves: pd.DataFrame) -> pd.DataFrame:
+    """Per arm and iteration: geometric mean over problems of the best speedup so far.
+
+    A problem whose run stopped earlier keeps its last value, so every arm averages the same set.
+    """
+    if curves.empty:
+        return pd.DataFrame(columns=["arm", "iteration", "geomean_speedup", "cum_cost_usd"])
+    out = []
+    last_it = int(curves["iteration"].max())
+    for arm, g in curves.groupby("arm"):
+        per_problem = {p: gg.set_index("iteration").sort_index() for p, gg in g.groupby("problem")}
+        for it in range(last_it + 1):
+            vals, cost = [], 0.0
+            for frame in per_problem.values():
+                upto = frame[frame.index <= it]
+                if upto.empty:
+                    continue
+                vals.append(float(upto["best_speedup"].iloc[-1]))
+                cost += float(upto["cum_cost_usd"].iloc[-1])
+            if vals:
+                out.append({"arm": arm, "iteration": it, "geomean_speedup": float(np.exp(np.mean(np.log(vals)))),
+                            "cum_cost_usd": cost})
+    return pd.DataFrame(out)
+
+
+def plot_speedup_curves(curves: pd.DataFrame, ax=None, title: str = "Best speedup so far (geometric mean)"):
+    import matplotlib.pyplot as plt
+
+    g = geomean_by_iteration(curves)
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+    for arm, a in g.groupby("arm"):
+        ax.plot(a["iteration"], a["geomean_speedup"], marker="o", label=arm)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("speedup over the baseline")
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return fig or ax.figure
+
+
+def plot_cost(curves: pd.DataFrame, ax=None, title: str = "Speedup vs LLM cost"):
+    import matplotlib.pyplot as plt
+
+    g = geomean_by_iteration(curves)
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+    for arm, a in g.groupby("arm"):
+        ax.plot(a["cum_cost_usd"], a["geomean_speedup"], marker="o", label=arm)
+    ax.set_xlabel("cumulative LLM cost (USD, all problems)")
+    ax.set_ylabel("geometric-mean speedup")
+    if (g["cum_cost_usd"] > 0).all() and len(g):
+        ax.set_xscale("log")
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return fig or ax.figure
+
+
+def summary_table(curves: pd.DataFrame) -> pd.DataFrame:
+    """Final numbers per arm: geometric-mean speedup, total cost, tokens, and cost per 1% speedup."""
+    rows = []
+    for arm, g in curves.groupby("arm"):
+        last = g.sort_values("iteration").groupby("problem").tail(1)
+        gm = float(np.exp(np.mean(np.log(last["best_speedup"].astype(float)))))
+        cost = float(last["cum_cost_usd"].sum())
+        rows.append({"arm": arm, "problems": len(last), "iterations": int(g["iteration"].max()) + 1,
+                     "geomean_speedup": gm, "total_cost_usd": cost, "total_tokens": int(last["cum_tokens"].sum()),
+                     "usd_per_speedup_point": cost / ((gm - 1) * 100) if gm > 1 else math.inf})
+    return pd.DataFrame(rows)
