@@ -125,9 +125,7 @@ def run(args: argparse.Namespace) -> int:
     from accelopt_nb.search.progress import StepProgress
     from accelopt_nb.search.report import build_report
     from accelopt_nb.search.session import Session
-    from accelopt_nb.store import RunStore
-
-    from accelopt_nb.store import DEFAULT_FILENAME
+    from accelopt_nb.store import DEFAULT_FILENAME, RunStore
 
     if (args.task or args.kernel) and not (args.task and args.kernel):
         raise ConfigError("--task and --kernel go together (a task file and its baseline kernel)")
@@ -156,9 +154,7 @@ def run(args: argparse.Namespace) -> int:
             _preflight(model)
         store = RunStore.open(run_dir)
     shape_preset = stored.get("shape_preset") or (config.evaluation.shape_preset if config else "small")
-    if args.task or args.kernel:
-        if not (args.task and args.kernel):
-            raise ConfigError("--task and --kernel go together (a task file and its baseline kernel)")
+    if args.task:
         problem = SearchProblem.from_files(args.task, args.kernel, name=args.problem)
     elif args.resume:
         problem = None  # the run store holds the problem as it was when the run started
