@@ -68,3 +68,21 @@ def test_cli_help_lists_every_command(capsys):
     out = capsys.readouterr().out
     for cmd in ("simulate", "profile", "bench", "evaluate", "llm", "optimize"):
         assert cmd in out
+
+
+def test_masked_dma_moves_only_the_kept_rows(run_kernel):
+    import numpy as np
+    body = """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(a.shape[1])[None, :]
+    t = nl.load(a[i_p, i_f], mask=(i_p < a.shape[0]))
+    nl.store(out[i_p, i_f], value=t, mask=(i_p < a.shape[0]))
+    return out
+"""
+    res = run_kernel(body, np.ones((100, 8), np.float32))
+    load, store = [i for i in res.trace if i.engine == "dma"]
+    for ins in (load, store):
+        assert ins.attrs["partitions"] == 100 and ins.attrs["bytes"] == 100 * 8 * 4

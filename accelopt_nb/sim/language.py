@@ -200,9 +200,15 @@ def device_print(prefix: str, x: Any, **kwargs) -> None:
 
 
 # ---- memory movement ---------------------------------------------------------------------------
-def _dma_attrs(hbm_view: View, onchip_shape, itemsize: int, src: str, dst: str, transpose: bool = False) -> dict:
+def _dma_attrs(hbm_view: View, onchip_shape, itemsize: int, src: str, dst: str, transpose: bool = False,
+               mask: np.ndarray | None = None) -> dict:
+    """DMA facts for the performance model; a mask shrinks the transfer to the rows and columns it keeps."""
     p = onchip_shape[0] if onchip_shape else 1
     per_part = int(_prod(onchip_shape[1:])) * itemsize if len(onchip_shape) > 1 else itemsize
+    if mask is not None:
+        m = np.broadcast_to(mask, tuple(onchip_shape)).reshape(p, -1)
+        p = int(np.count_nonzero(m.any(axis=1)))
+        per_part = int(np.count_nonzero(m.any(axis=0))) * itemsize
     return {"bytes": p * per_part, "partitions": p, "bytes_per_partition": per_part,
             "contiguous_bytes": hbm_view.contiguous_bytes(), "src": src, "dst": dst, "transpose": transpose}
 
@@ -227,7 +233,7 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
         data = data.astype(np.float32) if _dt.is_float(out_dtype) else data.astype(np.int64)
         data = _dt.cast(data, out_dtype).astype(np.float32 if _dt.is_float(out_dtype) else np.int64)
     out = _ops.new_result(rt, api, shape, out_dtype, "sbuf", data, None, m)
-    attrs = _dma_attrs(view, shape, _dt.itemsize(view.tensor.dtype), "hbm", "sbuf")
+    attrs = _dma_attrs(view, shape, _dt.itemsize(view.tensor.dtype), "hbm", "sbuf", mask=m)
     ins = rt.emit("dma", "dma_load", api, (view.region(m),), (out.full_view().region(out._mask),), shape[0],
                   int(_prod(shape[1:])), (_dt.name(view.tensor.dtype),), _dt.name(out_dtype), attrs=attrs)
     out._producer = ins
@@ -294,7 +300,7 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
               None if m is None else np.broadcast_to(m, dview.shape) if m.size > 1 else m, api)
     else:
         write(dview, None, None, m, api)
-    attrs = _dma_attrs(dview, op.shape, _dt.itemsize(sview.tensor.dtype), "sbuf", "hbm")
+    attrs = _dma_attrs(dview, op.shape, _dt.itemsize(sview.tensor.dtype), "sbuf", "hbm", mask=m)
     rt.emit("dma", "dma_store", api, (op.region,), (dview.region(m),), op.shape[0], int(_prod(op.shape[1:])),
             (_dt.name(sview.tensor.dtype),), _dt.name(dview.tensor.dtype), attrs=attrs)
 
