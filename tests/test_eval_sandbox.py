@@ -22,7 +22,7 @@ PAYLOADS = textwrap.dedent('''
     def sleep_child(p):
         # a grandchild must die with the group on timeout
         import subprocess
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        subprocess.Popen([sys.executable, "-c", f"import time; time.sleep(60)  # {p['token']}"])
         time.sleep(60)
 
     def allocate(p):
@@ -84,11 +84,12 @@ def test_infinite_loop_times_out_and_the_group_is_killed(payload_dir):
 def test_timeout_kills_grandchildren_too(payload_dir):
     import psutil
 
-    before = {p.pid for p in psutil.process_iter()}
-    out = run(payload_dir, "sleep_child", timeout_s=2)
+    import uuid
+
+    token = uuid.uuid4().hex  # only this test's grandchild carries it (other test runs may share the machine)
+    out = run(payload_dir, "sleep_child", {"token": token}, timeout_s=2)
     assert out.kind == "timeout"
-    leftover = [p for p in psutil.process_iter(["cmdline"])
-                if p.pid not in before and "time.sleep(60)" in " ".join(p.info["cmdline"] or [])]
+    leftover = [p for p in psutil.process_iter(["cmdline"]) if token in " ".join(p.info["cmdline"] or [])]
     assert leftover == []
 
 
