@@ -230,8 +230,8 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
     data, written = read(view, m, api)
     if data is not None:
         data = data.reshape(shape)
-        data = data.astype(np.float32) if _dt.is_float(out_dtype) else data.astype(np.int64)
-        data = _dt.cast(data, out_dtype).astype(np.float32 if _dt.is_float(out_dtype) else np.int64)
+        compute = np.float32 if _dt.is_float(out_dtype) else np.int64
+        data = _dt.cast(data.astype(compute), out_dtype).astype(compute, copy=False)  # one copy out of HBM
     out = _ops.new_result(rt, api, shape, out_dtype, "sbuf", data, None, m)
     attrs = _dma_attrs(view, shape, _dt.itemsize(view.tensor.dtype), "hbm", "sbuf", mask=m)
     ins = rt.emit("dma", "dma_load", api, (view.region(m),), (out.full_view().region(out._mask),), shape[0],

@@ -73,9 +73,10 @@ def new_result(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, buffer
     elif written is not None and written.shape != shape:
         written = np.broadcast_to(written, shape).copy()
     if data is not None:
-        data = np.broadcast_to(data, shape)
-        if not data.flags.writeable:
-            data = data.copy()
+        if data.shape != shape:
+            data = np.broadcast_to(data, shape).copy()
+        elif data.base is not None or not data.flags.writeable:
+            data = data.copy()  # a view (e.g. nl.copy's identity) must not alias its source's storage
     t = Tensor(rt, shape, dtype, buffer, "result", data=data, written=written if written is not None else True,
                raw=True)
     t._mask = None if mask is None else np.broadcast_to(mask, shape)
