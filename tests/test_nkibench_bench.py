@@ -9,13 +9,14 @@ import pandas as pd
 import pytest
 
 import nkibench
+from cheats import write_cheat
 from accelopt_nb.bench import (COLUMNS, BenchCase, CaseOutcome, format_table,
                                make_cases, run_bench, summarize, write_outputs)
 from accelopt_nb.cli import main
 from accelopt_nb.errors import ConfigError, ProblemError
 from accelopt_nb.taskfile import l2_relative_error
 
-CHEATS = Path(__file__).parent / "fixtures" / "cheats"
+CHEATS = Path(__file__).parent / "fixtures" / "cheats"   # the whole-file cheats; edited ones via write_cheat
 
 
 def test_run_bench_small_two_problems(tmp_path):
@@ -55,8 +56,8 @@ def test_trace_only_skips_correctness():
     assert df.attrs["summary"]["profiled"] == 1
 
 
-def test_kernel_override_reports_a_cheat():
-    df = run_bench(["bmm_softmax"], kernels={"bmm_softmax": CHEATS / "bmm_softmax_first_tile_max.py"},
+def test_kernel_override_reports_a_cheat(tmp_path):
+    df = run_bench(["bmm_softmax"], kernels={"bmm_softmax": write_cheat("bmm_softmax_first_tile_max", tmp_path)},
                    progress=False)
     row = df.iloc[0]
     assert row["status"] == "cheat" and row["correct"] == False  # noqa: E712
@@ -127,7 +128,7 @@ def test_cli_bench(tmp_path, capsys):
 
 
 def test_cli_bench_kernel_override_fails_with_status(tmp_path, capsys):
-    rc = main(["bench", "--kernel", f"silu={CHEATS / 'silu_unstable_sigmoid.py'}", "--out", str(tmp_path),
+    rc = main(["bench", "--kernel", f"silu={write_cheat('silu_unstable_sigmoid', tmp_path)}", "--out", str(tmp_path),
                "--no-progress", "--json"])
     out = capsys.readouterr().out
     assert rc == 1

@@ -1,6 +1,7 @@
 """Every baseline kernel is correct on the small preset; every adversarial generator catches a cheat.
 
-The cheating kernels in ``tests/fixtures/cheats/<problem>_<shortcut>.py`` each take a shortcut that
+The cheating kernels (``tests/cheats.py``: files in ``tests/fixtures/cheats/`` and small edits of the
+baselines listed in ``edits.yaml``) each take a shortcut that
 the paper's five random seeds cannot see (a softmax max over the first tile, a dropped epsilon,
 bf16x3 matmul emulation, an unstable sigmoid rewrite, ...). The bench evaluator reports ``cheat``
 only when a kernel passes every seed and then fails an adversarial input, so one run per cheat
@@ -11,16 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cheats import all_cheats
 
 import nkibench
 from accelopt_nb.bench import PAPER_SEEDS, BenchCase, simulate_case
 
-CHEATS = Path(__file__).parent / "fixtures" / "cheats"
-
-
-def _problem_of(cheat: Path) -> str:
-    names = [n for n in nkibench.list_problems() if cheat.stem.startswith(n + "_")]
-    return max(names, key=len)
+CHEATS = all_cheats()
 
 
 def _case(problem: str, kernel_path: Path, **kw) -> BenchCase:
@@ -39,22 +36,25 @@ def test_baseline_correct_on_small_preset(name):
 
 
 def test_every_problem_has_a_cheat_fixture():
-    covered = {_problem_of(p) for p in CHEATS.glob("*.py")}
+    covered = {c.problem for c in CHEATS.values()}
     assert covered == set(nkibench.list_problems())
 
 
-@pytest.mark.parametrize("cheat", sorted(CHEATS.glob("*.py")), ids=lambda p: p.stem)
-def test_adversarial_inputs_catch_the_cheat(cheat):
-    outcome = simulate_case(_case(_problem_of(cheat), cheat, seeds=PAPER_SEEDS, adversarial=True))
-    assert outcome.status == "cheat", f"{cheat.stem}: {outcome.status}: {outcome.message}"
+@pytest.mark.parametrize("name", sorted(CHEATS))
+def test_adversarial_inputs_catch_the_cheat(name):
+    cheat = CHEATS[name]
+    case = BenchCase(problem=nkibench.get_problem(cheat.problem), kernel_source=cheat.source, preset="small",
+                     seeds=PAPER_SEEDS, adversarial=True)
+    outcome = simulate_case(case)
+    assert outcome.status == "cheat", f"{name}: {outcome.status}: {outcome.message}"
     seed_errors = [v for k, v in outcome.errors.items() if k.startswith("seed")]
     assert len(seed_errors) == 5                            # passed all of the paper's seeds ...
     assert any(k.startswith("adversarial") for k in outcome.errors)   # ... and failed an adversarial input
 
 
 def test_cheat_kernels_are_labelled():
-    for p in CHEATS.glob("*.py"):
-        assert p.read_text().lstrip('"').startswith("CHEAT (test fixture)"), p.name
+    for name, cheat in CHEATS.items():
+        assert cheat.source.lstrip('"').startswith("CHEAT (test fixture)"), name
 
 
 @pytest.mark.slow
