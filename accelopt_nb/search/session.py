@@ -188,7 +188,7 @@ class Session:
         rec = store.get_run(run_id)["config"]
         config = SearchConfig.from_dict(rec["search"])
         if problem is None:
-            specs = [r["spec"] for r in _read_rows(store, "problems", run_id) if r["problem_id"] == rec["problem"]]
+            specs = [r["spec"] for r in store.rows("problems", run_id) if r["problem_id"] == rec["problem"]]
             if not specs:
                 raise StoreError(f"run {run_id} has no record of its problem {rec['problem']!r}")
             problem = SearchProblem.from_spec(specs[0])
@@ -223,9 +223,9 @@ class Session:
         """Rebuild the in-memory view from the store and find where to continue."""
         scope = self.problem.name
         evals = {}
-        for row in _read_rows(self.store, "evaluations", self.run_id):
+        for row in self.store.rows("evaluations", self.run_id):
             evals[row["kernel_id"]] = row
-        for row in _read_rows(self.store, "kernels", self.run_id):
+        for row in self.store.rows("kernels", self.run_id):
             if row["problem_id"] != scope:
                 continue
             data = row.get("data") or {}
@@ -236,7 +236,7 @@ class Session:
             if ev is not None:
                 self._apply_eval(view, ev.get("result") or {}, ev["status"])
             self.kernels[view.kernel_id] = view
-        for row in _read_rows(self.store, "plans", self.run_id):
+        for row in self.store.rows("plans", self.run_id):
             if row["problem_id"] != scope:
                 continue
             data = row.get("data") or {}
@@ -270,7 +270,7 @@ class Session:
 
     def _done_steps(self) -> dict[tuple[int, str], dict[str, Any]]:
         out: dict[tuple[int, str], dict[str, Any]] = {}
-        for row in _read_rows(self.store, "steps", self.run_id):
+        for row in self.store.rows("steps", self.run_id):
             if row["scope"] == self.problem.name and row["status"] == "done":
                 out[(int(row["iteration"]), row["step"])] = row.get("info") or {}
         return out
@@ -705,7 +705,7 @@ class Session:
 
     def _stored_memory_items(self, iteration: int) -> dict[str, MemoryItem]:
         out = {}
-        for row in _read_rows(self.store, "memory_items", self.run_id):
+        for row in self.store.rows("memory_items", self.run_id):
             if row["problem_id"] == self.problem.name and int(row["iteration"]) == iteration and row.get("data"):
                 item = MemoryItem.from_dict({k: v for k, v in row["data"].items() if k != "call_id"})
                 out[item.item_id] = item
@@ -795,11 +795,6 @@ class Session:
     def __repr__(self) -> str:
         return (f"Session({self.problem.name!r}, run {self.run_id!r}, iteration {self.iteration}, "
                 f"next {self.next_phase}(), beam {len(self.beam)}, memory {len(self.memory)})")
-
-
-def _read_rows(store: Any, table: str, run_id: str) -> list[dict[str, Any]]:
-    """Rows of one run, ``*_json`` columns decoded, in insertion order."""
-    return store.rows(table, run_id)
 
 
 def parse_plan_lenient(text: str) -> ParsedPlan:
