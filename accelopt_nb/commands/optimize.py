@@ -137,10 +137,9 @@ def run(args: argparse.Namespace) -> int:
         if not (Path(run_dir) / DEFAULT_FILENAME).is_file():
             raise ConfigError(f"--resume: no run store in {run_dir}")
         store = RunStore.open(run_dir)
-        ids = store.run_ids()
-        if not ids:
+        run_id = run_id or store.latest_run_id()
+        if run_id is None:
             raise ConfigError(f"--resume: no run to resume in {run_dir}")
-        run_id = run_id or ids[-1]
         record = store.get_run(run_id)
         stored, stored_prices = record["config"], record["prices"]
         config = None

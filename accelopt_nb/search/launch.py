@@ -39,8 +39,7 @@ def open_session(problem: str, run_dir: str | Path, *, model: Any, preset: str |
     run_dir = Path(run_dir)
     if resume and (run_dir / DEFAULT_FILENAME).is_file():
         store = RunStore.open(run_dir)
-        ids = store.run_ids()
-        run_id = run_id or (ids[-1] if ids else None)
+        run_id = run_id or store.latest_run_id()
         if run_id is not None:
             snapshot = store.get_run(run_id)["prices"]
             table = PriceTable.from_snapshot(snapshot) if snapshot else (prices or PriceTable.default())

@@ -181,10 +181,9 @@ class Session:
         if not (path / DEFAULT_FILENAME).is_file():
             raise StoreError(f"no run store in {path} (expected {path / DEFAULT_FILENAME}); nothing to resume")
         store = RunStore.open(path)
-        ids = store.run_ids()
-        if not ids:
+        run_id = run_id or store.latest_run_id()
+        if run_id is None:
             raise StoreError(f"the run store in {path} holds no runs")
-        run_id = run_id or ids[-1]
         rec = store.get_run(run_id)["config"]
         config = SearchConfig.from_dict(rec["search"])
         if problem is None:

@@ -186,6 +186,11 @@ class RunStore:
         with self._lock:
             return [r[0] for r in self._conn.execute("SELECT run_id FROM runs ORDER BY created_at, run_id")]
 
+    def latest_run_id(self) -> str | None:
+        """The most recently created run (what a resume continues by default), or None."""
+        ids = self.run_ids()
+        return ids[-1] if ids else None
+
     # -- records -----------------------------------------------------------------------
     def add_problem(self, run_id: str, problem_id: str, spec: Mapping[str, Any] | None = None) -> str:
         self._write("problems", R.problem_row(run_id, problem_id, spec))
