@@ -163,3 +163,20 @@ def kernel(a):
     with pytest.raises(NKIRuleError, match="out of bounds") as exc:
         run_kernel(body, rng.standard_normal((100, 4)).astype(np.float32))
     assert exc.value.line is not None and exc.value.api == "nl.load"
+
+
+def test_assigning_an_arange_view_of_a_fresh_result_copies_it(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((a.shape[0], 4), dtype=a.dtype, buffer=nl.shared_hbm)
+    buf = nl.ndarray((a.shape[0], 4), dtype=nl.float32, buffer=nl.sbuf)
+    e = nl.exp(nl.load(a))
+    buf[...] = e[nl.arange(a.shape[0])[:, None], 2 * nl.arange(4)[None, :]]
+    nl.store(out, value=buf)
+    return out
+"""
+    a = rng.standard_normal((8, 8)).astype(np.float32)
+    res = run_kernel(body, a)
+    np.testing.assert_allclose(res.output, np.exp(a)[:, 0::2], rtol=1e-6)
+    assert res.trace.op_counts()["tensor_copy"] == 1

@@ -175,9 +175,9 @@ def copy_into(dest: View, value: Any, api: str, reduction: bool = False) -> None
         raise rt.rule_error(api, f"cannot assign HBM tensor '{src.name}' to an on-chip tile; use nl.load",
                             "HBM is read by DMA only")
     producer = src._producer
-    retarget = (src.kind == "result" and not src._consumed and producer is not None and src_view.key == tuple(
-        slice(0, s, 1) for s in src.shape) and dest.tensor.buffer in ENGINE_WRITES[producer.engine]
-        and int(_prod(sshape)) == int(_prod(dshape)))
+    # only a whole, unread result tile can become the producing instruction's destination
+    retarget = (isinstance(value, Tensor) and src.kind == "result" and not src._consumed and producer is not None
+                and dest.tensor.buffer in ENGINE_WRITES[producer.engine] and int(_prod(sshape)) == int(_prod(dshape)))
     mask = src._mask if retarget else None
     if retarget:
         src._consumed = True
