@@ -218,3 +218,19 @@ def kernel(a):
 """
     a = rng.standard_normal((2, 2)).astype(np.float32)
     np.testing.assert_allclose(run_kernel(body, a).output, a + 1)
+
+
+def test_accumulating_part_of_a_matmul_result_adds_only_that_part(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(s, m):
+    out = nl.ndarray((64, m.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros((64, m.shape[1]), nl.float32, buffer=nl.psum)
+    full = nisa.nc_matmul(nl.load(s), nl.load(m))          # (128, N)
+    acc += full[0:64, :]
+    nl.store(out, value=acc)
+    return out
+"""
+    s = rng.standard_normal((128, 128)).astype(np.float32)
+    m = rng.standard_normal((128, 64)).astype(np.float32)
+    np.testing.assert_allclose(run_kernel(body, s, m).output, (s.T @ m)[:64], rtol=1e-4, atol=1e-4)

@@ -208,14 +208,12 @@ def copy_into(dest: View, value: Any, api: str, reduction: bool = False) -> None
 def accumulate_into(dest: View, value: Any) -> None:
     """``dest += value``: PSUM accumulation for matmul results, otherwise a VectorE add."""
     rt = current()
-    src_view = as_view(value)
-    if src_view is not None:
-        src = src_view.tensor
-        producer = src._producer
-        if (src.kind == "result" and not src._consumed and producer is not None and producer.engine == "tensor"
-                and dest.tensor.buffer == "psum" and src_view.shape == dest.shape):
-            src._consumed = True
-            write(dest, src._data, src._written, src._mask, "+=", accumulate=True)
+    if isinstance(value, Tensor):  # a whole matmul result accumulates in place into its PSUM destination
+        producer = value._producer
+        if (value.kind == "result" and not value._consumed and producer is not None and producer.engine == "tensor"
+                and dest.tensor.buffer == "psum" and value.shape == dest.shape):
+            value._consumed = True
+            write(dest, value._data, value._written, value._mask, "+=", accumulate=True)
             producer.writes = (dest.region(),)
             producer.accumulate = True
             return
