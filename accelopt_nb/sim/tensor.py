@@ -671,8 +671,8 @@ def operand(x: Any, api: str, *, allow_scalar: bool = True, allow_hbm: bool = Fa
             raise rt.rule_error(api, "an index expression is not a tile; build index tiles with nisa.iota",
                                 "compute APIs take tiles or scalars")
         if allow_scalar and isinstance(x, (int, float, bool, np.number)):
-            return Operand(None, np.float32(x) if not isinstance(x, (int, np.integer)) or isinstance(x, bool)
-                           else x, None, dt.scalar_dtype(x), (), scalar=True)
+            is_int = isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+            return Operand(None, x if is_int else np.float32(x), None, dt.scalar_dtype(x), (), scalar=True)
         raise rt.rule_error(api, f"expected a tile, got {type(x).__name__}", "compute APIs take tiles or scalars")
     t = view.tensor
     if not t.on_chip and not allow_hbm:
