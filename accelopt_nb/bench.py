@@ -35,7 +35,6 @@ import numpy as np
 import pandas as pd
 
 from accelopt_nb.errors import AccelOptError, BackendUnavailableError, ConfigError, KernelError
-from accelopt_nb.taskfile import as_output_tuple, l2_relative_error
 
 PAPER_SEEDS: tuple[int, ...] = (0, 21, 42, 63, 84)
 PROFILE_SEED = 42
@@ -68,6 +67,7 @@ class BenchCase:
     check: bool = True                 # False: trace-only, profile without correctness
     adversarial: bool = True
     kernel_path: Path | None = None    # for error messages and the simulator's tracebacks
+    check_precision: bool = True       # False: only the numbers decide (isolates what adversarial inputs catch)
 
     @property
     def name(self) -> str:
@@ -98,68 +98,60 @@ Evaluator = Callable[[BenchCase], CaseOutcome]
 
 
 # --------------------------------------------------------------------------------------- evaluators
-def _compare(task, kernel_result: Any, ref: Any, tolerance: float) -> tuple[float, str | None]:
-    """Max L2 relative error over outputs, and why the comparison failed (None if it passed)."""
-    expected = as_output_tuple(ref)
-    actual = task.from_nki(kernel_result, ref)
-    if len(actual) != len(expected):
-        return math.inf, f"kernel returned {len(actual)} output(s), the reference has {len(expected)}"
-    worst = 0.0
-    for i, (a, e) in enumerate(zip(actual, expected)):
-        a, e = np.asarray(a), np.asarray(e)
-        if a.shape != e.shape:
-            return math.inf, f"output {i} has shape {a.shape}, the reference {e.shape}"
-        worst = max(worst, l2_relative_error(a, e))
-    if not worst < tolerance:
-        return worst, f"L2 relative error {worst:.3g} is not below the tolerance {tolerance:g}"
-    return worst, None
-
-
 def simulate_case(case: BenchCase) -> CaseOutcome:
-    """Evaluate in this process on the CPU simulator and estimate the profile with the perf model."""
+    """Evaluate in this process on the CPU simulator with the evaluation service's checks, unsandboxed.
+
+    Correctness is the service's own (``evaluation.engine.evaluate_job``: seeds, adversarial inputs,
+    coverage, precision), so ``accelopt bench`` and ``accelopt evaluate`` give one verdict; only the
+    sandbox is skipped. A trace-only case (``check=False``) just estimates the profile.
+    """
+    import tempfile
+
+    from accelopt_nb.evaluation import EvalOptions, make_job
+    from accelopt_nb.evaluation.engine import evaluate_job
     from accelopt_nb.perf import estimate
     from accelopt_nb.sim import SimOptions, load_kernel, simulate
 
     if case.backend != "simulator":
         raise ConfigError(f"simulate_case runs the simulator only, not backend {case.backend!r}")
     t0 = time.monotonic()
-    task = case.problem.task(case.preset)
-    errors: dict[str, float] = {}
-    try:
-        kernel = load_kernel(str(case.kernel_path) if case.kernel_path else None, source=case.kernel_source)
-        trace = None
-        if case.check:
-            inputs_list = [(f"seed {s}", task.get_inputs(s)) for s in case.seeds]
-            adversarial = task.adversarial_inputs() if case.adversarial else []
-            inputs_list += [(f"adversarial {i}", x) for i, x in enumerate(adversarial)]
-            for label, inputs in inputs_list:
-                # Simulate before building the float64 reference: their memory peaks then do not add up.
-                res = simulate(kernel, *task.to_nki(inputs))
-                ref = task.forward(*inputs)
-                if trace is None:          # every run of a kernel records the same stream
-                    trace = res.trace
-                out = res.outputs[0] if len(res.outputs) == 1 else res.outputs
-                err, why = _compare(task, out, ref, case.tolerance)
-                errors[label] = err
-                if why is not None:
-                    status = "cheat" if label.startswith("adversarial") else "incorrect"
-                    return CaseOutcome(status, False, errors, _profile(trace, case.hw), f"{label}: {why}",
-                                       time.monotonic() - t0)
-        else:
+    if not case.check:
+        task = case.problem.task(case.preset)
+        try:
+            kernel = load_kernel(str(case.kernel_path) if case.kernel_path else None, source=case.kernel_source)
             inputs = task.get_inputs(PROFILE_SEED)
             trace = simulate(kernel, *task.to_nki(inputs), options=SimOptions(trace_only=True)).trace
-    except KernelError as exc:
-        return CaseOutcome("error", False if case.check else None, errors, None, str(exc), time.monotonic() - t0)
-    profile = estimate(trace, case.hw).to_dict()
-    return CaseOutcome("correct" if case.check else "profiled", True if case.check else None, errors, profile,
-                       "", time.monotonic() - t0)
+        except KernelError as exc:
+            return CaseOutcome("error", None, {}, None, str(exc), time.monotonic() - t0)
+        return CaseOutcome("profiled", None, {}, estimate(trace, case.hw).to_dict(), "", time.monotonic() - t0)
+    with tempfile.TemporaryDirectory(prefix="accelopt-bench-") as tmp:
+        # the task as a file: works for built-in, user-registered and external problems, in any process
+        if hasattr(case.problem, "export_task"):   # an NKIBench problem: bind the preset's shapes
+            task_file = case.problem.export_task(case.preset, Path(tmp) / f"{case.name}_task.py")
+        else:                                      # an external task file has fixed shapes
+            task_file = Path(case.problem.task_path)
+        options = EvalOptions(seeds=tuple(case.seeds), adversarial=case.adversarial, tolerance=case.tolerance,
+                              check_precision=case.check_precision,
+                              kernel_filename=case.kernel_path.name if case.kernel_path else "kernel.py")
+        job = make_job(task_file, case.kernel_source, backend="simulator", hw=case.hw, options=options)
+        result = evaluate_job(job, Path(tmp))
+    return _outcome(result, t0)
 
 
-def _profile(trace, hw: str) -> dict[str, Any] | None:
-    if trace is None:
-        return None
-    from accelopt_nb.perf import estimate
-    return estimate(trace, hw).to_dict()
+def _outcome(result: Any, t0: float) -> CaseOutcome:
+    """An evaluation-service result as a benchmark row's outcome."""
+    errors: dict[str, float] = {}
+    failed = None
+    for check in result.checks:
+        label = f"{'seed' if check.kind == 'seed' else 'adversarial'} {check.index}"
+        errs = [e for e in check.rel_errors if e is not None]
+        if errs:
+            errors[label] = max(errs)
+        if not check.passed and failed is None:
+            failed = label
+    status = getattr(result.status, "value", str(result.status))
+    message = "" if result.correct else (f"{failed}: {result.message}" if failed else result.message)
+    return CaseOutcome(status, bool(result.correct), errors, result.profile, message, time.monotonic() - t0)
 
 
 def service_evaluator(**service_kwargs: Any) -> Evaluator:
@@ -178,14 +170,7 @@ def service_evaluator(**service_kwargs: Any) -> Evaluator:
         t0 = time.monotonic()
         result = evaluate(case.name, case.kernel_source, backend=case.backend, hw=case.hw, preset=case.preset,
                           options=options, **service_kwargs)
-        errors: dict[str, float] = {}
-        for check in result.checks:
-            errs = [e for e in check.rel_errors if e is not None]
-            if errs:
-                errors[f"{'seed' if check.kind == 'seed' else 'adversarial'} {check.index}"] = max(errs)
-        status = getattr(result.status, "value", str(result.status))
-        return CaseOutcome(status, bool(result.correct), errors, result.profile,
-                           "" if result.correct else result.message, time.monotonic() - t0)
+        return _outcome(result, t0)
 
     return evaluate_with_service
 

@@ -43,8 +43,9 @@ def test_every_problem_has_a_cheat_fixture():
 @pytest.mark.parametrize("name", sorted(CHEATS))
 def test_adversarial_inputs_catch_the_cheat(name):
     cheat = CHEATS[name]
+    # the precision gate would reject the bf16/fp16 cheats first; switch it off to test the inputs alone
     case = BenchCase(problem=nkibench.get_problem(cheat.problem), kernel_source=cheat.source, preset="small",
-                     seeds=PAPER_SEEDS, adversarial=True)
+                     seeds=PAPER_SEEDS, adversarial=True, check_precision=False)
     outcome = simulate_case(case)
     assert outcome.status == "cheat", f"{name}: {outcome.status}: {outcome.message}"
     seed_errors = [v for k, v in outcome.errors.items() if k.startswith("seed")]
@@ -77,3 +78,11 @@ def test_baseline_profiles_on_paper_preset_trace_only(name):
     assert outcome.status == "profiled" and outcome.correct is None
     pct = 100 * problem.peak("paper").ms / outcome.profile["latency"]
     assert 10 < pct < 100, f"{name}: {pct:.1f}% of peak"   # a baseline, below the roofline, with headroom
+
+
+@pytest.mark.parametrize("name", ["matmul_bf16x3", "rope_single_freq_apply_fp16_split"])
+def test_the_precision_gate_rejects_narrow_dtype_cheats_on_the_first_seed(name):
+    cheat = CHEATS[name]
+    case = BenchCase(problem=nkibench.get_problem(cheat.problem), kernel_source=cheat.source, preset="small")
+    outcome = simulate_case(case)
+    assert outcome.status == "incorrect" and "precision lowering" in outcome.message

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from accelopt_nb.errors import KernelError
-from accelopt_nb.sim import SimOptions, load_kernel, simulate
+from accelopt_nb.sim import load_kernel, simulate
 from accelopt_nb.taskfile import as_output_tuple, l2_relative_error, load_task
 
 NAME = "simulate"

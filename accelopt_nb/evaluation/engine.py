@@ -195,7 +195,7 @@ class _Run:
             if len(self.result.log) < MAX_LOG_LINES:
                 self.result.log.append(str(line))
 
-        if not self.precision_checked:
+        if not self.precision_checked and self.opts.check_precision:
             self.precision_checked = True
             self._check_precision(out, nki_inputs, check)
 

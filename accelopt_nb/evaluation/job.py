@@ -56,6 +56,7 @@ class EvalOptions:
     seeds: tuple[int, ...] = PAPER_SEEDS
     tolerance: float | None = None        # None: the problem's own (2e-5 unless it says otherwise)
     adversarial: bool = True              # run the task's get_adversarial_inputs()
+    check_precision: bool = True          # reject kernels using narrower float dtypes than the inputs
     fail_fast: bool = True                # stop at the first failing input, as the paper does
     profile: bool = True                  # estimate (simulator) or measure (neuron) the latency
     timeout_s: float | None = None        # wall-time limit; None: by preset (LIMITS_BY_PRESET)
@@ -66,6 +67,7 @@ class EvalOptions:
 
     def verdict_fields(self) -> dict[str, Any]:
         d = {"seeds": list(self.seeds), "tolerance": self.tolerance, "adversarial": self.adversarial,
+             "check_precision": self.check_precision,
              "fail_fast": self.fail_fast, "profile": self.profile, "kernel_name": self.kernel_name}
         n = self.neuron
         d["neuron"] = {"warmup": n.warmup, "iters": n.iters, "max_rounds": n.max_rounds,

@@ -8,7 +8,6 @@ transpose plus the matmul).
 from __future__ import annotations
 
 import builtins
-import math
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,7 +16,7 @@ from math import prod as _prod
 
 from accelopt_nb.sim import dtypes as _dt
 from accelopt_nb.sim import ops as _ops
-from accelopt_nb.sim.functions import ACTIVATIONS, ALU, REDUCE, SCALAR_ENGINE_FUNCS, op_name
+from accelopt_nb.sim.functions import ACTIVATIONS, ALU, SCALAR_ENGINE_FUNCS, op_name
 from accelopt_nb.sim.indexing import IndexExpr, Mask, arange, ds, mgrid  # noqa: F401 (re-exported)
 from accelopt_nb.sim.runtime import (BN_STATS_FMAX, GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX, PSUM_FMAX,
                                      ParDim, current, hbm, par_dim, private_hbm, psum, sbuf, shared_hbm)  # noqa: F401
@@ -374,7 +373,6 @@ def _binary(name: str):
     fn = ALU[name]
 
     def api(x, y, *, dtype=None, mask=None, **kwargs):
-        rt = current()
         x, y = _partition_broadcast(x, y)
         scalar_side = any(isinstance(v, (int, float, bool, np.number)) for v in (x, y))
         op = "tensor_scalar" if scalar_side else "tensor_tensor"
@@ -512,7 +510,6 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
 
 # ---- composite ops -------------------------------------------------------------------------------
 def softmax(x, axis=-1, *, dtype=None, mask=None, **kwargs):
-    rt = current()
     mx = max(x, axis=axis, keepdims=True, mask=mask)
     shifted = subtract(x, mx, mask=mask)
     e = exp(shifted, mask=mask)

@@ -207,7 +207,6 @@ def copy_into(dest: View, value: Any, api: str, reduction: bool = False) -> None
 
 def accumulate_into(dest: View, value: Any) -> None:
     """``dest += value``: PSUM accumulation for matmul results, otherwise a VectorE add."""
-    rt = current()
     if isinstance(value, Tensor):  # a whole matmul result accumulates in place into its PSUM destination
         producer = value._producer
         if (value.kind == "result" and not value._consumed and producer is not None and producer.engine == "tensor"

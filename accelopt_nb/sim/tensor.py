@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from math import prod as _prod
 
-from accelopt_nb.errors import LoopCarriedDependencyError, NKIRuleError, OpaqueTensorError
+from accelopt_nb.errors import LoopCarriedDependencyError, OpaqueTensorError
 from accelopt_nb.sim import dtypes as dt
 from accelopt_nb.sim.indexing import IndexExpr, Mask
 from accelopt_nb.sim.runtime import PMAX, Runtime, current
