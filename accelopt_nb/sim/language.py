@@ -18,6 +18,7 @@ from accelopt_nb.sim import dtypes as _dt
 from accelopt_nb.sim import ops as _ops
 from accelopt_nb.sim.functions import ACTIVATIONS, ALU, SCALAR_ENGINE_FUNCS, op_name
 from accelopt_nb.sim.indexing import IndexExpr, Mask, arange, ds, mgrid  # noqa: F401 (re-exported)
+from accelopt_nb.sim.launch import nc, spmd_dim  # noqa: F401 (re-exported)
 from accelopt_nb.sim.runtime import (BN_STATS_FMAX, GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX, PSUM_FMAX,
                                      ParDim, current, hbm, par_dim, private_hbm, psum, sbuf, shared_hbm)  # noqa: F401
 from accelopt_nb.sim.tensor import Tensor, View, as_view, operand, read, write
@@ -90,6 +91,9 @@ def _allocate(api: str, shape, dtype, buffer, name: str, fill: Any, *, lazy: boo
     elif fill is not None:
         written = True
     t = Tensor(rt, dims, dtype, buf, kind, name=name, par_axis=par_axis, data=data, written=written)
+    placement = getattr(buffer, "trace_record", None)
+    if placement is not None and not rt.force_auto_alloc and t.id in rt.trace.tensors:
+        rt.trace.tensors[t.id].allocation = placement()
     if raw_name == "shared_hbm" and rt.grid:
         rt.shared_hbm.append(t)
     if fill is not None and buf != "hbm" and not lazy:

@@ -77,6 +77,9 @@ class Runtime:
         self.grid: tuple[int, ...] = ()
         self.shared_hbm: list[Any] = []      # shared_hbm tensors, matched by creation order
         self.shared_hbm_cursor = 0
+        self.in_kernel = False               # False while a host function (not an @nki.jit kernel) runs
+        self.num_cores = 1                   # physical NeuronCores of the current launch (nl.nc)
+        self.force_auto_alloc = False        # @nki.compiler.force_auto_alloc: explicit placements ignored
         self.log: list[str] = []
         self.warnings: list[str] = []
         self.loop_reduce_state: dict[tuple, Any] = {}   # nl.loop_reduce accumulators by call site and loop nest
