@@ -126,6 +126,12 @@ def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None
                 outputs = run_grid(rt, kernel.fn, args, kw, launch_grid)
         except KernelError:
             raise
+        except AssertionError as exc:
+            if not _raised_in(exc, rt.kernel_files):
+                raise
+            file, line = _innermost_kernel_frame(exc, rt.kernel_files)
+            raise KernelError(f"assertion failed{': ' + str(exc) if str(exc) else ''}", file=file, line=line,
+                              rule="the kernel's own assertion about its inputs") from exc
         except (TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError, NameError, KeyError) as exc:
             file, line = _innermost_kernel_frame(exc, rt.kernel_files)
             if isinstance(exc, AttributeError) and "module" in str(exc) and ("nl" in str(exc) or "isa" in str(exc)):
@@ -134,6 +140,14 @@ def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None
                               rule="kernel raised a Python error while tracing") from exc
         result_arrays = _collect_outputs(rt, outputs, kernel.__name__, inputs)
     return SimResult(outputs=result_arrays, trace=rt.trace, log=rt.log, warnings=rt.warnings)
+
+
+def _raised_in(exc: BaseException, files: set[str]) -> bool:
+    """Whether the innermost frame of the traceback (where the exception was raised) is kernel code."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename in files
 
 
 def _innermost_kernel_frame(exc: BaseException, files: set[str]) -> tuple[str | None, int | None]:
