@@ -209,6 +209,20 @@ def sd_attention_allocated(rng):
     return [q, k, v], {}, (_softmax(s) @ v[0]).T[None]
 
 
+def double_row_matmul(rng):
+    import ml_dtypes
+    m, k, n = 256, 1024, 512
+    lhs = rng.random((m, k)).astype(ml_dtypes.bfloat16)
+    rhs = rng.random((k, n)).astype(np.float32)
+    scale = rhs.max(axis=0, keepdims=True) / 240.0                       # column-wise fp8 quantization
+    q = (rhs / scale).astype(ml_dtypes.float8_e4m3fn)
+    # pair K-tiles 2j and 2j+1 side by side in each 512-wide column tile: [K, N] -> [K/2, 2N]
+    packed = q.reshape(k // 256, 2, 128, n // 512, 512).transpose(0, 2, 3, 1, 4).reshape(k // 2, 2 * n)
+    want = lhs.astype(np.float32) @ rhs
+    scales = np.broadcast_to(scale, (128, n)).astype(ml_dtypes.bfloat16)
+    return [lhs, packed, scales, 2, 1, 8], {}, want
+
+
 def task_inputs(rng):   # accelopt samples: the reference file provides inputs and the expected result
     raise AssertionError("handled by Case.task")
 
@@ -250,6 +264,8 @@ CASES: list[Case] = [
          rtol=1e-5, atol=1e-5),
     Case("nki-samples", "src/nki_samples/reference/allocated_fused_linear.py", "allocated_fused_rms_norm_qkv",
          rmsnorm_qkv, rtol=2e-2, atol=2e-2),
+    Case("nki-samples", "src/nki_samples/reference/double_row_matmul.py", "quantized_double_row_matmul",
+         double_row_matmul, rtol=5e-2, atol=5e-1),
     Case("nki-samples", "src/nki_samples/reference/attention.py", "flash_fwd", flash_fwd, grid=(1, 1),
          needs_module=True, rtol=1e-2, atol=1e-2),
     Case("nki-samples", "src/nki_samples/reference/attention.py", "fused_self_attn_for_SD_small_head_size",

@@ -208,3 +208,28 @@ def test_indirect_index_out_of_bounds_is_reported(run_kernel, rng):
     idx = np.full((64, 1), 100, np.int32)
     with pytest.raises(KernelError, match="out of bounds"):
         run_kernel(GATHER_SCATTER, data, idx)
+
+
+DOUBLE_ROW_3D = """
+@nki.jit
+def kernel(a, b):
+    # a: [128, 2, 128] and b: [128, 2, 512] fp8: two K-rows per PE pass, K = 256 in all
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    at = nl.load(a)
+    bt = nl.load(b)
+    acc = nisa.nc_matmul(at, bt, perf_mode="double_row_gen3")
+    scale = nl.load(a[:, 0, 0:1], dtype=nl.float32)
+    nl.store(out, value=nisa.tensor_tensor(nl.copy(acc), scale, nl.multiply))   # a [P, 1] operand broadcasts
+    return out
+"""
+
+
+def test_double_row_matmul_on_paired_rows_and_column_broadcast(run_kernel, rng):
+    q = lambda v: v.astype(ml_dtypes.float8_e4m3fn)  # noqa: E731
+    a, b = q(rng.standard_normal((128, 2, 128))), q(rng.standard_normal((128, 2, 512)))
+    res = run_kernel(DOUBLE_ROW_3D, a, b)
+    af, bf = a.astype(np.float32), b.astype(np.float32)
+    want = np.einsum("kim,kin->mn", af, bf) * af[:, 0, 0:1]
+    np.testing.assert_allclose(res.output, want, rtol=1e-4, atol=1e-3)
+    mm = next(i for i in res.trace.instructions if i.op == "nc_matmul")
+    assert mm.attrs["rows"] == 2 and mm.attrs["perf_mode"] == "double_row"

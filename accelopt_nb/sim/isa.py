@@ -126,7 +126,7 @@ class matmul_perf_mode(enum.Enum):  # noqa: N801 (NKI's name)
 
 def _perf_mode(rt, api: str, perf_mode: Any, st: Operand, mv: Operand, tile_position) -> str:
     name = getattr(perf_mode, "value", perf_mode)
-    name = "none" if name in (None, 0, "none") else name
+    name = "none" if name in (None, 0, "none") else "double_row" if name == "double_row_gen3" else name
     if name not in ("none", "double_row"):
         raise rt.rule_error(api, f"unknown perf_mode {perf_mode!r} (nisa.matmul_perf_mode.none or .double_row)",
                             "nc_matmul perf_mode is none or double_row")
@@ -150,11 +150,15 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
     st = operand(stationary, _api, allow_scalar=False)
     mv = operand(moving, _api, allow_scalar=False, mask=_operand_mask(m_mask, moving))
     _ops.check_engine_access(rt, _api, "tensor", [st, mv], "psum")
-    if len(st.shape) != 2 or len(mv.shape) != 2:
+    mode = _perf_mode(rt, _api, perf_mode, st, mv, tile_position)
+    # double_row with [K, 2, M] x [K, 2, N] operands (the NKI 0.1 layout): two rows of K per PE pass
+    rows = 2 if mode == "double_row" and len(st.shape) == 3 and len(mv.shape) == 3 and st.shape[1] == mv.shape[1] == 2 \
+        else 1
+    if rows == 1 and (len(st.shape) != 2 or len(mv.shape) != 2):
         raise rt.rule_error(_api, f"operands must be 2-D tiles, got stationary {st.shape} and moving {mv.shape}",
-                            "matmul operands are [K, M] and [K, N] tiles")
-    k, m = st.shape
-    k2, n = mv.shape
+                            "matmul operands are [K, M] and [K, N] tiles ([K, 2, M] and [K, 2, N] in double_row mode)")
+    k, m = st.shape[0], st.shape[-1]
+    k2, n = mv.shape[0], mv.shape[-1]
     if k != k2:
         raise rt.rule_error(_api, f"contraction (partition) sizes differ: stationary {st.shape} vs moving {mv.shape}",
                             "stationary and moving share the partition (K) axis")
@@ -162,18 +166,20 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
         raise rt.rule_error(_api, f"stationary tile {st.shape} exceeds 128x128", "matmul stationary <= 128x128")
     if n > GEMM_MOVING_FMAX:
         raise rt.rule_error(_api, f"moving tile {mv.shape} exceeds 128x512", "matmul moving <= 128x512")
-    mode = _perf_mode(rt, _api, perf_mode, st, mv, tile_position)
     for v in tuple(tile_position) + tuple(tile_size):
         if int(v) % 32:
             raise rt.rule_error(_api, f"tile_position/tile_size {v} is not a multiple of 32", "PE tiling in multiples of 32")
     data = None
-    if st.data is not None:
+    if st.data is not None and rows == 2:
+        data = np.einsum("kim,kin->mn", st.data.astype(np.float32), mv.data.astype(np.float32))
+    elif st.data is not None:
         data = np.matmul(st.data.astype(np.float32).T, mv.data.astype(np.float32))
     written = None
     if st.written is not None or mv.written is not None:
-        ws = np.ones((k, m), bool) if st.written is None else st.written
-        wm = np.ones((k, n), bool) if mv.written is None else mv.written
-        written = np.all(ws, axis=0)[:, None] & np.all(wm, axis=0)[None, :]
+        ws = np.ones(st.shape, bool) if st.written is None else st.written
+        wm = np.ones(mv.shape, bool) if mv.written is None else mv.written
+        lead = tuple(range(len(st.shape) - 1))
+        written = np.all(ws, axis=lead)[:, None] & np.all(wm, axis=lead)[None, :]
     out_dtype = _dt.float32
     if is_transpose and _dt.is_float(st.dtype) and _dt.itemsize(st.dtype) == 2:
         out_dtype = st.dtype  # PE transpose mode passes 2-byte types through (NC-v3)
@@ -184,7 +190,8 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
     _ops.emit_for(rt, out, "tensor", "nc_matmul", _api, [st, mv],
                   {"k": k, "m": m, "n": n_eff, "dtype": _dt.name(st.dtype), "moving_dtype": _dt.name(mv.dtype),
                    "is_transpose": bool(is_transpose), "stationary_onezero": bool(is_stationary_onezero),
-                   "moving_onezero": bool(is_moving_onezero), "perf_mode": mode}, partitions=m, free=n)
+                   "moving_onezero": bool(is_moving_onezero), "perf_mode": mode, "rows": rows},
+                  partitions=m, free=n)
     return out
 
 
@@ -281,6 +288,11 @@ def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, 
 
 
 # ---- VectorE / GpSimd ------------------------------------------------------------------------
+def _free_broadcast(a: tuple, b: tuple) -> bool:
+    """Same partitions, and one operand is a [P, 1] column (broadcast along the free axes)."""
+    return len(a) >= 2 and len(b) >= 2 and a[0] == b[0] and 1 in (int(_prod(a[1:])), int(_prod(b[1:])))
+
+
 def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, **kwargs) -> Tensor:
     api = "nisa.tensor_tensor"
     name, fn = _alu(op, api)
@@ -291,8 +303,9 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, **kwa
     if a is None or b is None:
         raise current().rule_error(api, "both operands must be tiles (use tensor_scalar for scalars)",
                                    "tensor_tensor takes two tiles")
-    if a.shape != b.shape and int(_prod(a.shape)) != int(_prod(b.shape)):
-        raise current().rule_error(api, f"operand shapes differ: {a.shape} vs {b.shape}", "tensor_tensor takes equal shapes")
+    if a.shape != b.shape and int(_prod(a.shape)) != int(_prod(b.shape)) and not _free_broadcast(a.shape, b.shape):
+        raise current().rule_error(api, f"operand shapes differ: {a.shape} vs {b.shape}", "tensor_tensor takes equal "
+                                   "shapes (or a [P, 1] operand broadcast along the free axis)")
     if a.tensor.buffer == "psum" and b.tensor.buffer == "psum":
         raise current().rule_error(api, "at most one tensor_tensor input may be in PSUM", "tensor_tensor: <= 1 PSUM input")
     return _ops.elementwise(api, eng, "tensor_tensor", fn, [data1, data2], dtype=dtype, mask=mask,
