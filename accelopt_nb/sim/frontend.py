@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import linecache
+import traceback
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from accelopt_nb.errors import KernelError, KernelLoadError, UnsupportedAPIError
+from accelopt_nb.errors import KernelError, KernelLoadError, SimulatorBugError, UnsupportedAPIError
+from accelopt_nb.sim import api_guard
 from accelopt_nb.sim import dtypes as _dt
 from accelopt_nb.sim import isa as _isa
 from accelopt_nb.sim import language as _nl
@@ -102,14 +104,12 @@ def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None
                         outputs = kernel.fn(*args, **kw)
                 else:
                     outputs = kernel.fn(*args, **kw)
-        except KernelError:
+        except KernelError as exc:
+            raise exc.locate(*_innermost_kernel_frame(exc, rt.kernel_files))
+        except (MemoryError, RecursionError):
             raise
-        except (TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError, NameError, KeyError) as exc:
-            file, line = _innermost_kernel_frame(exc, rt.kernel_files)
-            if isinstance(exc, AttributeError) and "module" in str(exc) and ("nl" in str(exc) or "isa" in str(exc)):
-                raise UnsupportedAPIError(str(exc), file=file, line=line) from exc
-            raise KernelError(f"{type(exc).__name__}: {exc}", file=file, line=line,
-                              rule="kernel raised a Python error while tracing") from exc
+        except Exception as exc:  # noqa: BLE001 - every other exception is either the kernel's or ours
+            raise _python_error(exc, rt.kernel_files) from exc
         result_arrays = _collect_outputs(rt, outputs, kernel.__name__, inputs)
     rt.trace.grid = launch_grid
     return SimResult(outputs=result_arrays, trace=rt.trace, log=rt.log, warnings=rt.warnings)
@@ -130,6 +130,38 @@ class _spmd_frame:
         self.rt.loops.remove(self.frame)
         self.rt._refresh_loop_key()
         return False
+
+
+def _python_error(exc: Exception, files: set[str]) -> KernelError:
+    """A plain Python exception during a launch: the kernel's own error, or a simulator bug.
+
+    It is a simulator bug when simulator code ran below the innermost kernel frame of the
+    traceback (the kernel called an API, and the API's code failed); otherwise the kernel's
+    own code (or a library it called directly) raised it.
+    """
+    file, line = _innermost_kernel_frame(exc, files)
+    sim_frame = _simulator_frame_below(exc, files)
+    if sim_frame is not None:
+        where = f"{Path(sim_frame.filename).name}:{sim_frame.lineno} in {sim_frame.name}"
+        internal = f"{type(exc).__name__}: {exc} (raised in accelopt_nb/sim/{where})"
+        return SimulatorBugError(f"the simulator failed on this kernel line with {internal}", file=file,
+                                 line=line, internal=internal)
+    if isinstance(exc, AttributeError) and "module" in str(exc) and ("nl" in str(exc) or "isa" in str(exc)):
+        return UnsupportedAPIError(str(exc), file=file, line=line)
+    return KernelError(f"{type(exc).__name__}: {exc}", file=file, line=line,
+                       rule="kernel raised a Python error while tracing")
+
+
+_SIM_DIR = str(Path(__file__).resolve().parent)
+
+
+def _simulator_frame_below(exc: BaseException, files: set[str]) -> traceback.FrameSummary | None:
+    """The innermost simulator frame below the innermost kernel frame, if simulator code raised."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    last_kernel = max((i for i, f in enumerate(frames) if f.filename in files), default=-1)
+    below = frames[last_kernel + 1:]
+    ours = [f for f in below if str(Path(f.filename).resolve()).startswith(_SIM_DIR)]
+    return ours[-1] if ours else None
 
 
 def _innermost_kernel_frame(exc: BaseException, files: set[str]) -> tuple[str | None, int | None]:
@@ -238,6 +270,8 @@ _ALIASES: dict[str, types.ModuleType] = {
     **_make_standalone_nki(),
 }
 _FACADE_ROOTS = {"neuronxcc", "nki"}
+for _fe, _kind in (("neuronxcc", "language"), ("neuronxcc", "isa"), ("nki", "language"), ("nki", "isa")):
+    api_guard.guard_module(_ALIASES[f"{api_guard.FRONT_END_PREFIX[_fe]}.{_kind}"], _fe, _kind)
 
 
 def _make_import(real_import: Callable) -> Callable:
@@ -312,8 +346,8 @@ def load_kernel(path: str | Path | None = None, *, source: str | None = None, na
                                       "__builtins__": kernel_builtins()}
     try:
         exec(code, module_globals)  # noqa: S102 - kernels are user code by design; sandboxing is layer 4's job
-    except KernelError:
-        raise
+    except KernelError as exc:
+        raise exc.locate(filename, _exc_line(exc, filename))
     except ImportError as exc:
         raise KernelLoadError(f"import failed: {exc}", file=filename, line=_exc_line(exc, filename),
                               rule="kernels import numpy, math and neuronxcc.nki only") from exc
