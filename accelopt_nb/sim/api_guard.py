@@ -53,6 +53,11 @@ NO_EFFECT: dict[str, str] = {
     "dge_mode": "which DMA descriptor generator runs the copy (scheduling only)",
 }
 
+# Per-API documented parameters that cannot change a result there, by "module.api".
+NO_EFFECT_FOR: dict[str, dict[str, str]] = {
+    "isa.dma_copy": {"engine": "which engine's DMA queue issues the copy (scheduling only)"},
+}
+
 # Documented parameters the simulator takes but does not model, by "module.api" (both front ends).
 LIMITS: dict[str, dict[str, Limit]] = {
     "isa.activation": {
@@ -65,17 +70,38 @@ LIMITS: dict[str, dict[str, Limit]] = {
     "isa.nc_matmul": {"perf_mode": Limit("matmul performance modes (trn2 double-row fp8) are not simulated")},
 }
 
-# Documented parameter names the simulator's function spells differently (doc name -> simulator name).
-ALIASES: dict[str, dict[str, str]] = {}
+# Documented parameter names the simulator's function spells differently (doc name -> simulator name),
+# by "module.api": the standalone nki docs renamed some parameters of the same operation.
+ALIASES: dict[str, dict[str, str]] = {
+    "language.copy": {"x": "src"},
+    "language.broadcast_to": {"x": "src"},
+    "language.zeros_like": {"x": "a"},
+    "language.empty_like": {"x": "a"},
+    "language.expand_dims": {"x": "data"},
+    "language.device_print": {"print_prefix": "prefix", "tensor": "x"},
+}
+
+# Helpers the simulator's modules import for themselves: not NKI, so not part of any facade.
+INTERNAL = frozenset({"IndexExpr", "Mask", "ParDim", "Tensor", "View", "Operand", "as_view", "current", "op_name",
+                      "operand", "read", "write", "combine_written", "field"})
+
+
+class UnknownNameError(UnsupportedAPIError, AttributeError):
+    """A name a facade module does not have: an AttributeError (hasattr works) that names the API."""
 
 
 # ---- value checks ----------------------------------------------------------------------------------
+NKI_DTYPES = frozenset(list(_dt.FLOAT_WIDTH) + ["int8", "int16", "int32", "uint8", "uint16", "uint32"])
+
+
 def _check_dtype(api: str, arg: str, value: Any) -> None:
     if value is None:
         return
     try:
-        _dt.canonical(value)
+        known = _dt.name(value) in NKI_DTYPES
     except TypeError:
+        known = False
+    if not known:
         raise _refuse(api, arg, f"unknown dtype {value!r} (NKI dtypes: nl.float32, nl.bfloat16, nl.float16, "
                                 "nl.tfloat32, nl.float8_e4m3, nl.float8_e5m2, nl.int8/16/32, nl.uint8/16/32, "
                                 "nl.bool_)") from None
@@ -95,10 +121,11 @@ def _check_engine(api: str, arg: str, value: Any) -> None:
 VALUE_CHECKS: dict[str, Callable[[str, str, Any], None]] = {"dtype": _check_dtype, "engine": _check_engine}
 
 
-def _refuse(api: str, arg: str | None, reason: str) -> UnsupportedAPIError:
+def _refuse(api: str, arg: str | None, reason: str,
+            cls: type[UnsupportedAPIError] = UnsupportedAPIError) -> UnsupportedAPIError:
     from accelopt_nb.sim.runtime import active
     what = f"argument '{arg}': " if arg else ""
-    err = UnsupportedAPIError(f"{what}{reason}", api=api)
+    err = cls(f"{what}{reason}", api=api)
     rt = active()
     if rt is not None:
         err.locate(*rt.location())
@@ -196,6 +223,7 @@ class Spec:
     direct: int | None                      # leading positionals passed as they are (None: any number)
     remapped: tuple[str, ...]               # documented positional names after those, passed by keyword
     args: dict[str, Arg]                    # every keyword a call may use
+    by_position: tuple[str, ...]            # documented names the simulator takes through *args only
     positional_names: tuple[str, ...]       # documented names of the direct positionals
     positional_args: tuple[Arg | None, ...]  # the Arg of each direct positional (for checks and limits)
 
@@ -206,6 +234,10 @@ def build_spec(api: str, key: str, impl: inspect.Signature, doc: inspect.Signatu
     doc_params = _public_params(doc) if doc is not None else {}
     aliases = ALIASES.get(key, {})
     limits = LIMITS.get(key, {})
+    no_effect = {**NO_EFFECT, **NO_EFFECT_FOR.get(key, {})}
+    impl_pos = _positional(impl)
+    doc_pos = _positional(doc) if doc is not None else None
+    by_position = tuple(doc_pos) if impl_pos is None and doc_pos else ()
 
     def arg_for(doc_name: str) -> Arg:
         target = aliases.get(doc_name, doc_name)
@@ -215,8 +247,10 @@ def build_spec(api: str, key: str, impl: inspect.Signature, doc: inspect.Signatu
             candidates.append(resolve_default(doc_params[doc_name].default, namespace))
         if target in impl_params and impl_params[target].default is not inspect.Parameter.empty:
             candidates.append(impl_params[target].default)
+        if doc_name in by_position:  # reaches the simulator's *args
+            return Arg("*", VALUE_CHECKS.get(doc_name), limit, tuple(candidates))
         if target not in impl_params:
-            if doc_name in NO_EFFECT:
+            if doc_name in no_effect:
                 return Arg(None, VALUE_CHECKS.get(doc_name), None, ())
             limit = limit or Limit("not implemented by the simulator")
             target = None
@@ -225,11 +259,9 @@ def build_spec(api: str, key: str, impl: inspect.Signature, doc: inspect.Signatu
         return Arg(target, VALUE_CHECKS.get(doc_name), limit, tuple(c for c in candidates if c is not _UNRESOLVED))
 
     args = {n: arg_for(n) for n in doc_params}
-    for n in impl_params:  # simulator extensions beyond the docs (e.g. mask= in the new front end)
-        if n not in args and n not in aliases.values():
+    for n in list(impl_params) + list(no_effect):  # simulator extensions beyond the docs; name= anywhere
+        if n not in args:
             args[n] = arg_for(n)
-    impl_pos = _positional(impl)
-    doc_pos = _positional(doc) if doc is not None else None
     if impl_pos is None:
         direct, remapped = None, ()
     elif doc_pos is None:
@@ -241,7 +273,7 @@ def build_spec(api: str, key: str, impl: inspect.Signature, doc: inspect.Signatu
             direct += 1
         remapped = tuple(doc_pos[direct:])
     names = tuple((doc_pos if doc_pos is not None else impl_pos or [])[:direct or 0])
-    return Spec(api, direct, remapped, args, names, tuple(args.get(n) for n in names))
+    return Spec(api, direct, remapped, args, by_position, names, tuple(args.get(n) for n in names))
 
 
 def _passes(value: Any, defaults: tuple[Any, ...]) -> bool:
@@ -268,7 +300,7 @@ def _check_arg(spec: Spec, name: str, arg: Arg, value: Any) -> None:
 
 def guarded(fn: Callable, spec: Spec) -> Callable:
     """``fn`` behind the boundary checks of ``spec``."""
-    direct, remapped, args_map = spec.direct, spec.remapped, spec.args
+    direct, remapped, args_map, by_position = spec.direct, spec.remapped, spec.args, spec.by_position
     checked_positions = tuple((i, spec.positional_names[i], a) for i, a in enumerate(spec.positional_args)
                               if a is not None and (a.limit is not None or a.check is not None))
 
@@ -287,6 +319,16 @@ def guarded(fn: Callable, spec: Spec) -> Callable:
         for i, name, a in checked_positions:
             if i < len(args):
                 _check_arg(spec, name, a, args[i])
+        if by_position and kwargs:  # documented keywords of a *args function: put them in place
+            args = list(args)
+            for n in by_position[len(args):]:
+                if n not in kwargs:
+                    break
+                args.append(kwargs.pop(n))
+            for n in by_position:
+                if n in kwargs:
+                    raise _refuse(spec.api, n, "pass the earlier positional arguments too (the simulator takes "
+                                               "them by position)")
         if kwargs:
             passed = {}
             for k, v in kwargs.items():
@@ -309,13 +351,27 @@ def guarded(fn: Callable, spec: Spec) -> Callable:
     return api
 
 
+def _is_nki_name(name: str, obj: Any, kind: str) -> bool:
+    """Whether a facade attribute belongs there: documented NKI, or a public simulator definition."""
+    if any(name in mods.get(kind, {}) for mods in documented().values()):
+        return True
+    owner = getattr(obj, "__module__", None) or getattr(type(obj), "__module__", "")
+    return (not inspect.ismodule(obj) and str(owner).startswith("accelopt_nb.sim") and name not in INTERNAL
+            and not name.startswith("_"))
+
+
 def guard_module(module: types.ModuleType, front_end: str, kind: str) -> None:
     """Wrap every simulator function of a facade module; documented-but-missing names raise on use."""
     docs = documented().get(front_end, {}).get(kind, {})
     prefix = f"{FRONT_END_PREFIX[front_end]}.{kind}"
     namespace = dict(module.__dict__)
     for name, obj in list(module.__dict__.items()):
-        if name.startswith("_") or not inspect.isfunction(obj) or not obj.__module__.startswith("accelopt_nb.sim"):
+        if name.startswith("__"):
+            continue
+        if not _is_nki_name(name, obj, kind):
+            delattr(module, name)  # a helper the simulator imported for itself
+            continue
+        if not inspect.isfunction(obj) or not obj.__module__.startswith("accelopt_nb.sim"):
             continue
         spec = build_spec(f"{prefix}.{name}", f"{kind}.{name}", inspect.signature(obj),
                           doc_signature(docs.get(name)), namespace)
@@ -324,7 +380,9 @@ def guard_module(module: types.ModuleType, front_end: str, kind: str) -> None:
 
     def __getattr__(name: str) -> Any:
         if name in missing:
-            raise _refuse(f"{prefix}.{name}", None, "documented NKI API that the simulator does not implement")
-        raise AttributeError(f"module {module.__name__!r} has no attribute {name!r}")
+            raise _refuse(f"{prefix}.{name}", None, "documented NKI API that the simulator does not implement",
+                          UnknownNameError)
+        raise _refuse(f"{prefix}.{name}", None, f"module {module.__name__!r} has no attribute {name!r} (not an NKI "
+                      "API of this front end)", UnknownNameError)
 
     module.__getattr__ = __getattr__  # type: ignore[attr-defined]

@@ -281,7 +281,12 @@ def _make_import(real_import: Callable) -> Callable:
             if name not in _ALIASES:
                 raise ImportError(f"{name} is not provided by the accelopt_nb simulator "
                                   f"(available: {', '.join(sorted(_ALIASES))})")
-            return _ALIASES[name] if fromlist else _ALIASES[root]
+            module = _ALIASES[name]
+            if fromlist and "__getattr__" in module.__dict__:  # `from nl import X`: name a missing API itself
+                for item in fromlist:
+                    if item != "*" and item not in module.__dict__:
+                        getattr(module, item)
+            return module if fromlist else _ALIASES[root]
         return real_import(name, globals, locals, fromlist, level)
     return sim_import
 
