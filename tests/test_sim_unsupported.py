@@ -77,11 +77,15 @@ def test_unmodelled_argument_or_value_is_refused(body, arg, why):
 
 def test_documented_defaults_and_no_effect_arguments_still_run():
     body = ("a = nisa.activation(op=nl.exp, data=t, reduce_cmd=nisa.reduce_cmd.idle, name='act')\n"
+            "s = nl.ndarray((128, 1), dtype=nl.float32)\n"
+            "for i in nl.affine_range(1, precise_schedule=True):\n"
+            "    e = nisa.activation(op=nl.exp, data=t, reduce_op=np.add, reduce_res=s,\n"
+            "                        reduce_cmd=nisa.reduce_cmd.reset_reduce)\n"
             "b = nl.copy(a, mask=None)\n"
-            "r = nisa.tensor_copy(b, engine=nisa.unknown_engine, dtype=nl.float32)\n")
+            "r = nisa.tensor_scalar(b, np.add, s, engine=nisa.unknown_engine, dtype=nl.float32)\n")
     res = run(kernel_with(body))
     x = np.linspace(-1, 1, 128 * 64, dtype=np.float32).reshape(128, 64)
-    np.testing.assert_allclose(res.output, np.exp(x), rtol=1e-6)
+    np.testing.assert_allclose(res.output, np.exp(x) + np.exp(x).sum(axis=1, keepdims=True), rtol=1e-5)
 
 
 def test_documented_but_missing_api_is_refused_where_it_is_used():

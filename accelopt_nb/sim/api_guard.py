@@ -31,6 +31,7 @@ import yaml
 
 from accelopt_nb.errors import UnsupportedAPIError
 from accelopt_nb.sim import dtypes as _dt
+from accelopt_nb.sim import isa as _isa
 
 API_FILE = Path(__file__).with_name("nki_api.yaml")
 FRONT_END_PREFIX = {"neuronxcc": "neuronxcc.nki", "nki": "nki"}
@@ -54,15 +55,19 @@ NO_EFFECT: dict[str, str] = {
 }
 
 # Per-API documented parameters that cannot change a result there, by "module.api".
+# (Loop hints are used by AWS's own kernels without being in the API reference.)
 NO_EFFECT_FOR: dict[str, dict[str, str]] = {
     "isa.dma_copy": {"engine": "which engine's DMA queue issues the copy (scheduling only)"},
+    "language.affine_range": {"precise_schedule": "a compiler scheduling hint"},
+    "language.sequential_range": {"directives": "compiler scheduling directives (e.g. no_reorder)"},
 }
 
 # Documented parameters the simulator takes but does not model, by "module.api" (both front ends).
 LIMITS: dict[str, dict[str, Limit]] = {
     "isa.activation": {
-        "reduce_cmd": Limit("ScalarE accumulator registers carried across instructions are not simulated; "
-                            "use reduce_res (reduce_cmd=idle)"),
+        # reset_reduce starts from zero: with reduce_res it is this instruction's reduction, as simulated
+        "reduce_cmd": Limit("ScalarE accumulator registers carried across instructions are not simulated "
+                            "(reduce_cmd idle or reset_reduce only)", allowed=(_isa.reduce_cmd.reset_reduce,)),
     },
     "isa.bn_stats": {"mask": Limit("bn_stats ignores mask= in the simulator")},
     "isa.bn_aggr": {"mask": Limit("bn_aggr ignores mask= in the simulator")},
@@ -108,7 +113,7 @@ def _check_dtype(api: str, arg: str, value: Any) -> None:
 
 
 def _check_engine(api: str, arg: str, value: Any) -> None:
-    from accelopt_nb.sim.isa import engine
+    engine = _isa.engine
     if value is None or isinstance(value, engine):
         return
     try:

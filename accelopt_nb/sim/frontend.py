@@ -106,9 +106,9 @@ def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None
                     outputs = kernel.fn(*args, **kw)
         except KernelError as exc:
             raise exc.locate(*_innermost_kernel_frame(exc, rt.kernel_files))
-        except (MemoryError, RecursionError):
+        except RecursionError:
             raise
-        except Exception as exc:  # noqa: BLE001 - every other exception is either the kernel's or ours
+        except _PYTHON_ERRORS as exc:
             raise _python_error(exc, rt.kernel_files) from exc
         result_arrays = _collect_outputs(rt, outputs, kernel.__name__, inputs)
     rt.trace.grid = launch_grid
@@ -130,6 +130,12 @@ class _spmd_frame:
         self.rt.loops.remove(self.frame)
         self.rt._refresh_loop_key()
         return False
+
+
+# Python errors a kernel or the simulator's code can raise while tracing (not MemoryError, which the
+# evaluation reports as out_of_memory, nor exceptions injected from outside such as timeouts).
+_PYTHON_ERRORS = (TypeError, ValueError, LookupError, AttributeError, ArithmeticError, NameError, AssertionError,
+                  RuntimeError)
 
 
 def _python_error(exc: Exception, files: set[str]) -> KernelError:
