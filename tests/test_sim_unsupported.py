@@ -75,6 +75,22 @@ def test_unmodelled_argument_or_value_is_refused(body, arg, why):
     assert e.value.line is not None
 
 
+def test_loop_reduce_naming_an_outer_loop_is_refused_not_miscomputed():
+    one = ("for j in nl.affine_range(3):\n"
+           "    acc = nl.loop_reduce(t, op=np.add, loop_indices=[j], dtype=nl.float32)\n"
+           "r = nl.copy(acc)\n")
+    x = np.linspace(-1, 1, 128 * 64, dtype=np.float32).reshape(128, 64)
+    np.testing.assert_allclose(run(kernel_with(one)).output, 3 * x, rtol=1e-6)
+    inner = ("for i in nl.affine_range(2):\n"
+             "    for j in nl.affine_range(3):\n"
+             "        acc = nl.loop_reduce(t, op=np.add, loop_indices=[LOOPS], dtype=nl.float32)\n"
+             "r = nl.copy(acc)\n")
+    for loops in ("i", "i, j"):
+        with pytest.raises(UnsupportedAPIError) as e:
+            run(kernel_with(inner.replace("LOOPS", loops)))
+        assert "argument 'loop_indices'" in e.value.message and "innermost" in e.value.message
+
+
 def test_documented_defaults_and_no_effect_arguments_still_run():
     body = ("a = nisa.activation(op=nl.exp, data=t, reduce_cmd=nisa.reduce_cmd.idle, name='act')\n"
             "s = nl.ndarray((128, 1), dtype=nl.float32)\n"

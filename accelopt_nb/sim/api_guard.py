@@ -45,6 +45,7 @@ class Limit:
 
     reason: str
     allowed: tuple[Any, ...] = ()
+    accepts: Callable[[Any], bool] | None = None  # a value test for what the simulator does model
 
 
 # Documented parameters that cannot change what a kernel computes: accepted and dropped.
@@ -62,6 +63,17 @@ NO_EFFECT_FOR: dict[str, dict[str, str]] = {
     "language.sequential_range": {"directives": "compiler scheduling directives (e.g. no_reorder)"},
 }
 
+def _names_innermost_loop(loop_indices: Any) -> bool:
+    """loop_reduce reduces over the innermost enclosing loop; accept loop_indices naming just that one."""
+    from accelopt_nb.sim.runtime import active
+    rt = active()
+    idx = list(loop_indices) if isinstance(loop_indices, (list, tuple)) else [loop_indices]
+    try:
+        return bool(rt is not None and rt.loops and len(idx) == 1 and int(idx[0]) == rt.loops[-1].iteration)
+    except (TypeError, ValueError):
+        return False
+
+
 # Documented parameters the simulator takes but does not model, by "module.api" (both front ends).
 LIMITS: dict[str, dict[str, Limit]] = {
     "isa.activation": {
@@ -70,6 +82,9 @@ LIMITS: dict[str, dict[str, Limit]] = {
                             "(reduce_cmd idle or reset_reduce only)", allowed=(_isa.reduce_cmd.reset_reduce,)),
     },
     "isa.bn_stats": {"mask": Limit("bn_stats ignores mask= in the simulator")},
+    "language.transpose": {"mask": Limit("nl.transpose ignores mask= in the simulator")},
+    "language.loop_reduce": {"loop_indices": Limit("only a reduction over the innermost enclosing loop is "
+                                                   "simulated", accepts=_names_innermost_loop)},
     "isa.bn_aggr": {"mask": Limit("bn_aggr ignores mask= in the simulator")},
     "isa.dma_copy": {"oob_mode": Limit("only oob_mode=error is simulated (out-of-bounds accesses are errors)")},
     "isa.nc_matmul": {"perf_mode": Limit("matmul performance modes (trn2 double-row fp8) are not simulated")},
@@ -297,7 +312,8 @@ def _passes(value: Any, defaults: tuple[Any, ...]) -> bool:
 
 
 def _check_arg(spec: Spec, name: str, arg: Arg, value: Any) -> None:
-    if arg.limit is not None and not _passes(value, arg.defaults):
+    if arg.limit is not None and not _passes(value, arg.defaults) and not (
+            arg.limit.accepts is not None and arg.limit.accepts(value)):
         raise _refuse(spec.api, name, f"{arg.limit.reason} (got {value!r})")
     if arg.check is not None:
         arg.check(spec.api, name, value)
