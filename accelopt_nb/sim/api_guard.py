@@ -357,7 +357,8 @@ def guarded(fn: Callable, spec: Spec) -> Callable:
                 if a is None:
                     known = ", ".join(args_map) or "none"
                     raise _refuse(spec.api, k, f"unknown keyword (the documented and simulated keywords are: {known})")
-                _check_arg(spec, k, a, v)
+                if a.limit is not None or a.check is not None:
+                    _check_arg(spec, k, a, v)
                 if a.target is not None:
                     passed[a.target] = v
             kwargs = passed
