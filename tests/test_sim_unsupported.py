@@ -91,6 +91,14 @@ def test_loop_reduce_naming_an_outer_loop_is_refused_not_miscomputed():
         assert "argument 'loop_indices'" in e.value.message and "innermost" in e.value.message
 
 
+def test_unknown_dtype_outside_the_api_functions_is_the_kernels_error():
+    src = kernel_with("r = t.astype(np.complex64)\n")
+    with pytest.raises(UnsupportedAPIError) as e:
+        run(src)
+    assert not isinstance(e.value, SimulatorBugError) and "unknown dtype" in e.value.message
+    assert e.value.line == line_of(src, "astype")
+
+
 def test_documented_defaults_and_no_effect_arguments_still_run():
     body = ("a = nisa.activation(op=nl.exp, data=t, reduce_cmd=nisa.reduce_cmd.idle, name='act')\n"
             "s = nl.ndarray((128, 1), dtype=nl.float32)\n"

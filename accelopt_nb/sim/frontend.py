@@ -362,6 +362,12 @@ def load_kernel(path: str | Path | None = None, *, source: str | None = None, na
     except ImportError as exc:
         raise KernelLoadError(f"import failed: {exc}", file=filename, line=_exc_line(exc, filename),
                               rule="kernels import numpy, math and neuronxcc.nki only") from exc
+    except _PYTHON_ERRORS as exc:
+        error = _python_error(exc, {filename})
+        if isinstance(error, SimulatorBugError):
+            raise error from exc
+        raise KernelLoadError(f"{type(exc).__name__} while loading: {exc}", file=filename,
+                              line=_exc_line(exc, filename)) from exc
     except Exception as exc:
         raise KernelLoadError(f"{type(exc).__name__} while loading: {exc}", file=filename,
                               line=_exc_line(exc, filename)) from exc
