@@ -129,6 +129,16 @@ def test_wrong_arity_is_the_kernels_error_not_a_simulator_bug():
     with pytest.raises(UnsupportedAPIError) as e:
         run(kernel_with("r = nl.exp()\n"))
     assert "bad arguments" in e.value.message
+    src = HEADER_02 + textwrap.dedent("""
+        @nki.jit
+        def kernel(x):
+            t = nl.ndarray(x.shape, nl.float32, nl.sbuf)
+            nisa.tensor_copy(t)
+            return x
+        """)
+    with pytest.raises(UnsupportedAPIError) as e:
+        simulate(load_kernel(source=src), np.zeros((128, 4), np.float32))
+    assert "bad arguments" in e.value.message and "src" in e.value.message
 
 
 def test_standalone_front_end_binds_by_its_own_docs():

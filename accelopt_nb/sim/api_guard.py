@@ -240,6 +240,7 @@ class Spec:
     """One guarded API: how positionals and keywords of a documented call map onto the simulator."""
 
     api: str
+    signature: inspect.Signature            # the simulator function's (to tell a bad call from a failure)
     direct: int | None                      # leading positionals passed as they are (None: any number)
     remapped: tuple[str, ...]               # documented positional names after those, passed by keyword
     args: dict[str, Arg]                    # every keyword a call may use
@@ -293,7 +294,7 @@ def build_spec(api: str, key: str, impl: inspect.Signature, doc: inspect.Signatu
             direct += 1
         remapped = tuple(doc_pos[direct:])
     names = tuple((doc_pos if doc_pos is not None else impl_pos or [])[:direct or 0])
-    return Spec(api, direct, remapped, args, by_position, names, tuple(args.get(n) for n in names))
+    return Spec(api, impl, direct, remapped, args, by_position, names, tuple(args.get(n) for n in names))
 
 
 def _passes(value: Any, defaults: tuple[Any, ...]) -> bool:
@@ -364,9 +365,11 @@ def guarded(fn: Callable, spec: Spec) -> Callable:
             kwargs = passed
         try:
             return fn(*args, **kwargs)
-        except TypeError as exc:
-            if exc.__traceback__ is not None and exc.__traceback__.tb_next is None:  # the call did not bind
-                raise _refuse(spec.api, None, f"bad arguments: {exc}") from None
+        except TypeError:
+            try:  # the kernel's call does not fit the function: the kernel's error, not the simulator's
+                spec.signature.bind(*args, **kwargs)
+            except TypeError as bad:
+                raise _refuse(spec.api, None, f"bad arguments: {bad}") from None
             raise
 
     api.__nki_spec__ = spec  # type: ignore[attr-defined]
