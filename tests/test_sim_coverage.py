@@ -57,7 +57,7 @@ def test_listed_status_matches_the_facade(row):
     spec = obj.__nki_spec__
     impl = inspect.signature(obj.__wrapped__).parameters
     takes_varargs = any(p.kind == p.VAR_POSITIONAL for p in impl.values())
-    doc = api_guard._public_params(api_guard.doc_signature(entry))
+    doc = api_guard.public_params(api_guard.doc_signature(entry))
     limited = []
     for name in doc:
         arg = spec.args[name]
@@ -87,6 +87,6 @@ def test_registry_entries_name_documented_parameters_of_real_apis():
             documented = set()
             for fe in docs:
                 if name in docs[fe][kind]:
-                    documented |= set(api_guard._public_params(api_guard.doc_signature(docs[fe][kind][name])))
+                    documented |= set(api_guard.public_params(api_guard.doc_signature(docs[fe][kind][name])))
             assert documented, f"{key} is not a documented API"
             assert set(params) <= documented, f"{key}: {set(params) - documented} not documented"

@@ -11,7 +11,7 @@ facade function once, at import, with the signature the NKI docs of that front e
   documented default;
 - a ``dtype`` or ``engine`` value the simulator does not know is refused;
 - a documented argument that cannot change a result (:data:`NO_EFFECT`, e.g. ``name``) is dropped;
-- a documented name the facade lacks raises on first use instead of an AttributeError.
+- a documented name the facade lacks raises on first use (an AttributeError that names the API).
 
 Every refusal is an :class:`UnsupportedAPIError` naming the API, the argument and the reason, at
 the kernel's file and line. Simulator modules call each other directly, never through the guard.
@@ -36,7 +36,6 @@ from accelopt_nb.sim import isa as _isa
 API_FILE = Path(__file__).with_name("nki_api.yaml")
 FRONT_END_PREFIX = {"neuronxcc": "neuronxcc.nki", "nki": "nki"}
 SHORT = {"language": "nl", "isa": "nisa"}
-RULE = UnsupportedAPIError.rule
 
 
 @dataclass(frozen=True)
@@ -63,6 +62,7 @@ NO_EFFECT_FOR: dict[str, dict[str, str]] = {
     "language.sequential_range": {"directives": "compiler scheduling directives (e.g. no_reorder)"},
 }
 
+
 def _names_innermost_loop(loop_indices: Any) -> bool:
     """loop_reduce reduces over the innermost enclosing loop; accept loop_indices naming just that one."""
     from accelopt_nb.sim.runtime import active
@@ -75,16 +75,17 @@ def _names_innermost_loop(loop_indices: Any) -> bool:
 
 
 # Documented parameters the simulator takes but does not model, by "module.api" (both front ends).
+# An entry goes when the simulator models the parameter; docs/nki_coverage.md then says "supported".
 LIMITS: dict[str, dict[str, Limit]] = {
+    "language.loop_reduce": {"loop_indices": Limit("only a reduction over the innermost enclosing loop is "
+                                                   "simulated", accepts=_names_innermost_loop)},
+    "language.transpose": {"mask": Limit("nl.transpose ignores mask= in the simulator")},
     "isa.activation": {
         # reset_reduce starts from zero: with reduce_res it is this instruction's reduction, as simulated
         "reduce_cmd": Limit("ScalarE accumulator registers carried across instructions are not simulated "
                             "(reduce_cmd idle or reset_reduce only)", allowed=(_isa.reduce_cmd.reset_reduce,)),
     },
     "isa.bn_stats": {"mask": Limit("bn_stats ignores mask= in the simulator")},
-    "language.transpose": {"mask": Limit("nl.transpose ignores mask= in the simulator")},
-    "language.loop_reduce": {"loop_indices": Limit("only a reduction over the innermost enclosing loop is "
-                                                   "simulated", accepts=_names_innermost_loop)},
     "isa.bn_aggr": {"mask": Limit("bn_aggr ignores mask= in the simulator")},
     "isa.dma_copy": {"oob_mode": Limit("only oob_mode=error is simulated (out-of-bounds accesses are errors)")},
     "isa.nc_matmul": {"perf_mode": Limit("matmul performance modes (trn2 double-row fp8) are not simulated")},
@@ -153,18 +154,18 @@ def _refuse(api: str, arg: str | None, reason: str,
 
 
 # ---- the documented API ------------------------------------------------------------------------------
-_DOCS: dict | None = None
+@functools.lru_cache(maxsize=1)
+def api_file() -> dict:
+    """nki_api.yaml as it is: per front end, the docs release and source, and the APIs per module."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(API_FILE.read_text(), Loader=loader)  # noqa: S506 - a safe loader
 
 
+@functools.lru_cache(maxsize=1)
 def documented() -> dict:
-    """nki_api.yaml: front end -> module -> {name: api entry}."""
-    global _DOCS
-    if _DOCS is None:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        raw = yaml.load(API_FILE.read_text(), Loader=loader)  # noqa: S506 - a safe loader
-        _DOCS = {fe: {mod: {a["name"]: a for a in m["apis"]} for mod, m in entry["modules"].items()}
-                 for fe, entry in raw["front_ends"].items()}
-    return _DOCS
+    """front end -> module -> {name: api entry}."""
+    return {fe: {mod: {a["name"]: a for a in m["apis"]} for mod, m in entry["modules"].items()}
+            for fe, entry in api_file()["front_ends"].items()}
 
 
 def doc_signature(entry: dict | None) -> inspect.Signature | None:
@@ -212,7 +213,7 @@ def resolve_default(text: Any, namespace: dict[str, Any]) -> Any:
 
 
 # ---- the guard ---------------------------------------------------------------------------------------
-def _public_params(sig: inspect.Signature) -> dict[str, inspect.Parameter]:
+def public_params(sig: inspect.Signature) -> dict[str, inspect.Parameter]:
     return {n: p for n, p in sig.parameters.items() if not n.startswith("_")
             and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
 
@@ -251,8 +252,8 @@ class Spec:
 
 def build_spec(api: str, key: str, impl: inspect.Signature, doc: inspect.Signature | None,
                namespace: dict[str, Any]) -> Spec:
-    impl_params = _public_params(impl)
-    doc_params = _public_params(doc) if doc is not None else {}
+    impl_params = public_params(impl)
+    doc_params = public_params(doc) if doc is not None else {}
     aliases = ALIASES.get(key, {})
     limits = LIMITS.get(key, {})
     no_effect = {**NO_EFFECT, **NO_EFFECT_FOR.get(key, {})}
