@@ -172,7 +172,12 @@ def doc_signature(entry: dict | None) -> inspect.Signature | None:
     """The documented signature as an inspect.Signature whose defaults are source strings."""
     if not entry or entry.get("kind") != "function":
         return None
-    fn = ast.parse(f"def f({entry['signature']}): pass").body[0]
+    return _parse_signature(entry["signature"])
+
+
+@functools.lru_cache(maxsize=None)
+def _parse_signature(text: str) -> inspect.Signature:  # many APIs share one signature text
+    fn = ast.parse(f"def f({text}): pass").body[0]
     a = fn.args  # type: ignore[attr-defined]
     params: list[inspect.Parameter] = []
     positional = a.posonlyargs + a.args
@@ -197,10 +202,9 @@ def resolve_default(text: Any, namespace: dict[str, Any]) -> Any:
     """A documented default (source text) as a value: a literal, or a name in the facade module."""
     if not isinstance(text, str):
         return text
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        pass
+    ok, value = _literal(text)
+    if ok:
+        return value
     if text in ("bool", "float", "int"):
         return {"bool": bool, "float": float, "int": int}[text]
     head, *rest = text.split(".")
@@ -210,6 +214,14 @@ def resolve_default(text: Any, namespace: dict[str, Any]) -> Any:
         if obj is _UNRESOLVED:
             break
     return obj
+
+
+@functools.lru_cache(maxsize=None)
+def _literal(text: str) -> tuple[bool, Any]:
+    try:
+        return True, ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return False, None
 
 
 # ---- the guard ---------------------------------------------------------------------------------------
