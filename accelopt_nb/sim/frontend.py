@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import builtins
 import linecache
-import traceback
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from accelopt_nb.errors import KernelError, KernelLoadError, SimulatorBugError, UnsupportedAPIError
-from accelopt_nb.sim import api_guard
+from accelopt_nb.sim import api_guard, failures
 from accelopt_nb.sim import dtypes as _dt
 from accelopt_nb.sim import isa as _isa
 from accelopt_nb.sim import language as _nl
@@ -108,8 +107,8 @@ def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None
             raise exc.locate(*_innermost_kernel_frame(exc, rt.kernel_files))
         except RecursionError:
             raise
-        except _PYTHON_ERRORS as exc:
-            raise _python_error(exc, rt.kernel_files) from exc
+        except failures.PYTHON_ERRORS as exc:
+            raise failures.python_error(exc, rt.kernel_files, _innermost_kernel_frame(exc, rt.kernel_files)) from exc
         result_arrays = _collect_outputs(rt, outputs, kernel.__name__, inputs)
     rt.trace.grid = launch_grid
     return SimResult(outputs=result_arrays, trace=rt.trace, log=rt.log, warnings=rt.warnings)
@@ -130,44 +129,6 @@ class _spmd_frame:
         self.rt.loops.remove(self.frame)
         self.rt._refresh_loop_key()
         return False
-
-
-# Python errors a kernel or the simulator's code can raise while tracing (not MemoryError, which the
-# evaluation reports as out_of_memory, nor exceptions injected from outside such as timeouts).
-_PYTHON_ERRORS = (TypeError, ValueError, LookupError, AttributeError, ArithmeticError, NameError, AssertionError,
-                  RuntimeError)
-
-
-def _python_error(exc: Exception, files: set[str]) -> KernelError:
-    """A plain Python exception during a launch: the kernel's own error, or a simulator bug.
-
-    It is a simulator bug when simulator code ran below the innermost kernel frame of the
-    traceback (the kernel called an API, and the API's code failed); otherwise the kernel's
-    own code (or a library it called directly) raised it.
-    """
-    file, line = _innermost_kernel_frame(exc, files)
-    sim_frame = _simulator_frame_below(exc, files)
-    if sim_frame is not None:
-        where = f"{Path(sim_frame.filename).name}:{sim_frame.lineno} in {sim_frame.name}"
-        internal = f"{type(exc).__name__}: {exc} (raised in accelopt_nb/sim/{where})"
-        return SimulatorBugError(f"the simulator failed on this kernel line with {internal}", file=file,
-                                 line=line, internal=internal)
-    if isinstance(exc, AttributeError) and "module" in str(exc) and ("nl" in str(exc) or "isa" in str(exc)):
-        return UnsupportedAPIError(str(exc), file=file, line=line)
-    return KernelError(f"{type(exc).__name__}: {exc}", file=file, line=line,
-                       rule="kernel raised a Python error while tracing")
-
-
-_SIM_DIR = str(Path(__file__).resolve().parent)
-
-
-def _simulator_frame_below(exc: BaseException, files: set[str]) -> traceback.FrameSummary | None:
-    """The innermost simulator frame below the innermost kernel frame, if simulator code raised."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    last_kernel = max((i for i, f in enumerate(frames) if f.filename in files), default=-1)
-    below = frames[last_kernel + 1:]
-    ours = [f for f in below if str(Path(f.filename).resolve()).startswith(_SIM_DIR)]
-    return ours[-1] if ours else None
 
 
 def _innermost_kernel_frame(exc: BaseException, files: set[str]) -> tuple[str | None, int | None]:
@@ -276,8 +237,6 @@ _ALIASES: dict[str, types.ModuleType] = {
     **_make_standalone_nki(),
 }
 _FACADE_ROOTS = {"neuronxcc", "nki"}
-for _fe, _kind in (("neuronxcc", "language"), ("neuronxcc", "isa"), ("nki", "language"), ("nki", "isa")):
-    api_guard.guard_module(_ALIASES[f"{api_guard.FRONT_END_PREFIX[_fe]}.{_kind}"], _fe, _kind)
 
 
 def _make_import(real_import: Callable) -> Callable:
@@ -362,8 +321,8 @@ def load_kernel(path: str | Path | None = None, *, source: str | None = None, na
     except ImportError as exc:
         raise KernelLoadError(f"import failed: {exc}", file=filename, line=_exc_line(exc, filename),
                               rule="kernels import numpy, math and neuronxcc.nki only") from exc
-    except _PYTHON_ERRORS as exc:
-        error = _python_error(exc, {filename})
+    except failures.PYTHON_ERRORS as exc:
+        error = failures.python_error(exc, {filename}, (filename, _exc_line(exc, filename)))
         if isinstance(error, SimulatorBugError):
             raise error from exc
         raise KernelLoadError(f"{type(exc).__name__} while loading: {exc}", file=filename,
@@ -387,3 +346,8 @@ def _exc_line(exc: BaseException, filename: str) -> int | None:
             line = tb.tb_lineno
         tb = tb.tb_next
     return line
+
+
+# ---- the API boundary: every nl / nisa facade function checks its call against the NKI docs ---------
+for _fe, _kind in (("neuronxcc", "language"), ("neuronxcc", "isa"), ("nki", "language"), ("nki", "isa")):
+    api_guard.guard_module(_ALIASES[f"{api_guard.FRONT_END_PREFIX[_fe]}.{_kind}"], _fe, _kind)
