@@ -18,10 +18,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from accelopt_nb.errors import KernelError, KernelLoadError, SimulatorBugError, UnsupportedAPIError
-from accelopt_nb.sim import api_guard, failures
+from accelopt_nb.errors import KernelError, KernelLoadError, UnsupportedAPIError
 from accelopt_nb.sim import dtypes as _dt
 from accelopt_nb.sim import isa as _isa
+from accelopt_nb.sim import api_guard, failures
 from accelopt_nb.sim import language as _nl
 from accelopt_nb.sim.runtime import Runtime, SimOptions, active, running
 from accelopt_nb.sim.tensor import Tensor
@@ -323,7 +323,7 @@ def load_kernel(path: str | Path | None = None, *, source: str | None = None, na
                               rule="kernels import numpy, math and neuronxcc.nki only") from exc
     except failures.PYTHON_ERRORS as exc:
         error = failures.python_error(exc, {filename}, (filename, _exc_line(exc, filename)))
-        if isinstance(error, SimulatorBugError):
+        if isinstance(error, failures.SimulatorBugError):
             raise error from exc
         raise KernelLoadError(f"{type(exc).__name__} while loading: {exc}", file=filename,
                               line=_exc_line(exc, filename)) from exc
