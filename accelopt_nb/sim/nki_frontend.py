@@ -20,6 +20,7 @@ from accelopt_nb.sim import ops as _ops
 from accelopt_nb.sim.runtime import current
 from accelopt_nb.sim.tensor import as_view
 
+
 def _dst_view(dst: Any, api: str):
     view = as_view(dst)
     if view is None:
