@@ -247,6 +247,11 @@ def test_evaluation_reports_a_simulator_bug_as_crashed_with_a_distinct_message(m
     assert result.error["type"] == "SimulatorBugError" and result.error["line"] == 15
 
 
-def test_load_errors_are_located():
-    with pytest.raises(KernelLoadError):
-        load_kernel(source="import neuronxcc.nki.bogus\n", filename="k.py")
+def test_unsupported_use_at_load_time_is_located():
+    with pytest.raises(KernelLoadError) as e:
+        load_kernel(source="import numpy as np\nimport neuronxcc.nki.bogus\n", filename="k.py")
+    assert (e.value.file, e.value.line) == ("k.py", 2)
+    src = HEADER_01 + "ENGINE = nisa.tensor_copy(None, engine=99)\n"
+    with pytest.raises(UnsupportedAPIError) as e:
+        load_kernel(source=src, filename="k.py")
+    assert (e.value.file, e.value.line) == ("k.py", line_of(src, "ENGINE")) and "unknown engine" in e.value.message
