@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+import threading
 
 from accelopt_nb.errors import KernelLoadError, KernelRejectedError
 
@@ -51,6 +52,15 @@ ALLOWED_DUNDER_NAMES = frozenset({"__name__"})
 MAX_SOURCE_CHARS = 400_000
 
 _FORMAT_ESCAPE = re.compile(r"\{[^{}]*[.\[]\s*_")
+# CPython 3.11 keeps the AST constructor's recursion-depth counter per interpreter, not per
+# thread: two threads parsing at once can fail with "AST constructor recursion depth mismatch".
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_source(source: str, filename: str = "kernel.py") -> ast.Module:
+    """``ast.parse``, serialised across threads (see _PARSE_LOCK)."""
+    with _PARSE_LOCK:
+        return ast.parse(source, filename=filename)
 
 
 def check_kernel_source(source: str, filename: str = "kernel.py") -> None:
@@ -60,7 +70,7 @@ def check_kernel_source(source: str, filename: str = "kernel.py") -> None:
         raise KernelRejectedError(f"kernel source is {len(source)} characters; the limit is "
                                   f"{MAX_SOURCE_CHARS}", file=filename, line=1)
     try:
-        tree = ast.parse(source, filename=filename)
+        tree = parse_source(source, filename)
     except SyntaxError as exc:
         raise KernelLoadError(f"syntax error: {exc.msg}", file=filename, line=exc.lineno) from None
     except ValueError as exc:  # e.g. null bytes in the source
