@@ -137,7 +137,8 @@ def run_job(job: EvalJob, worker: Any = None) -> EvalResult:
             result.message = "the evaluation ran out of memory"
         else:
             result.status = Status.CRASHED
-            result.message = f"the evaluation process crashed: {outcome.describe()}"
+            notes = f" ({'; '.join(outcome.notes)})" if outcome.notes else ""
+            result.message = f"the evaluation process crashed: {outcome.describe()}{notes}"
         if outcome.error:
             result.error = {"type": outcome.error.get("type"), "message": outcome.error.get("message"),
                             "api": None, "file": opts.kernel_filename, "line": None, "rule": None}
