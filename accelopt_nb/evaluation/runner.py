@@ -148,6 +148,7 @@ class InProcessRunner:
     """The same requests served in this process: no isolation, for trusted kernels only."""
 
     def __init__(self, job: Any, workdir: Path, limits: RunnerLimits | None = None) -> None:
+        Path(workdir).mkdir(parents=True, exist_ok=True)
         self.server = _Server(job, Path(workdir))
 
     def request(self, msg: dict[str, Any]) -> dict[str, Any]:
