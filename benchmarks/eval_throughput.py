@@ -112,7 +112,9 @@ def overhead(n: int) -> dict:
             pool.submit(jobs[0]).result()          # start the worker, fill the input cache
             t0 = time.perf_counter()
             for job in jobs:
-                pool.submit(job).result()
+                r = pool.submit(job).result()
+                if r.status is not Status.CORRECT:
+                    raise SystemExit(f"overhead job failed: {r.summary()}")
             rows[label] = (time.perf_counter() - t0) / n
     return {k: {"per_job_ms": 1e3 * v, "overhead_ms": 1e3 * (v - inproc)} for k, v in rows.items()}
 

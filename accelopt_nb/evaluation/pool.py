@@ -51,11 +51,13 @@ class WarmWorker:
         return self.proc.poll() is None
 
     def run(self, target: str, payload: Any, timeout_s: float) -> SandboxOutcome:
+        """Call ``target(payload)`` in the worker (``timeout_s``: its answer's backstop)."""
         t0 = time.monotonic()
         self.jobs += 1
         try:
             assert self.proc.stdin is not None
-            self.proc.stdin.write((json.dumps({"target": target, "payload": payload}) + "\n").encode())
+            request = {"target": target, "payload": payload}
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             pass
