@@ -172,11 +172,12 @@ def _child_main(sock: socket.socket, job: Any, workdir: Path, limits: RunnerLimi
     except OSError:
         pass
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    # Hold nothing of the parent's but this socket: a worker's protocol pipes stay the worker's
-    # (its death must reach the pool as end-of-stream, whatever runners are alive).
-    keep = sock.fileno()
-    os.closerange(3, keep)
-    os.closerange(keep + 1, 1 << 16)
+    # A warm worker's answer stream stays the worker's: its death must reach the pool as
+    # end-of-stream whatever runners are alive. (Other inherited descriptors are left alone:
+    # closing them under live Python objects would let a reused number be closed twice.)
+    from accelopt_nb.evaluation import worker
+    if worker.PROTOCOL_FD is not None:
+        os.close(worker.PROTOCOL_FD)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     f = sock.makefile("rb")

@@ -19,6 +19,8 @@ import sys
 import traceback
 
 MIB = 1024 * 1024
+# The descriptor a warm worker answers on (``serve``); a forked runner closes its copy.
+PROTOCOL_FD: int | None = None
 
 
 def _limit_resources(memory_mb: int | None, file_size_mb: int | None) -> None:
@@ -74,7 +76,9 @@ def _call(target: str, payload: object) -> dict:
 
 def serve(preload: list[str]) -> int:
     """The warm worker loop: preload, then one request line in, one result line out."""
+    global PROTOCOL_FD
     proto = os.fdopen(os.dup(1), "w")
+    PROTOCOL_FD = proto.fileno()
     os.dup2(2, 1)
     _limit_resources(None, None)
     for name in preload:
