@@ -32,7 +32,7 @@ def test_baseline_correct_on_small_preset(name):
     assert outcome.status == "correct", outcome.message
     assert len(outcome.errors) == 5 + len(problem.task("small").adversarial_inputs())
     assert outcome.max_error < problem.tolerance
-    assert outcome.profile["latency"] > 0
+    assert outcome.profile["latency_ms"] > 0
 
 
 def test_every_problem_has_a_cheat_fixture():
@@ -76,7 +76,7 @@ def test_baseline_profiles_on_paper_preset_trace_only(name):
                      kernel_path=problem.baseline_path)
     outcome = simulate_case(case)
     assert outcome.status == "profiled" and outcome.correct is None
-    pct = 100 * problem.peak("paper").ms / outcome.profile["latency"]
+    pct = 100 * problem.peak("paper").ms / outcome.profile["latency_ms"]
     assert 10 < pct < 100, f"{name}: {pct:.1f}% of peak"   # a baseline, below the roofline, with headroom
 
 
