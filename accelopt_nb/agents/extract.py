@@ -62,11 +62,40 @@ class ExtractedCode:
         return self.code is not None
 
 
-def split_reasoning(text: str) -> tuple[str, str]:
-    """Split ``<think>…</think>`` reasoning from the final answer: returns (reasoning, answer).
+# Harmony (gpt-oss) output read raw: <|channel|>analysis<|message|>…<|end|><|start|>assistant
+# <|channel|>final<|message|>…<|return|>; with the special tokens stripped by the server it reads
+# "analysis…assistantfinal…".
+_HARMONY_SEGMENT = re.compile(r"<\|channel\|>\s*(\w+)[^<]*<\|message\|>(.*?)(?=<\|end\|>|<\|return\|>|<\|call\|>|"
+                              r"<\|start\|>|<\|channel\|>|\Z)", re.DOTALL)
+_HARMONY_TOKEN = re.compile(r"<\|(?:start|end|message|channel|return|call|constrain)\|>")
+_HARMONY_STRIPPED = re.compile(r"\A\s*analysis(?P<reasoning>.*?)assistant\s*final(?P<answer>.*)\Z", re.DOTALL)
 
-    An unclosed ``<think>`` (the answer was cut off while reasoning) leaves an empty answer.
+
+def split_harmony(text: str) -> tuple[str, str] | None:
+    """(reasoning, answer) of a harmony-format answer; None when the text is not one."""
+    if "<|channel|>" in text or "<|message|>" in text:
+        reasoning, answer = [], []
+        for channel, body in _HARMONY_SEGMENT.findall(text):
+            (answer if channel == "final" else reasoning).append(body.strip())
+        if not reasoning and not answer:
+            return "", _HARMONY_TOKEN.sub("", text).strip()
+        return "\n\n".join(reasoning).strip(), "\n\n".join(answer).strip()
+    m = _HARMONY_STRIPPED.match(text)
+    if m:
+        return m.group("reasoning").strip(), m.group("answer").strip()
+    return None
+
+
+def split_reasoning(text: str) -> tuple[str, str]:
+    """Split reasoning from the final answer: returns (reasoning, answer).
+
+    Understands ``<think>…</think>`` and harmony channels (``analysis`` vs ``final``, raw or
+    with the special tokens stripped). An unclosed ``<think>`` (the answer was cut off while
+    reasoning) leaves an empty answer.
     """
+    harmony = split_harmony(text)
+    if harmony is not None:
+        return harmony
     closes = list(_THINK_CLOSE.finditer(text))
     if closes:
         last = closes[-1]
