@@ -297,3 +297,26 @@ def test_a_recorded_run_replays_offline_to_the_same_kernels(problem, tmp_path, s
     assert runs["record"][0] == runs["replay"][0] and runs["record"][1] == runs["replay"][1]
     assert [i.summary for i in runs["record"][2]] == [i.summary for i in runs["replay"][2]]
     assert server.chat_requests == sum(model.calls.values())  # the replay never reached a server
+
+
+def test_multi_fidelity_screens_every_candidate_and_confirms_the_beam(problem, tmp_path, server):
+    model = FakeNKIModel(plans=["DOUBLE the tile width.", "WRONG: fold the constant."],
+                         rewrites=[("DOUBLE", double_tile), ("WRONG", wrong_result)])
+    server.responder = model.responder
+    s, client, _ = new_session(problem, tmp_path, server,
+                               config=small_config(iterations=2, **{"evaluation.fidelity": "multi"}))
+    s.run(1)
+    rows = s.store.rows("evaluations", "r1")
+    fidelity = {(r["kernel_id"], r["result"]["fidelity"]) for r in rows}
+    new = [k.kernel_id for k in s.iteration_kernels(0)]
+    assert all((kid, "screen") in fidelity for kid in new)  # every candidate screened
+    assert ("baseline", "full") in fidelity
+    # Every beam kernel is confirmed at full fidelity; the wrong kernel never needed a confirmation.
+    assert all(s.kernels[k].confirmed for k in s.beam)
+    confirmed = {kid for kid, f in fidelity if f == "confirm"}
+    assert confirmed and confirmed <= set(new) and confirmed <= set(s.beam)
+    assert s.best.fidelity in ("confirm", "full")
+    report = s.run(1)
+    assert report.fidelity == "multi" and "multi fidelity" in report.to_text()
+    client.close()
+    s.close()

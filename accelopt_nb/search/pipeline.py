@@ -65,16 +65,21 @@ class Front:
             self._cache = open_cache(self.eval_cache)
         return self._cache
 
-    def _job(self, label: str, source: str) -> Any:
+    @property
+    def candidate_fidelity(self) -> str:
+        """``screen`` under multi-fidelity search (confirmed later, before the beam), else ``full``."""
+        return "screen" if self.session.config.evaluation.fidelity == "multi" else "full"
+
+    def _job(self, label: str, source: str, fidelity: str) -> Any:
         from accelopt_nb.evaluation import make_job
 
         ev, problem = self.session.config.evaluation, self.session.problem
         return make_job(problem.eval_target, source, backend=ev.backend, hw=ev.hw, preset=problem.preset,
-                        options=self.eval_options, label=label)
+                        options=self.eval_options, label=label, fidelity=fidelity)  # type: ignore[arg-type]
 
-    def _submit(self, label: str, source: str) -> "Future[EvalResult]":
+    def _submit(self, label: str, source: str, fidelity: str | None = None) -> "Future[EvalResult]":
         """A future of the evaluation, answered from the cache when it holds this kernel."""
-        job = self._job(label, source)
+        job = self._job(label, source, fidelity or self.candidate_fidelity)
         cache = self._open_cache()
         hit = cache.get(job) if cache is not None else None
         if hit is not None:
@@ -90,10 +95,19 @@ class Front:
         fut.add_done_callback(remember)
         return fut
 
-    def evaluate_one(self, label: str, source: str) -> "EvalResult":
-        result = self._submit(label, source).result()
+    def evaluate_one(self, label: str, source: str, fidelity: str = "full") -> "EvalResult":
+        result = self._submit(label, source, fidelity).result()
         result.label = label
         return result
+
+    def confirm(self, kernel_ids: Sequence[str]) -> None:
+        """Evaluate screened kernels at full fidelity (in parallel) and record the results."""
+        s = self.session
+        futures = {kid: self._submit(kid, s.kernels[kid].source, "confirm") for kid in kernel_ids}
+        for n, (kid, fut) in enumerate(futures.items(), 1):
+            s.state.record_evaluation(kid, fut.result(), attempt=1)
+            s._emit("select", s.iteration, "eval_done", done=n, total=len(futures),
+                    message=f"confirmed {kid}: {s.kernels[kid].status}")
 
     def close(self) -> None:
         if self._owned_executor is not None:

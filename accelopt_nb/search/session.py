@@ -386,13 +386,20 @@ class Session:
         new = self.iteration_kernels()
         current = self.beam_kernels()
         chosen = select_beam([k.candidate() for k in current], [k.candidate() for k in new], self.config.beam_width)
+        # Multi-fidelity: a screened kernel is confirmed at full fidelity before it takes a beam
+        # slot; a kernel the confirmation rejects (or finds slower) makes room for the next one.
+        while unconfirmed := [c.kernel_id for c in chosen if not self.kernels[c.kernel_id].confirmed]:
+            self.front.confirm(unconfirmed)
+            chosen = select_beam([k.candidate() for k in current], [k.candidate() for k in new],
+                                 self.config.beam_width)
         if not chosen:  # cannot happen while the baseline is correct; guard anyway
             raise EvaluationError("no correct kernel left to form a beam")
         self.state.beam = [c.kernel_id for c in chosen]
         best, base = self.kernels[self.beam[0]], self.baseline
         info = {"beam": self.beam, "best": best.kernel_id, "best_latency_ms": best.latency_ms,
                 "best_speedup": base.latency_ms / best.latency_ms, "best_pct_peak": best.pct_peak,
-                "new_correct": sum(k.correct for k in new), "new": len(new)}
+                "new_correct": sum(k.correct for k in new), "new": len(new),
+                "confirmed": [k.kernel_id for k in new if k.confirmed and k.fidelity == "confirm"]}
         self._close_step(StepStats("select", t), info,
                          f"best {best.kernel_id} {_ms(best.latency_ms)} ({info['best_speedup']:.3f}x)")
         return self.beam_kernels()

@@ -62,6 +62,11 @@ class KernelView:
         return self.status == "correct" and self.latency_ms is not None and math.isfinite(self.latency_ms)
 
     @property
+    def confirmed(self) -> bool:
+        """Evaluated at full fidelity (not only screened)."""
+        return self.evaluated and self.fidelity != "screen"
+
+    @property
     def hash(self) -> str:
         return ast_hash(self.source)
 
@@ -108,6 +113,7 @@ class RunState:
         """The state as the store holds it. A run whose baseline is not evaluated yet has
         ``has_baseline == False``; the caller evaluates it (the state never evaluates)."""
         state = cls(store=store, run_id=run_id, problem=problem, config=config, memory=memory)
+        # rows in insertion order: a confirmation supersedes the screening of the same kernel
         evals = {row["kernel_id"]: row for row in store.rows("evaluations", run_id)}
         for row in store.rows("kernels", run_id):
             if row["problem_id"] != state.scope:
@@ -217,10 +223,12 @@ class RunState:
         self.kernels[kid] = view
         return view
 
-    def record_evaluation(self, kernel_id: str, result: "EvalResult") -> KernelView:
-        """Store an evaluation and apply it to the kernel's view (``pct_peak`` computed once, here)."""
+    def record_evaluation(self, kernel_id: str, result: "EvalResult", *, attempt: int = 0) -> KernelView:
+        """Store an evaluation and apply it to the kernel's view (``pct_peak`` computed once, here).
+
+        A later attempt (a confirmation of a screened kernel) supersedes the earlier one."""
         fields = self._evaluation_row(kernel_id, result)
-        self.store.add_evaluation(self.run_id, **fields)
+        self.store.add_evaluation(self.run_id, attempt=attempt, **fields)
         view = self.kernels[kernel_id]
         self._apply_evaluation(view, fields["result"], fields["status"], fields["pct_peak"])
         return view
@@ -266,8 +274,8 @@ class RunState:
 
     @property
     def best(self) -> KernelView:
-        """The fastest correct kernel found so far."""
-        pool = [k for k in self.kernels.values() if k.correct]
+        """The fastest correct kernel found so far (confirmed at full fidelity)."""
+        pool = [k for k in self.kernels.values() if k.correct and k.confirmed]
         return min(pool, key=lambda k: (k.latency_ms, k.iteration, k.order, k.kernel_id))
 
     def beam_kernels(self) -> list[KernelView]:
