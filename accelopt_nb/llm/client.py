@@ -164,6 +164,7 @@ class LLMClient:
         if ledger is not None:
             ledger.require_price(config.price, config.model)
         self._rng = random.Random(seed)
+        self._longest_output = 0  # completion tokens of the longest answer so far (cost estimates)
         # One SDK client and one semaphore per event loop: both bind to the loop they first run on.
         self._clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI]" = \
             weakref.WeakKeyDictionary()
@@ -208,6 +209,15 @@ class LLMClient:
 
     def _cost(self, usage: Usage) -> float | None:
         return None if self.config.price is None else self.prices.cost(self.config.price, usage)
+
+    def _estimate(self, request: Mapping[str, Any]) -> float:
+        """A call's likely cost, held against the cap while it runs: about 3 characters per
+        prompt token, and ``max_tokens`` (or the longest answer seen so far) of output."""
+        if self.config.price is None:
+            return 0.0
+        prompt = sum(len(str(m.get("content", ""))) for m in request.get("messages", [])) // 3
+        output = request.get("max_tokens") or request.get("max_completion_tokens") or self._longest_output
+        return self.prices.cost(self.config.price, Usage(prompt_tokens=prompt, completion_tokens=int(output)))
 
     def _check_budget(self, state: _CallState) -> None:
         if self.ledger is not None:
@@ -286,9 +296,16 @@ class LLMClient:
                           run_id=run_id, iteration=iteration, sample=sample,
                           request_hash=request_key(request, sample=sample, slot=slot), started_at=_now_iso())
         state = _CallState()
+        held = 0.0
         try:
             async with self._semaphore():
-                await self._run_call(call, request, state, validate, sample, slot, retries)
+                # Reserve only once admitted, so calls queued behind the concurrency limit hold nothing.
+                held = self.ledger.reserve(self._estimate(request)) if self.ledger is not None else 0.0
+                try:
+                    await self._run_call(call, request, state, validate, sample, slot, retries)
+                finally:
+                    if self.ledger is not None:
+                        self.ledger.release(held)
         except BudgetExceededError as exc:
             call.status, call.error = "budget_exceeded", str(exc)
             # A call refused before its first request cost nothing and is not a call;
@@ -315,6 +332,7 @@ class LLMClient:
                 return
             state.replayed = state.replayed or got.replayed
             state.usage = state.usage + got.parsed.usage
+            self._longest_output = max(self._longest_output, got.parsed.usage.completion_tokens)
             cost = self._cost(got.parsed.usage)
             state.cost = None if cost is None or state.cost is None else state.cost + cost
             call.text, call.reasoning = got.parsed.text, got.parsed.reasoning
