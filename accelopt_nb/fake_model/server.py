@@ -1,4 +1,6 @@
-"""A fake OpenAI-compatible HTTP server for tests: a real server on 127.0.0.1, ephemeral port.
+"""A FAKE OpenAI-compatible HTTP server (no model behind it): a real server on 127.0.0.1, ephemeral port.
+
+For tests and offline smoke runs only.
 
 It speaks just enough of the Chat Completions API (``POST /v1/chat/completions``, ``GET
 /v1/models``) for the LLM client, the ledger, record/replay and the agents to be tested

@@ -1,4 +1,7 @@
-"""A fake "model" that plays planner, executor and summarizer over the fake OpenAI server.
+"""FAKE MODEL, not a real LLM: plays planner, executor and summarizer over the fake OpenAI server.
+
+For offline smoke runs (``accelopt reproduce --smoke``) and tests only; nothing it produces says
+anything about what a real model would do.
 
 It answers like a real model would, from the request alone: it tells the role from the system
 prompt, proposes plans from a fixed menu (cycling per kernel), implements a plan by applying
@@ -18,14 +21,15 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable
 
-from fakes.fake_openai_server import Reply
+from accelopt_nb.fake_model.server import Reply
 
 Transform = Callable[[str], "str | None"]
 
 _KERNEL_BLOCK = re.compile(r"## The kernel to optimize\n```python\n(.*?)\n```", re.DOTALL)
 _PLAN_BLOCK = re.compile(r"## The optimization step to implement\n(.*)\Z", re.DOTALL)
 
-FAKES = Path(__file__).parent
+# Kernel rewrites the fake model answers with (data files, not part of any API).
+KERNELS = Path(__file__).parent / "kernels"
 
 
 def role_of(body: dict) -> str:
@@ -157,7 +161,7 @@ def write_axpb_problem(directory: Path) -> tuple[Path, Path]:
 # ---------------------------------------------------------------- NKIBench matmul
 def matmul_resident_rhs(src: str) -> str:
     """A genuinely faster matmul for small shapes: B stays in SBUF instead of being re-read per row block."""
-    return (FAKES / "kernels" / "matmul_resident_rhs.py").read_text()
+    return (KERNELS / "matmul_resident_rhs.py").read_text()
 
 
 def harmless_variation(src: str) -> str:
