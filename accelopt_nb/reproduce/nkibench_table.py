@@ -15,34 +15,45 @@ TABLE_COLUMNS = ["problem", "hw", "bound", "baseline_pct_peak", "best_pct_peak",
                  "paper_baseline_pct_peak", "paper_best_pct_peak"]
 
 
-def nkibench_table(preset: str = "small", hws: Sequence[str] = ("trn1", "trn2"),
-                   best: pd.DataFrame | None = None, problems: Sequence[str] | None = None) -> pd.DataFrame:
-    """One row per (problem, hw). ``best``: :func:`accelopt_nb.reproduce.stores.best_kernels` rows;
-    their kernels are re-profiled here on each ``hw`` (trace-only: the search already checked them)."""
+def bench_baseline_and_best(preset: str, hw: str, best: pd.DataFrame | None = None,
+                            problems: Sequence[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`accelopt_nb.bench.run_bench` rows of the baselines and of ``best``'s kernels (trace-only:
+    the search already checked them), both indexed by problem. ``best``: :func:`~accelopt_nb.reproduce.
+    stores.best_kernels` rows; a problem without a kernel there keeps its baseline row as its best."""
     from accelopt_nb.bench import run_bench
 
+    base = run_bench(problems, preset=preset, hw=hw, trace_only=True, progress=False, on_error="raise") \
+        .set_index("problem", drop=False)
+    tuned = base.copy()
+    if best is not None and len(best):
+        with tempfile.TemporaryDirectory() as tmp:
+            kernels = {}
+            for r in best.itertuples():
+                if r.problem in base.index:
+                    kernels[r.problem] = Path(tmp) / f"{r.problem}.py"
+                    kernels[r.problem].write_text(r.source)
+            if kernels:
+                found = run_bench(list(kernels), preset=preset, hw=hw, trace_only=True, progress=False,
+                                  kernels=kernels, on_error="raise").set_index("problem", drop=False)
+                tuned.loc[found.index] = found
+    return base, tuned
+
+
+def nkibench_table(preset: str = "small", hws: Sequence[str] = ("trn1", "trn2"),
+                   best: pd.DataFrame | None = None, problems: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per (problem, hw): baseline and best % of peak, and the paper's trn1 measurements."""
     paper = nkibench_trn1().set_index("problem")
-    best = best if best is not None else pd.DataFrame(columns=["problem", "source"])
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        kernels = {}
-        for r in best.itertuples():
-            path = Path(tmp) / f"{r.problem}.py"
-            path.write_text(r.source)
-            kernels[r.problem] = path
-        for hw in hws:
-            base = run_bench(problems, preset=preset, hw=hw, trace_only=True, progress=False, on_error="raise")
-            tuned = run_bench(list(kernels), preset=preset, hw=hw, trace_only=True, progress=False, kernels=kernels,
-                              on_error="raise").set_index("problem") if kernels else None
-            for b in base.itertuples():
-                best_pct = float(tuned.loc[b.problem, "pct_peak"]) if tuned is not None and b.problem in tuned.index \
-                    else float(b.pct_peak)   # no kernel found: the baseline stays the best
-                on_paper = hw == "trn1" and b.problem in paper.index
-                rows.append({"problem": b.problem, "hw": hw, "bound": b.bound,
-                             "baseline_pct_peak": float(b.pct_peak), "best_pct_peak": best_pct,
-                             "best_speedup": best_pct / float(b.pct_peak),
-                             "paper_baseline_pct_peak": float(paper.loc[b.problem, "baseline_pct_peak"]) if on_paper else np.nan,
-                             "paper_best_pct_peak": float(paper.loc[b.problem, "achieved_pct_peak"]) if on_paper else np.nan})
+    for hw in hws:
+        base, tuned = bench_baseline_and_best(preset, hw, best, problems)
+        for b in base.itertuples(index=False):
+            best_pct = float(tuned.loc[b.problem, "pct_peak"])
+            on_paper = hw == "trn1" and b.problem in paper.index
+            rows.append({"problem": b.problem, "hw": hw, "bound": b.bound,
+                         "baseline_pct_peak": float(b.pct_peak), "best_pct_peak": best_pct,
+                         "best_speedup": best_pct / float(b.pct_peak),
+                         "paper_baseline_pct_peak": float(paper.loc[b.problem, "baseline_pct_peak"]) if on_paper else np.nan,
+                         "paper_best_pct_peak": float(paper.loc[b.problem, "achieved_pct_peak"]) if on_paper else np.nan})
     return pd.DataFrame(rows, columns=TABLE_COLUMNS)
 
 
