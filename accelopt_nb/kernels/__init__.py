@@ -4,7 +4,8 @@ They are kernel *files* for :func:`accelopt_nb.sim.load_kernel` (they import ``n
 which only the simulator provides), not modules to import:
 
 * ``matmul_tutorial.py`` -- the NKI matmul tutorial's steps: tiled, hoisted, blocked free dims, blocked M/N/K;
-* ``mamba_tutorial.py`` -- the NKI Mamba tutorial's human-expert steps v1, v2, v3.
+* ``mamba_tutorial.py`` -- the NKI Mamba tutorial's human-expert steps v1, v2, v3;
+* ``silu_fused.py`` -- SiLU as one fused ScalarE activation per tile (the teaching course's fusion answer).
 
 The performance-fidelity benchmark, the human-experts reproduction and the teaching notebooks use them.
 """
