@@ -58,10 +58,11 @@ NOTEBOOKS: tuple[NotebookSpec, ...] = (
     NotebookSpec("03_matmul_step_by_step.ipynb", "teaching", "Optimizing a matmul step by step"),
     NotebookSpec("04_fusion_and_overlap.ipynb", "teaching", "Fusion and engine overlap"),
     NotebookSpec("05_agent_step_by_hand.ipynb", "teaching", "One agent step by hand with the magics"),
-    NotebookSpec("20_nkibench_table.ipynb", "reproduction", "NKIBench: % of peak, baselines and best, trn1 and trn2"),
-    NotebookSpec("21_beam_vs_sampling.ipynb", "reproduction", "Beam search vs repeated sampling"),
-    NotebookSpec("22_memory_ablation.ipynb", "reproduction", "Optimization memory: on/off, ExpN and TopK"),
-    NotebookSpec("23_cost.ipynb", "reproduction", "Cost: open vs proprietary models"),
+    NotebookSpec("20_beam_vs_sampling.ipynb", "reproduction", "Beam search vs repeated sampling"),
+    NotebookSpec("21_memory_ablation.ipynb", "reproduction", "Optimization memory: on/off, ExpN and TopK"),
+    NotebookSpec("22_cost.ipynb", "reproduction", "Cost: open vs proprietary models"),
+    # after the search notebooks: these read the best kernels of the run stores those wrote
+    NotebookSpec("23_nkibench_table.ipynb", "reproduction", "NKIBench: % of peak, baselines and best, trn1 and trn2"),
     NotebookSpec("24_human_experts.ipynb", "reproduction", "Mamba: human experts vs the agent"),
     NotebookSpec("25_saturation.ipynb", "reproduction", "Where search saturates"),
 )
