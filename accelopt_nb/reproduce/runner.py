@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -177,8 +178,10 @@ def _execute(job: Job, out: Path, checkout: Path, fake: dict[str, str] | None,
         stale.unlink()
     params = {**job.params, "out_dir": str(out_dir), "runs_dir": str(out / "runs"), **(fake or {})}
     source = nb_dir / job.spec.file
+    tmp = None
     if job.spec.kind == "teaching":
-        source = _with_reference_answers(source, out_dir)
+        tmp = tempfile.TemporaryDirectory(prefix="accelopt_answers_")
+        source = _with_reference_answers(source, Path(tmp.name))
     executed = out_dir / job.spec.file
     log(f"running {job.spec.file} ({job.config.name})")
     t = time.monotonic()
@@ -191,19 +194,22 @@ def _execute(job: Job, out: Path, checkout: Path, fake: dict[str, str] | None,
         error = f"cell {exc.cell_index + 1} (execution count {exc.exec_count}) raised {exc.ename}: {exc.evalue}"
     except Exception as exc:  # a kernel that died or could not start is still this notebook's failure
         error = f"{type(exc).__name__}: {exc}"
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
     seconds = time.monotonic() - t
     log(f"  {'FAILED: ' + error if error else 'ok'} ({seconds:.1f} s)")
     return Outcome(job, not error, seconds, executed, error, read_manifest(out_dir))
 
 
-def _with_reference_answers(source: Path, out_dir: Path) -> Path:
+def _with_reference_answers(source: Path, folder: Path) -> Path:
     import nbformat
 
     from accelopt_nb.teaching.answers import REFERENCE_ANSWERS
     from accelopt_nb.teaching.notebook import fill_exercises
 
     nb = fill_exercises(nbformat.read(source, as_version=4), REFERENCE_ANSWERS)
-    filled = out_dir / f".{source.stem}.answers.ipynb"
+    filled = folder / source.name
     nbformat.write(nb, filled)
     return filled
 

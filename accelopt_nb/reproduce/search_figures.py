@@ -147,6 +147,9 @@ def plot_cost(curves: pd.DataFrame, table: pd.DataFrame, sink: FigureSink) -> An
     for i, r in enumerate(table.itertuples()):
         a2.text(r.cost_to_target_usd, i, f" ${r.cost_to_target_usd:.4g} ({r.times_cheaper_than_costliest:.1f}x cheaper)"
                 if np.isfinite(r.cost_to_target_usd) else " not reached", va="center", fontsize=7)
+    finite = table["cost_to_target_usd"][np.isfinite(table["cost_to_target_usd"])]
+    if len(finite):
+        a2.set_xlim(0, float(finite.max()) * 1.9)   # room for the labels right of the bars
     a2.set_yticks(y)
     a2.set_yticklabels(table["arm"], fontsize=8)
     a2.set_xlabel(f"USD to reach the matched improvement ({table['target_speedup'].iloc[0]:.3f}x)" if len(table) else "")
@@ -158,8 +161,9 @@ def plot_cost(curves: pd.DataFrame, table: pd.DataFrame, sink: FigureSink) -> An
                   if isinstance(r.price_key, str)]
     facts = paper_facts()["cost"]
     lines.append(f"paper: {facts['open_model']} {facts['times_cheaper']}x cheaper than {facts['proprietary_model']}")
-    a2.text(0.98, 0.02, "\n".join(lines), transform=a2.transAxes, ha="right", va="bottom", fontsize=7,
-            family="monospace", bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "#bbb"})
     fig.suptitle(sink.title("LLM cost: open vs proprietary models at matched improvement (cost ledger)"), fontsize=10)
     fig.tight_layout()
+    # the price table under the panels (saved with bbox_inches="tight", so it is never cut off)
+    fig.text(0.5, 0.0, "\n".join(lines), ha="center", va="top", fontsize=7, family="monospace",
+             bbox={"facecolor": "white", "edgecolor": "#bbb"})
     return fig
