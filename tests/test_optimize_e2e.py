@@ -1,6 +1,6 @@
 """End to end: `accelopt optimize` on NKIBench matmul (small preset) against a fake model server.
 
-The fake model (tests/fakes/fake_nki_llm.py) answers over real HTTP with valid NKI kernels: a
+The fake model (accelopt_nb/fake_model/nki_model.py) answers over real HTTP with valid NKI kernels: a
 genuinely faster matmul (B kept resident in SBUF) and harmless variations of its parent. The
 CLI runs as a separate process, is SIGKILLed in the middle of iteration 1, and is resumed.
 """
