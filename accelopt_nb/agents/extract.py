@@ -16,6 +16,8 @@ import ast
 import re
 from dataclasses import dataclass, field
 
+from accelopt_nb.pyast import parse
+
 # Info strings of blocks that may hold the kernel. An untagged block counts as Python.
 PYTHON_TAGS = frozenset({"", "python", "py", "python3", "py3", "nki", "ipython", "python-nki"})
 
@@ -148,7 +150,7 @@ def _dedent(body: list[str], indent: str) -> str:
 
 def _parses(code: str) -> tuple[ast.Module | None, str | None]:
     try:
-        return ast.parse(code), None
+        return parse(code), None
     except SyntaxError as exc:
         return None, f"line {exc.lineno}: {exc.msg}"
 
@@ -184,7 +186,7 @@ def normalize_kernel_source(code: str, function_name: str = "kernel") -> tuple[s
     Returns the new source and notes describing each repair. The source must parse.
     """
     notes: list[str] = []
-    tree = ast.parse(code)
+    tree = parse(code)
     if not _defines_name(tree, function_name):
         fns = _top_level_functions(tree)
         jitted = [f for f in fns if _is_jit(f)]

@@ -204,8 +204,10 @@ def reference_for_agents(source: str, show_adversarial: bool = False) -> str:
         return source
     import ast
 
+    from accelopt_nb.pyast import parse
+
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:
         return source
     lines = source.splitlines()

@@ -104,6 +104,7 @@ class FakeOpenAIServer:
         self.requests: list[dict] = []
         self.request_headers: list[dict[str, str]] = []
         self.models_requests = 0
+        self.served: list[dict] = []  # the usage of every completion sent in full (what a ledger must match)
         self._queue: deque[Action] = deque()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -285,7 +286,10 @@ def _make_handler(srv: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                     return
                 self._perform(action.then, body)
             elif isinstance(action, Reply):
-                self._send_json(200, _completion_body(srv, body, action))
+                completion = _completion_body(srv, body, action)
+                self._send_json(200, completion)
+                with srv._lock:
+                    srv.served.append(dict(completion.get("usage") or {}))
             elif isinstance(action, Fail):
                 headers = {}
                 if action.retry_after is not None:

@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from accelopt_nb.pyast import parse
+
 
 def source_hash(source: str) -> str:
     """The identity of a kernel: sha256 of its source with line endings and trailing space normalized."""
@@ -29,7 +31,7 @@ def ast_hash(source: str) -> str:
     """A hash of the kernel's syntax tree without comments, docstrings or formatting, so two
     copies that differ only in those take one beam slot; unparsable text hashes as written."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:
         return source_hash(source)
     for node in ast.walk(tree):
