@@ -320,3 +320,47 @@ def test_multi_fidelity_screens_every_candidate_and_confirms_the_beam(problem, t
     assert report.fidelity == "multi" and "multi fidelity" in report.to_text()
     client.close()
     s.close()
+
+
+def test_a_cassette_replays_kernel_by_kernel_even_when_requests_are_identical(problem, tmp_path, server):
+    """Four identical executor requests (same parent, same plan text) get different answers; the
+    replay, scheduled differently, still gives every kernel id its own recorded kernel."""
+    import itertools
+    import re
+
+    from fakes.fake_openai_server import Reply, Slow
+
+    from accelopt_nb.llm import Cassette
+
+    counter = itertools.count(1)
+
+    def responder(body):
+        system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
+        if "propose the next" in system:
+            return Reply("The kernel is DMA-bound.\n\nPlan:\nTag the module with a constant.")
+        if "You implement that step" in system:
+            parent = re.search(r"## The kernel to optimize\n```python\n(.*?)\n```", user, re.DOTALL).group(1)
+            n = next(counter)
+            reply = Reply(f"```python\n{parent}\n\n_VARIANT = {n}\n```")
+            # the first answers arrive last, so the recording order differs from the request order
+            return Slow(0.5, reply) if n <= 2 else reply
+        return Reply("No optimization found")
+
+    server.responder = responder
+    tape = tmp_path / "tape.jsonl"
+    runs = {}
+    cfg = small_config(iterations=1, plans_per_kernel=2, samples_per_plan=2)
+    for mode, url, concurrency in (("record", server.url, 4), ("replay", "http://127.0.0.1:9/v1", 1)):
+        run_dir = tmp_path / mode
+        store = RunStore.open(run_dir)
+        model = ModelConfig(model=MODEL, base_url=url, price="fake-price")
+        client = LLMClient(model, Ledger.for_store(store, mode, prices=PRICES), Cassette(tape, mode),
+                           concurrency=concurrency)
+        s = Session.create(problem, run_dir=run_dir, config=cfg, llm=client, run_id=mode,
+                           eval_cache=tmp_path / "cache")
+        s.run()
+        runs[mode] = {k.kernel_id: k.source for k in s.kernels.values()}
+        client.close()
+        s.close()
+    assert len({src for kid, src in runs["record"].items() if kid != "baseline"}) == 4  # four different kernels
+    assert runs["record"] == runs["replay"]
