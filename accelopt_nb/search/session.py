@@ -284,6 +284,7 @@ class Session:
         """Mark the step done, or leave it open when calls are missing or all of them failed."""
         self.last_step = stats
         self.step_stats.append(stats)
+        stats.seconds = time.monotonic() - self.state.started.get(stats.phase, time.monotonic())
         info = {**info, "stats": stats.to_dict()}
         if stats.stopped or stats.missing:
             self.state.mark_failed(stats.phase, info)
