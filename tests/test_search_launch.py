@@ -73,7 +73,10 @@ def test_stop_keeps_finished_work_and_resume_auto_finishes_without_the_last_summ
         # The summarizer ran after iteration 0, not after the last iteration (1 of T=2).
         summarize = [r for r in s2.store.rows("steps", run_id) if r["step"] == "summarize"]
         assert [r["info"]["skipped"] for r in sorted(summarize, key=lambda r: r["iteration"])] == [False, True]
-        assert report.iterations_done == 2 and "time per phase" in report.to_text()
+        text = report.to_text()
+        assert report.iterations_done == 2 and "time per phase" in text
+        assert "retries" in text and "unusable" in text and "evaluation (full fidelity): " in text
+        assert sum(report.statuses.values()) == report.kernels and report.phase_seconds["plan"] >= 0
         assert {e.kind for e in events} >= {"start", "call_done", "eval_done", "end"}
 
 
