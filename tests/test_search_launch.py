@@ -85,3 +85,15 @@ def test_a_cost_run_refuses_an_unpriced_model(tmp_path, files):
         with pytest.raises(ConfigError, match="has no price"):
             open_session(spec(tmp_path, files, srv.url, unpriced_ok=False,
                               model={"base_url": srv.url, "model": MODEL}))
+
+
+def test_run_arms_checks_every_endpoint_before_any_run(tmp_path):
+    from accelopt_nb.experiments import run_arms
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    arms = [{"name": "down", "preset": "smoke", "model": {"base_url": f"http://127.0.0.1:{port}/v1"}}]
+    with pytest.raises(EndpointUnreachableError, match="arm 'down'.*cannot reach"):
+        run_arms(arms, ["matmul"], tmp_path / "exp", default_model={"model": "m"}, progress=False)
+    assert not (tmp_path / "exp").exists()
