@@ -364,3 +364,23 @@ def test_a_cassette_replays_kernel_by_kernel_even_when_requests_are_identical(pr
         s.close()
     assert len({src for kid, src in runs["record"].items() if kid != "baseline"}) == 4  # four different kernels
     assert runs["record"] == runs["replay"]
+
+
+def test_kernels_with_the_same_syntax_tree_are_evaluated_once_and_take_one_beam_slot(problem, tmp_path, server):
+    from fakes.fake_nki_llm import harmless_variation
+
+    model = FakeNKIModel(plans=["DOUBLE the tile width.", "HARMLESS: add a comment."],
+                         rewrites=[("DOUBLE", double_tile), ("HARMLESS", harmless_variation)])
+    server.responder = model.responder
+    s, client, _ = new_session(problem, tmp_path, server, config=small_config(iterations=2, samples_per_plan=2))
+    s.run(1)
+    kernels = s.iteration_kernels(0)
+    assert len(kernels) == 4 and all(k.evaluated for k in kernels)
+    logs = [r["result"]["log"] for r in s.store.rows("evaluations", "r1") if r["kernel_id"] != "baseline"]
+    copies = [log for log in logs if any("evaluated once" in line for line in log)]
+    assert len(copies) >= 1  # the two DOUBLE samples are the same kernel: one of them is a copy
+    # the comment-only variation has the baseline's tree: it never takes a second beam slot
+    trees = [s.kernels[k].hash for k in s.beam]
+    assert len(trees) == len(set(trees))
+    client.close()
+    s.close()
