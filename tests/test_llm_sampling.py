@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from fakes.fake_openai_server import FakeOpenAIServer, Reply, Slow, fake_openai_fixture

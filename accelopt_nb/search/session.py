@@ -48,8 +48,8 @@ from accelopt_nb.llm.completion import Completion
 from accelopt_nb.search.beam import select_beam
 from accelopt_nb.search.config import SearchConfig
 from accelopt_nb.search.events import ProgressEvent, ProgressFn, StepStats
-from accelopt_nb.search.memory import MemoryItem, OptimizationMemory, memory_item_from_pair, select_rewrites
-from accelopt_nb.search.memory import RewriteRecord
+from accelopt_nb.search.memory import (MemoryItem, OptimizationMemory, RewriteRecord, memory_item_from_pair,
+                                        select_rewrites)
 from accelopt_nb.search.pipeline import Front, Requests
 from accelopt_nb.search.problem import SearchProblem
 from accelopt_nb.search.state import (BASELINE_ID, BASELINE_ITERATION, PHASES, KernelView, PlanView, RunState,
