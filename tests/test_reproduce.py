@@ -136,3 +136,9 @@ def test_reproduce_smoke_runs_every_notebook_offline_and_writes_every_figure(tmp
         text = json.dumps([c.get("outputs", []) for c in nb["cells"]])
         if spec.kind == "teaching":
             assert "RIGHT (exercise" in text and "WRONG (exercise" not in text
+
+
+def test_list_names_every_notebook(capsys):
+    assert cli_main(["reproduce", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert all(spec.name in out for spec in NOTEBOOKS) and "teaching" in out and "reproduction" in out
