@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from accelopt_nb.agents.executor import Executor
 from accelopt_nb.agents.planner import ParsedPlan, Planner, parse_plan
 from accelopt_nb.agents.prompts import PromptSet, reference_for_agents
-from accelopt_nb.agents.summarizer import ParsedSummary, Summarizer
+from accelopt_nb.agents.summarizer import Summarizer
 from accelopt_nb.errors import (BudgetExceededError, ConfigError, EvaluationError, LLMError, StepFailedError,
                                 StoreError)
 from accelopt_nb.llm.client import CallRequest, LLMClient
@@ -48,8 +48,8 @@ from accelopt_nb.llm.completion import Completion
 from accelopt_nb.search.beam import select_beam
 from accelopt_nb.search.config import SearchConfig
 from accelopt_nb.search.events import ProgressEvent, ProgressFn, StepStats
-from accelopt_nb.search.memory import (MemoryItem, OptimizationMemory, RewriteRecord, memory_item_from_pair,
-                                        select_rewrites)
+from accelopt_nb.search.lessons import rewrite_pairs, summarize_calls
+from accelopt_nb.search.memory import MemoryItem, OptimizationMemory, RewritePair
 from accelopt_nb.search.pipeline import Front, Requests
 from accelopt_nb.search.problem import SearchProblem
 from accelopt_nb.search.state import (BASELINE_ID, BASELINE_ITERATION, PHASES, KernelView, PlanView, RunState,
@@ -406,17 +406,9 @@ class Session:
         return self.beam_kernels()
 
     # ------------------------------------------------------------------ step 5: summarize
-    def rewrite_pairs(self, iteration: int | None = None):
+    def rewrite_pairs(self, iteration: int | None = None) -> list[RewritePair]:
         """The slow→fast pairs an iteration contributes to memory (before summarization)."""
-        records = []
-        for k in self.iteration_kernels(iteration):
-            parent = self.kernels.get(k.parent_id or "")
-            if parent is None or parent.latency_ms is None:
-                continue
-            records.append(RewriteRecord(parent.kernel_id, parent.source, parent.latency_ms, k.kernel_id, k.source,
-                                         k.latency_ms if k.correct else None, k.plan_id or "", k.order))
-        m = self.config.memory
-        return select_rewrites(records, m.top_k, m.positive_threshold, m.negative_threshold)
+        return rewrite_pairs(self.state, iteration)
 
     @_step_call
     def summarize(self, manual: Sequence[MemoryItem | Mapping[str, Any]] | None = None) -> list[MemoryItem]:
@@ -445,7 +437,7 @@ class Session:
                     self.state.record_memory_item(item)
                 new_items.append(existing.get(item.item_id, item))
         elif self.config.summarizes(t):
-            new_items = self._summarize_calls(t, stats, existing, failures, not_found)
+            new_items = summarize_calls(self, stats, existing, failures, not_found)
         present = {i.item_id for i in self.memory}
         evicted = self.memory.add([i for i in new_items if i.item_id not in present])
         if self.memory_path is not None and self.config.uses_memory:
@@ -456,48 +448,6 @@ class Session:
         self._close_step(stats, info,
                          f"{len(new_items)} new memory items, {len(self.memory)}/{self.memory.capacity} in memory")
         return new_items
-
-    def _summarize_calls(self, t: int, stats: StepStats, existing: dict[str, MemoryItem],
-                         failures: list[dict[str, Any]], not_found: list[str]) -> list[MemoryItem]:
-        pairs = self.rewrite_pairs()
-        results: dict[str, MemoryItem] = {}
-        requests = []
-        for pair in pairs:
-            iid = f"{self.run_id}:i{t}:{pair.slow_id}>{pair.fast_id}"
-            if iid in existing:
-                results[iid] = existing[iid]
-                continue
-            slow, fast = self.kernels[pair.slow_id], self.kernels[pair.fast_id]
-            messages = self.summarizer.messages(slow_source=pair.slow_source, fast_source=pair.fast_source,
-                                                speedup=pair.speedup, slow_ms=slow.latency_ms, fast_ms=fast.latency_ms)
-            requests.append(self.call_request("summarizer", messages, key=(iid, pair), validate=self.summarizer.validate,
-                                              sample=0, slot=f"i{t}:{pair.slow_id}>{pair.fast_id}"))
-        self._emit("summarize", t, "start", total=len(requests))
-
-        def done(req: CallRequest, c: Completion) -> None:
-            iid, pair = req.key
-            stats.calls += 1
-            if not c.ok:
-                stats.add_failure(c.error, unusable=c.status == "unusable")
-                failures.append(failure_record(c, item_id=iid))
-            else:
-                parsed: ParsedSummary = c.parsed
-                if not parsed.found:
-                    not_found.append(iid)  # no meaningful difference: no memory slot is spent on it
-                else:
-                    item = memory_item_from_pair(pair, parsed.title, parsed.summary, problem=self.problem.name,
-                                                 iteration=t, run_id=self.run_id)
-                    item.item_id = iid
-                    self.state.record_memory_item(item, call_id=c.call_id,
-                                                  extra={"reasoning": parsed.reasoning or c.reasoning,
-                                                         "finish_reason": c.finish_reason})
-                    results[iid] = item
-            self._emit("summarize", t, "call_done", done=stats.calls, total=len(requests), failed=stats.failed)
-
-        self.fan_out(requests, done, stats)
-        # Enqueue in pair order (positives best-first, then negatives), not completion order.
-        return [results[iid] for iid in (f"{self.run_id}:i{t}:{p.slow_id}>{p.fast_id}" for p in pairs)
-                if iid in results]
 
     # ------------------------------------------------------------------ LLM calls
     def call_request(self, role: str, messages: Any, *, key: Any, validate: Any, sample: int,
