@@ -132,7 +132,7 @@ class AccelOptMagics(Magics):
 
     # ---- sessions ------------------------------------------------------------------------------
     def _cmd_open(self, argv: list[str], cell: str | None) -> Shown:
-        from accelopt_nb.search.launch import model_config, open_session
+        from accelopt_nb.search.launch import LaunchSpec, open_session
 
         p = _parser("open")
         p.add_argument("problem")
@@ -150,14 +150,14 @@ class AccelOptMagics(Magics):
         args = p.parse_args(argv)
         if not args.model_preset and not (args.base_url and args.model):
             raise MagicUsageError("%accelopt open needs --model-preset, or --base-url and --model")
-        model = model_config(base_url=args.base_url, model=args.model, model_preset=args.model_preset,
-                             api_key_env=args.api_key_env, price=args.price)
+        model = {"base_url": args.base_url, "model": args.model, "model_preset": args.model_preset,
+                 "api_key_env": args.api_key_env, "price": args.price}
         if self.session is not None:
             self.session.close()
         overrides = {"evaluation.shape_preset": args.shape_preset} if args.shape_preset else {}
-        self.session = open_session(args.problem, args.run_dir or Path("runs") / args.problem, model=model,
-                                    preset=args.preset, overrides=overrides, run_id=args.run_id,
-                                    resume=args.resume, cap_usd=args.cap_usd)
+        self.session = open_session(LaunchSpec(args.problem, run_dir=args.run_dir, model=model, preset=args.preset,
+                                               overrides=overrides, run_id=args.run_id,
+                                               resume="auto" if args.resume else "new", cap_usd=args.cap_usd))
         if self.shell is not None:
             self.shell.user_ns[SESSION_NAME] = self.session
         return self._cmd_status([], None)

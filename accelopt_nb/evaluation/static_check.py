@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import ast
 import re
-import threading
 
 from accelopt_nb.errors import KernelLoadError, KernelRejectedError
+from accelopt_nb.pyast import PARSE_LOCK
 
 # Top-level modules a kernel may import (and their submodules). ``__future__`` is a compiler
 # directive, not a module with behaviour.
@@ -71,7 +71,7 @@ MAX_SOURCE_CHARS = 400_000
 _FORMAT_ESCAPE = re.compile(r"\{[^{}]*[.\[]\s*_")
 # CPython 3.11 keeps the AST constructor's recursion-depth counter per interpreter, not per
 # thread: two threads parsing at once can fail with "AST constructor recursion depth mismatch".
-_PARSE_LOCK = threading.Lock()
+_PARSE_LOCK = PARSE_LOCK  # one lock for every parse of the process
 
 
 def parse_source(source: str, filename: str = "kernel.py") -> ast.Module:
