@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from accelopt_nb.errors import ConfigError
+from accelopt_nb.errors import AccelOptError, ConfigError
 
 CURVE_COLUMNS = ["arm", "problem", "run_id", "iteration", "best_speedup", "best_pct_peak", "cum_tokens",
                  "cum_cost_usd"]
@@ -47,12 +47,19 @@ class Arm:
 def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], root: str | Path, *,
              default_model: Mapping[str, Any] | None = None, progress: bool = True) -> None:
     """Run (or resume) every arm on every problem to its configured number of iterations."""
+    from accelopt_nb.notebook.session import check_endpoint
     from accelopt_nb.search.launch import model_config, open_session
 
     root = Path(root)
     arms = [a if isinstance(a, Arm) else Arm.from_dict(a) for a in arms]
     problems = list(problems)
     jobs = [(a, p) for a in arms for p in problems]
+    models = [model_config(**_arm_model(a, default_model)) for a in arms]
+    for arm, model in zip(arms, models):  # fail in seconds, before any run starts, if a model is unreachable
+        try:
+            check_endpoint(model)
+        except AccelOptError as exc:
+            raise type(exc)(f"arm {arm.name!r}: {exc}") from None
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -60,9 +67,7 @@ def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], r
     for arm, problem in jobs:
         if bar is not None:
             bar.set_postfix_str(f"{arm.name}/{problem}")
-        # an arm naming its own model preset owns its endpoint; otherwise it refines the default model
-        spec = dict(arm.model) if "model_preset" in arm.model else {**dict(default_model or {}), **arm.model}
-        model = model_config(**spec)
+        model = models[arms.index(arm)]
         session = open_session(problem, root / arm.name / problem, model=model, preset=arm.preset,
                                overrides=arm.overrides, resume=True)
         with session:
@@ -71,6 +76,11 @@ def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], r
             bar.update(1)
     if bar is not None:
         bar.close()
+
+
+def _arm_model(arm: Arm, default_model: Mapping[str, Any] | None) -> dict[str, Any]:
+    # an arm naming its own model preset owns its endpoint; otherwise it refines the default model
+    return dict(arm.model) if "model_preset" in arm.model else {**dict(default_model or {}), **arm.model}
 
 
 def collect_curves(root: str | Path) -> pd.DataFrame:

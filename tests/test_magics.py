@@ -176,3 +176,25 @@ def test_drive_a_session_step_by_step_with_human_input(ip, tmp_path):
         import matplotlib
         matplotlib.use("Agg")
         ip.run_line_magic("accelopt", "plot")
+
+
+def test_experiment_arms_check_their_endpoint_before_any_run(tmp_path):
+    from accelopt_nb.experiments import run_arms
+
+    dead = {"base_url": f"http://127.0.0.1:{_free_port()}/v1", "model": "m", "price": "gpt-oss-120b@groq"}
+    start = time.monotonic()
+    with pytest.raises(Exception, match="arm 'beam': cannot reach the LLM endpoint"):
+        run_arms([{"name": "beam"}], ["matmul"], tmp_path / "exp", default_model=dead, progress=False)
+    assert time.monotonic() - start < 15 and not (tmp_path / "exp").exists()
+
+
+@pytest.mark.slow
+def test_papermill_run_without_a_model_fails_with_the_reason(tmp_path):
+    papermill = pytest.importorskip("papermill")
+    from pathlib import Path
+    notebooks = Path(__file__).resolve().parent.parent / "notebooks"
+    with pytest.raises(papermill.PapermillExecutionError, match="cannot reach the LLM endpoint"):
+        papermill.execute_notebook(str(notebooks / "10_search_experiments.ipynb"), str(tmp_path / "out.ipynb"),
+                                   cwd=str(tmp_path), kernel_name="python3", progress_bar=False,
+                                   parameters={"base_url": f"http://127.0.0.1:{_free_port()}/v1",
+                                               "root": str(tmp_path / "runs"), "out_dir": str(tmp_path / "fig")})
