@@ -177,7 +177,8 @@ class ResultView:
     def _repr_html_(self) -> str:
         r = self.result
         color = OK_COLOR if r.correct else FAIL_COLOR
-        head = "".join(f"<tr><th style='text-align:left;padding-right:12px'>{esc(k)}</th><td>{esc(v)}</td></tr>"
+        head = "".join(f"<tr><th style='text-align:left;padding-right:12px'>{esc(k)}</th>"
+                       f"<td style='text-align:left'>{esc(v)}</td></tr>"
                        for k, v in self._head())
         parts = [f"<div class='accelopt-result'><table>{head}</table>",
                  f"<div style='color:{color};margin:4px 0'>{esc(r.message)}</div>"]
@@ -216,12 +217,16 @@ class KernelDiff:
                                             fromfile=self.left_id, tofile=self.right_id)) or "(identical)"
 
     def _repr_html_(self) -> str:
-        table = difflib.HtmlDiff(tabsize=4, wrapcolumn=80).make_table(
+        table = difflib.HtmlDiff(tabsize=4, wrapcolumn=72).make_table(
             self.left.splitlines(), self.right.splitlines(), self.left_id, self.right_id, context=True, numlines=3)
-        style = ("<style>.accelopt-diff table.diff{font-family:monospace;font-size:12px;border:none}"
+        # JupyterLab's table style (tall rows, right-aligned cells) would stretch the diff; keep it compact.
+        style = ("<style>.accelopt-diff table.diff{font-family:monospace;font-size:11px;border:none;"
+                 "border-collapse:collapse}.accelopt-diff td,.accelopt-diff th{padding:0 4px !important;"
+                 "line-height:1.3 !important;text-align:left !important;white-space:pre;border:none}"
+                 ".accelopt-diff .diff_next{display:none}.accelopt-diff .diff_header{color:#888}"
                  ".accelopt-diff .diff_add{background:#dfd}.accelopt-diff .diff_chg{background:#ffa}"
-                 ".accelopt-diff .diff_sub{background:#fdd}.accelopt-diff td{padding:0 4px}</style>")
-        return f"{style}<div class='accelopt-diff'>{table}</div>"
+                 ".accelopt-diff .diff_sub{background:#fdd}</style>")
+        return f"{style}<div class='accelopt-diff' style='overflow:auto;max-height:480px'>{table}</div>"
 
 
 def leaderboard_rows(session: Any) -> list[dict[str, Any]]:

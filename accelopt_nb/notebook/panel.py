@@ -52,6 +52,7 @@ class SessionPanel:
         self.kernel_text = w.Textarea(placeholder="Your complete NKI kernel for the chosen plan",
                                       layout=w.Layout(width="100%", height="160px"))
         self.kernel_button = w.Button(description="submit kernel")
+        self.kernel_only = w.Checkbox(description="no executor calls for the other plans", indent=False)
         self.message = w.HTML()
         self.leaderboard = w.HTML()
         self.plans_view = w.HTML()
@@ -69,20 +70,17 @@ class SessionPanel:
         self.kernel_button.on_click(lambda _b: self._act("execute", self._submit_kernel))
         self.diff_a.observe(lambda _c: self._draw_diff(), names="value")
         self.diff_b.observe(lambda _c: self._draw_diff(), names="value")
-        tabs = w.Tab(children=[self.leaderboard, self.plans_view, w.VBox([w.HBox([self.diff_a, self.diff_b]),
-                                                                          self.diff_view]),
-                               self.plot, self.memory_view])
-        for i, title in enumerate(("leaderboard", "plans", "diff", "progress plot", "memory")):
-            tabs.set_title(i, title)
-        self.tabs = tabs
+        views = {"leaderboard": self.leaderboard, "plans": self.plans_view,
+                 "diff": w.VBox([w.HBox([self.diff_a, self.diff_b]), self.diff_view]),
+                 "progress plot": self.plot, "memory": self.memory_view,
+                 "play the planner": w.VBox([self.plans_text, self.plans_button]),
+                 "play the executor": w.VBox([self.plan_choice, self.kernel_text,
+                                                w.HBox([self.kernel_button, self.kernel_only])])}
+        self.tabs = w.Tab(children=list(views.values()), titles=tuple(views))
         self.widget = w.VBox([
             self.status,
             w.HBox(list(self.phase_buttons.values()) + [self.step_button, self.run_button, self.stop_button]),
-            self.progress.widget, self.message,
-            w.Accordion(children=[w.VBox([self.plans_text, self.plans_button]),
-                                  w.VBox([self.plan_choice, self.kernel_text, self.kernel_button])],
-                        titles=("Play the planner", "Play the executor")),
-            tabs,
+            self.progress.widget, self.message, self.tabs,
         ])
         self.widget.add_class("accelopt-panel")
         self.refresh()
@@ -99,7 +97,8 @@ class SessionPanel:
     def _submit_kernel(self) -> Any:
         if not self.plan_choice.value or not self.kernel_text.value.strip():
             raise ValueError("choose a plan and write its kernel first")
-        result = self.session.execute(manual={self.plan_choice.value: self.kernel_text.value})
+        result = self.session.execute(manual={self.plan_choice.value: self.kernel_text.value},
+                                      llm=not self.kernel_only.value)
         self.kernel_text.value = ""
         return result
 
@@ -152,6 +151,7 @@ class SessionPanel:
         except StopRequested as exc:
             self.message.value = f"<span style='color:#8a6d00'>{html.escape(str(exc))}</span>"
         except Exception as exc:  # shown in the panel; the session stays usable
+            self.progress.bar.bar_style = "danger"
             self.message.value = (f"<span class='accelopt-error' style='color:{d.FAIL_COLOR}'><b>"
                                   f"{type(exc).__name__}</b>: {html.escape(str(exc))}</span>")
         else:
@@ -185,7 +185,10 @@ class SessionPanel:
         """Redraw from the session (also called by the magics after they advance it)."""
         s = self.session
         self._set_enabled(not self.busy)
-        self.plan_choice.options = [p.plan_id for p in s.iteration_plans()] if s.next_phase == "execute" else []
+        choices = [p.plan_id for p in s.iteration_plans()] if s.next_phase == "execute" else []
+        if list(self.plan_choice.options) != choices:
+            self.plan_choice.options = choices
+            self.plan_choice.value = choices[0] if choices else None
         self.status.value = d.session_view(s).html
         self.leaderboard.value = d.leaderboard(s).html
         latest = max((p.iteration for p in s.plans.values()), default=None)

@@ -79,7 +79,8 @@ class LiveProgress:
                 s.done += 1
                 s.failed += 0 if e.get("ok", True) else 1
             elif kind == "phase_done":
-                s.phase = e.get("phase", s.phase)
+                if (e.get("phase"), e.get("iteration")) != (s.phase, s.iteration):  # a step without a "phase" event
+                    self.state = s = PhaseState(e.get("phase", ""), e.get("iteration"))
                 s.message = e.get("message", "")
                 self._line(f"  {s.phase:<9} {s.message}")
             # Events that carry their own counters (done/total/failed) are taken as they are.
