@@ -109,6 +109,7 @@ def simulate_case(case: BenchCase) -> CaseOutcome:
 
     from accelopt_nb.evaluation import EvalOptions, make_job
     from accelopt_nb.evaluation.engine import evaluate_job
+    from accelopt_nb.evaluation.profile import profile_record
     from accelopt_nb.perf import estimate
     from accelopt_nb.sim import SimOptions, load_kernel, simulate
 
@@ -123,7 +124,8 @@ def simulate_case(case: BenchCase) -> CaseOutcome:
             trace = simulate(kernel, *task.to_nki(inputs), options=SimOptions(trace_only=True)).trace
         except KernelError as exc:
             return CaseOutcome("error", None, {}, None, str(exc), time.monotonic() - t0)
-        return CaseOutcome("profiled", None, {}, estimate(trace, case.hw).to_dict(), "", time.monotonic() - t0)
+        record = profile_record(estimate(trace, case.hw).to_dict(), source="simulator", hw=case.hw)
+        return CaseOutcome("profiled", None, {}, record.to_dict(), "", time.monotonic() - t0)
     with tempfile.TemporaryDirectory(prefix="accelopt-bench-") as tmp:
         # the task as a file: works for built-in, user-registered and external problems, in any process
         if hasattr(case.problem, "export_task"):   # an NKIBench problem: bind the preset's shapes
@@ -134,7 +136,7 @@ def simulate_case(case: BenchCase) -> CaseOutcome:
                               check_precision=case.check_precision,
                               kernel_filename=case.kernel_path.name if case.kernel_path else "kernel.py")
         job = make_job(task_file, case.kernel_source, backend="simulator", hw=case.hw, options=options)
-        result = evaluate_job(job, Path(tmp))
+        result = evaluate_job(job, Path(tmp), isolated=False)
     return _outcome(result, t0)
 
 
@@ -227,7 +229,7 @@ def make_cases(problems: Iterable[Any] | None = None, *, preset: Any = "small", 
 def _row(case: BenchCase, outcome: CaseOutcome) -> dict[str, Any]:
     prof = outcome.profile or {}
     peak = case.problem.peak(case.preset, case.hw)
-    latency_ms = prof.get("latency")
+    latency_ms = prof.get("latency_ms")     # the profile contract (evaluation.profile): ms, one key
     if latency_ms is not None and not (isinstance(latency_ms, (int, float)) and latency_ms > 0):
         latency_ms = None
     read, write = prof.get("hbm_read_bytes"), prof.get("hbm_write_bytes")

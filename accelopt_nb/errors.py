@@ -139,5 +139,14 @@ class LLMEndpointError(LLMError):
     unknown model or URL), so retrying or continuing the step is pointless."""
 
 
+class EndpointUnreachableError(LLMError):
+    """The LLM endpoint did not answer the preflight check (server down, wrong URL); nothing was
+    started. The message names the URL and the reason."""
+
+
+class StepFailedError(AccelOptError):
+    """Every LLM call of a search step failed; the step is not marked done, so a resume retries it."""
+
+
 class ServingUnavailableError(LLMError):
     """A model server (vLLM) was asked to start but is not installed on this machine."""

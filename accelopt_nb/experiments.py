@@ -20,7 +20,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from accelopt_nb.errors import AccelOptError, ConfigError
+from accelopt_nb.errors import ConfigError
+from accelopt_nb.search.launch import LaunchSpec, open_session
 
 CURVE_COLUMNS = ["arm", "problem", "run_id", "iteration", "best_speedup", "best_pct_peak", "cum_tokens",
                  "cum_cost_usd"]
@@ -44,43 +45,92 @@ class Arm:
                    model=dict(d.get("model") or {}))
 
 
-def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], root: str | Path, *,
-             default_model: Mapping[str, Any] | None = None, progress: bool = True) -> None:
-    """Run (or resume) every arm on every problem to its configured number of iterations."""
-    from accelopt_nb.notebook.session import check_endpoint
-    from accelopt_nb.search.launch import model_config, open_session
+@dataclass
+class ArmOutcome:
+    """How one (arm, problem) run ended: ``complete`` (T iterations done) or not, and why."""
 
+    arm: str
+    problem: str
+    complete: bool
+    iterations_done: int = 0
+    error: str | None = None
+
+
+def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], root: str | Path, *,
+             default_model: Mapping[str, Any] | None = None, progress: bool = True, parallel: int = 1,
+             eval_workers: int | None = None, scheduler: str | None = None, llm_concurrency: int | None = None,
+             unpriced_ok: bool = True, check_endpoint: bool = True) -> list[ArmOutcome]:
+    """Run (or resume) every arm on every problem to its configured number of iterations.
+
+    ``parallel`` runs that many (arm, problem) searches at once; their evaluations share one
+    pool (``eval_workers``, default one per core) or a Dask cluster (``scheduler``). A run whose
+    step failed outright (every LLM call of a step failed) or hit the spending cap is reported
+    as not complete, and the batch goes on; re-running the batch resumes it. ``unpriced_ok=False``
+    refuses a model without a price (a cost experiment must not count it as free).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from accelopt_nb.errors import AccelOptError
+
+    if parallel < 1:
+        raise ConfigError(f"parallel must be >= 1, got {parallel}")
     root = Path(root)
     arms = [a if isinstance(a, Arm) else Arm.from_dict(a) for a in arms]
     problems = list(problems)
     jobs = [(a, p) for a in arms for p in problems]
-    models = [model_config(**_arm_model(a, default_model)) for a in arms]
-    for arm, model in zip(arms, models):  # fail in seconds, before any run starts, if a model is unreachable
-        try:
-            check_endpoint(model)
-        except AccelOptError as exc:
-            raise type(exc)(f"arm {arm.name!r}: {exc}") from None
+    evaluator = _shared_evaluator(eval_workers, scheduler)
     bar = None
     if progress:
         from tqdm.auto import tqdm
         bar = tqdm(total=len(jobs), desc="experiment", unit="run")
-    for arm, problem in jobs:
+
+    def one(job: tuple[Arm, str]) -> ArmOutcome:
+        arm, problem = job
+        try:
+            session = open_session(_arm_spec(arm, problem, root, default_model, evaluator, llm_concurrency,
+                                             unpriced_ok, check_endpoint))
+            with session:
+                try:
+                    session.run()
+                except AccelOptError as exc:  # a failed step or the cap: the run stays resumable
+                    return ArmOutcome(arm.name, problem, False, session.iteration, f"{type(exc).__name__}: {exc}")
+                complete = session.iteration >= session.config.iterations
+                return ArmOutcome(arm.name, problem, complete, session.iteration,
+                                  None if complete else "stopped")
+        finally:
+            if bar is not None:
+                bar.set_postfix_str(f"{arm.name}/{problem}")
+                bar.update(1)
+
+    try:
+        if parallel == 1:
+            outcomes = [one(j) for j in jobs]
+        else:
+            with ThreadPoolExecutor(parallel, thread_name_prefix="accelopt-arm") as pool:
+                outcomes = list(pool.map(one, jobs))
+    finally:
         if bar is not None:
-            bar.set_postfix_str(f"{arm.name}/{problem}")
-        model = models[arms.index(arm)]
-        session = open_session(problem, root / arm.name / problem, model=model, preset=arm.preset,
-                               overrides=arm.overrides, resume=True)
-        with session:
-            session.run()
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+            bar.close()
+        if evaluator is not None:
+            evaluator.shutdown()
+    return outcomes
 
 
-def _arm_model(arm: Arm, default_model: Mapping[str, Any] | None) -> dict[str, Any]:
+def _arm_spec(arm: Arm, problem: str, root: Path, default_model: Mapping[str, Any] | None, evaluator: Any,
+              llm_concurrency: int | None, unpriced_ok: bool, check_endpoint: bool) -> LaunchSpec:
     # an arm naming its own model preset owns its endpoint; otherwise it refines the default model
-    return dict(arm.model) if "model_preset" in arm.model else {**dict(default_model or {}), **arm.model}
+    model = dict(arm.model) if "model_preset" in arm.model else {**dict(default_model or {}), **arm.model}
+    return LaunchSpec(problem, run_dir=root / arm.name / problem, model=model, preset=arm.preset,
+                      overrides=dict(arm.overrides), resume="auto", eval_executor=evaluator,
+                      llm_concurrency=llm_concurrency, unpriced_ok=unpriced_ok, check_endpoint=check_endpoint)
+
+
+def _shared_evaluator(workers: int | None, scheduler: str | None) -> Any:
+    if scheduler:
+        from accelopt_nb.evaluation import DaskEvaluator
+        return DaskEvaluator(scheduler)
+    from accelopt_nb.evaluation import LocalPoolEvaluator
+    return LocalPoolEvaluator(workers or None)
 
 
 def collect_curves(root: str | Path) -> pd.DataFrame:
@@ -112,7 +162,8 @@ def _run_curve(store: Any, run_id: str, arm: str, problem: str) -> list[dict[str
         for c in calls:
             if c["iteration"] == it:
                 tokens += (c["prompt_tokens"] or 0) + (c["completion_tokens"] or 0)
-                cost += c["cost_usd"] or 0.0
+                # an unpriced call makes the cost unknown (NaN, shown as "unpriced"), never $0
+                cost += math.nan if c["cost_usd"] is None else c["cost_usd"]
         out.append({"arm": arm, "problem": problem, "run_id": run_id, "iteration": it,
                     "best_speedup": info.get("best_speedup"), "best_pct_peak": info.get("best_pct_peak"),
                     "cum_tokens": tokens, "cum_cost_usd": cost})
@@ -171,14 +222,22 @@ def plot_cost(curves: pd.DataFrame, ax=None, title: str = "Speedup vs LLM cost")
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(6.5, 4))
+    unpriced = []
     for arm, a in g.groupby("arm"):
+        if a["cum_cost_usd"].isna().any():
+            unpriced.append(str(arm))  # no cost to place it at: named, not drawn at $0
+            continue
         ax.plot(a["cum_cost_usd"], a["geomean_speedup"], marker="o", label=arm)
+    if unpriced:
+        ax.text(0.02, 0.02, "unpriced: " + ", ".join(unpriced), transform=ax.transAxes, fontsize=8)
     ax.set_xlabel("cumulative LLM cost (USD, all problems)")
     ax.set_ylabel("geometric-mean speedup")
-    if (g["cum_cost_usd"] > 0).all() and len(g):
+    priced = g["cum_cost_usd"].dropna()
+    if len(priced) and (priced > 0).all():
         ax.set_xscale("log")
     ax.set_title(title)
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
     ax.grid(alpha=0.3)
     return fig or ax.figure
 
@@ -189,8 +248,9 @@ def summary_table(curves: pd.DataFrame) -> pd.DataFrame:
     for arm, g in curves.groupby("arm"):
         last = g.sort_values("iteration").groupby("problem").tail(1)
         gm = float(np.exp(np.mean(np.log(last["best_speedup"].astype(float)))))
-        cost = float(last["cum_cost_usd"].sum())
+        cost = float(last["cum_cost_usd"].sum(skipna=False))  # NaN: some call unpriced
         rows.append({"arm": arm, "problems": len(last), "iterations": int(g["iteration"].max()) + 1,
                      "geomean_speedup": gm, "total_cost_usd": cost, "total_tokens": int(last["cum_tokens"].sum()),
-                     "usd_per_speedup_point": cost / ((gm - 1) * 100) if gm > 1 else math.inf})
+                     "usd_per_speedup_point": cost / ((gm - 1) * 100) if gm > 1 else math.inf,
+                     "priced": not math.isnan(cost)})
     return pd.DataFrame(rows)

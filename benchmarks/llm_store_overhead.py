@@ -14,10 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from fakes.fake_openai_server import FakeOpenAIServer  # noqa: E402
-
+from accelopt_nb.fake_model.server import FakeOpenAIServer  # noqa: E402
 from accelopt_nb.llm import Ledger, LLMClient, ModelConfig  # noqa: E402
 from accelopt_nb.store import RunStore  # noqa: E402
 

@@ -21,10 +21,9 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
+from accelopt_nb.kernels import KERNELS_DIR as KERNELS
 from accelopt_nb.perf import estimate
 from accelopt_nb.sim import SimOptions, load_kernel, simulate
-
-KERNELS = Path(__file__).resolve().parent / "kernels"
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,14 @@ from types import ModuleType
 from typing import Mapping
 
 from accelopt_nb.errors import ProblemError
+from accelopt_nb.pyast import parse
 from accelopt_nb.taskfile import REQUIRED, TaskModule
 
 
 def materialize_source(source: str, shapes: Mapping[str, int], *, origin: str, header: str = "") -> str:
     """Return ``source`` with each top-level ``NAME = value`` for NAME in ``shapes`` set to that value."""
     try:
-        tree = ast.parse(source, filename=origin)
+        tree = parse(source, filename=origin)
     except SyntaxError as exc:
         raise ProblemError(f"{origin}:{exc.lineno}: syntax error: {exc.msg}") from exc
     found: dict[str, ast.Assign] = {}

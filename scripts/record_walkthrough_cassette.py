@@ -1,8 +1,8 @@
-"""Re-record the LLM cassette of notebooks/20_magics_and_panel.ipynb against the project's fake model.
+"""Re-record the LLM cassette of notebooks/11_magics_and_panel.ipynb against the project's fake model.
 
     python scripts/record_walkthrough_cassette.py
 
-Starts the fake OpenAI-compatible server with the scripted fake model (tests/fakes/), runs the
+Starts the fake OpenAI-compatible server with the scripted fake model (accelopt_nb/fake_model/), runs the
 walkthrough notebook with papermill in ``record`` mode against it, and replaces the cassette. Run
 it whenever prompts or request settings change (the cassette's keys are hashes of the requests).
 """
@@ -14,15 +14,14 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 
-NOTEBOOK = ROOT / "notebooks" / "20_magics_and_panel.ipynb"
-CASSETTE = ROOT / "notebooks" / "cassettes" / "20_magics_and_panel.fake-model.jsonl"
+NOTEBOOK = ROOT / "notebooks" / "11_magics_and_panel.ipynb"
+CASSETTE = ROOT / "notebooks" / "cassettes" / "11_magics_and_panel.fake-model.jsonl"
 
 
 def fake_model():
     """The scripted model the walkthrough is recorded against (plans from a fixed menu)."""
-    from fakes.fake_nki_llm import FakeNKIModel, harmless_variation, matmul_resident_rhs
+    from accelopt_nb.fake_model.nki_model import FakeNKIModel, harmless_variation, matmul_resident_rhs
 
     return FakeNKIModel(plans=["Keep B resident in SBUF so each block is loaded once: RESIDENT.",
                                "Add a review comment and keep the loop structure: NOOP."],
@@ -32,7 +31,7 @@ def fake_model():
 
 def record(cassette: Path = CASSETTE) -> int:
     import papermill
-    from fakes.fake_openai_server import FakeOpenAIServer
+    from accelopt_nb.fake_model.server import FakeOpenAIServer
 
     model = fake_model()
     cassette.parent.mkdir(parents=True, exist_ok=True)

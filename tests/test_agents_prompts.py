@@ -45,9 +45,13 @@ def test_executor_prompt_rules_precision_and_real_criterion():
                                              plan="Plan: hoist the loads of delta out of the state loop.")
     system, user = msgs[0]["content"], msgs[1]["content"]
     for needle in ("affine_range", "sequential_range", "basic indexing", "advanced indexing",
-                   "does not exist outside it", "3e-05", "5 sets of random inputs", "adversarial",
+                   "does not exist outside it", "3e-05", "5 sets of random inputs",
                    "lower precision", "float64"):
         assert needle in system, needle
+    assert "adversarial" not in system  # the judge's business unless a setting asks for it
+    shown = Executor(tolerance=3e-5, adversarial=True).messages(problem_name="mamba", reference_source=REF,
+                                                                kernel_source=KERNEL, plan="Plan: x")
+    assert "adversarial" in shown[0]["content"]
     assert "hoist the loads of delta" in user and "```python" in user
     assert "allclose" not in system + user  # the authors' prompt showed a wrong criterion
 

@@ -73,7 +73,7 @@ def test_neuron_jobs_lease_distinct_cores(monkeypatch):
 
     seen, active, lock = [], set(), threading.Lock()
 
-    def fake_run_job(job):  # stands in for the sandbox: records which core each job holds
+    def fake_run_job(job, worker=None):  # stands in for the sandbox: records which core each job holds
         if job.backend != "neuron":
             return job.visible_cores
         with lock:
@@ -88,7 +88,7 @@ def test_neuron_jobs_lease_distinct_cores(monkeypatch):
     monkeypatch.setattr(executors, "run_job", fake_run_job)
     leases = CoreLeases([4, 5])
     job = make_job(HOSTILE / "scale_task.py", "x = 1", backend="neuron")
-    with LocalPoolEvaluator(workers=3, neuron_cores=[4, 5]) as pool:
+    with LocalPoolEvaluator(workers=3, neuron_cores=[4, 5], warm=False) as pool:
         pool._leases = leases
         results = [f.result() for f in [pool.submit(job) for _ in range(6)]]
     assert sorted(set(results)) == ["4", "5"] and len(seen) == 6

@@ -10,7 +10,7 @@ from accelopt_nb.errors import BackendUnavailableError, KernelRuntimeError
 from accelopt_nb.evaluation import EvalOptions, LocalPoolEvaluator, NeuronOptions, Status
 from accelopt_nb.evaluation import evaluate, evaluate_many, make_job
 from accelopt_nb.evaluation.job import LATENCY_SPREAD
-from accelopt_nb.evaluation.neuron import (COMPILE_RULE, detect_neuron_cores, measure_latency,
+from accelopt_nb.evaluation.backends.neuron import (COMPILE_RULE, detect_neuron_cores, measure_latency,
                                            parse_summary_json)
 
 TESTS = Path(__file__).parent

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK = ROOT / "notebooks" / "20_magics_and_panel.ipynb"
+NOTEBOOK = ROOT / "notebooks" / "11_magics_and_panel.ipynb"
 ARTIFACTS = ROOT / "test-artifacts" / "jupyterlab"
 RUN_TIMEOUT_MS = 180_000
 

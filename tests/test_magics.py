@@ -9,7 +9,7 @@ import pytest
 
 IPython = pytest.importorskip("IPython")
 from fakes.fake_nki_llm import FakeNKIModel, matmul_resident_rhs  # noqa: E402
-from fakes.fake_openai_server import Fail, FakeOpenAIServer  # noqa: E402
+from fakes.fake_openai_server import Fail, FakeOpenAIServer, Reply  # noqa: E402
 from IPython.core.error import UsageError  # noqa: E402
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 from traitlets.config import Config  # noqa: E402
@@ -115,7 +115,7 @@ def test_step_cell_settings_are_validated():
 # ---- failures are loud -----------------------------------------------------------------------------------
 def test_open_against_a_dead_endpoint_fails_in_seconds(ip, tmp_path):
     start = time.monotonic()
-    with pytest.raises(UsageError, match="EndpointError: cannot reach the LLM endpoint"):
+    with pytest.raises(UsageError, match="EndpointUnreachableError: cannot reach the LLM endpoint"):
         _open(ip, f"http://127.0.0.1:{_free_port()}/v1", tmp_path / "run")
     assert time.monotonic() - start < 15
     assert not (tmp_path / "run").exists()       # nothing was started
@@ -123,13 +123,22 @@ def test_open_against_a_dead_endpoint_fails_in_seconds(ip, tmp_path):
 
 @pytest.mark.slow
 def test_a_step_whose_calls_fail_says_so_in_red(ip, tmp_path):
-    model = FakeNKIModel(plans=["Keep B resident in SBUF: RESIDENT."], rewrites=[("RESIDENT", matmul_resident_rhs)])
-    with FakeOpenAIServer(models=["fake-nki"], responder=lambda body: Fail(400, "model overloaded")) as srv:
+    calls = {"n": 0}
+
+    def responder(body):
+        calls["n"] += 1
+        return Fail(400, "model overloaded") if calls["n"] % 2 else Reply("**Plan:** widen the tiles to 1024.")
+
+    with FakeOpenAIServer(models=["fake-nki"], responder=responder) as srv:
         _open(ip, srv.url, tmp_path / "run")
         shown = ip.run_line_magic("accelopt", "step plan")
-    assert "FAILED: 2 LLM call(s) failed" in shown.text and "model overloaded" in shown.text
-    assert "accelopt-failure" in shown.html and "#b00020" in shown.html
-    del model
+        assert "FAILED: 1 LLM call(s) failed" in shown.text and "model overloaded" in shown.text
+        assert "accelopt-failure" in shown.html and "#b00020" in shown.html
+        # a step whose calls all fail is an error, in one line, and is not marked done
+        srv.responder = lambda body: Fail(400, "model overloaded")
+        with pytest.raises(UsageError, match="StepFailedError: execute step of iteration 0: all 1 LLM calls failed"):
+            ip.run_line_magic("accelopt", "step execute")
+        assert ip.user_ns["accelopt_session"].next_phase == "execute"
 
 
 # ---- a whole session by hand ---------------------------------------------------------------------------
@@ -183,7 +192,7 @@ def test_experiment_arms_check_their_endpoint_before_any_run(tmp_path):
 
     dead = {"base_url": f"http://127.0.0.1:{_free_port()}/v1", "model": "m", "price": "gpt-oss-120b@groq"}
     start = time.monotonic()
-    with pytest.raises(Exception, match="arm 'beam': cannot reach the LLM endpoint"):
+    with pytest.raises(Exception, match="cannot reach the LLM endpoint"):
         run_arms([{"name": "beam"}], ["matmul"], tmp_path / "exp", default_model=dead, progress=False)
     assert time.monotonic() - start < 15 and not (tmp_path / "exp").exists()
 

@@ -1,6 +1,6 @@
 """End to end: `accelopt optimize` on NKIBench matmul (small preset) against a fake model server.
 
-The fake model (tests/fakes/fake_nki_llm.py) answers over real HTTP with valid NKI kernels: a
+The fake model (accelopt_nb/fake_model/nki_model.py) answers over real HTTP with valid NKI kernels: a
 genuinely faster matmul (B kept resident in SBUF) and harmless variations of its parent. The
 CLI runs as a separate process, is SIGKILLed in the middle of iteration 1, and is resumed.
 """
@@ -155,15 +155,16 @@ def test_cli_spending_cap_stops_cleanly_and_resume_finishes(tmp_path, monkeypatc
     model = FakeNKIModel(plans=["DOUBLE the tile width.", "Use 512-column tiles: WIDE512."],
                          rewrites=[("DOUBLE", double_tile), ("WIDE512", set_tile(512))])
     with FakeOpenAIServer(models=["fake-nki"], responder=model.responder) as srv:
-        # One call costs ~0.0002 USD here: the two concurrent planner calls pass the cap, and the
-        # run stops before the executor makes any call.
+        # One call costs ~0.0002 USD here: the first planner call reserves its estimate, which
+        # reaches the cap, so the second never starts; the plan step is left open (a call is
+        # missing) and the executor makes no call.
         rc = main(_axpb_args(tmp_path, srv.url, "--cap-usd", "0.0001"))
         out = capsys.readouterr()
         assert rc == 3 and "spending cap" in out.err and "baseline:" in out.out
         db = tmp_path / "run" / "accelopt.sqlite"
         done = {s for (s,) in query(db, "SELECT step FROM steps WHERE status='done' AND iteration=0")}
-        assert "plan" in done and "execute" not in done
-        assert model.calls["executor"] == 0
+        assert "plan" not in done and "execute" not in done
+        assert model.calls["planner"] == 1 and model.calls["executor"] == 0
         spent = query(db, "SELECT SUM(cost_usd) FROM llm_calls")[0][0]
         assert spent >= 0.0001
         (prices_json,) = query(db, "SELECT prices_json FROM runs")[0]

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from accelopt_nb.cli import main as cli_main
+from accelopt_nb.kernels import KERNELS_DIR as KERNELS
 from accelopt_nb.perf import estimate
 from accelopt_nb.sim import SimOptions, load_kernel, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
-KERNELS = ROOT / "benchmarks" / "kernels"
 
 ADD_KERNEL = """
 @nki.jit

@@ -5,7 +5,7 @@ import pytest
 from fakes.fake_nki_llm import (FakeNKIModel, double_tile, set_tile, wrong_result, write_axpb_problem)
 from fakes.fake_openai_server import Fail, FakeOpenAIServer
 
-from accelopt_nb.errors import ConfigError
+from accelopt_nb.errors import ConfigError, StepFailedError
 from accelopt_nb.llm import Ledger, LLMClient, ModelConfig, PriceTable
 from accelopt_nb.search import OptimizationMemory, SearchConfig, SearchProblem, Session
 from accelopt_nb.store import RunStore
@@ -91,7 +91,11 @@ def test_two_iterations_improve_the_beam_fill_memory_and_account_every_call(prob
     kdf = store.kernels_df("r1")
     llm_rows = kdf[kdf["origin"] == "llm"]
     assert all("```py" in d["raw_response"] and d["extraction"] == "fenced" for d in llm_rows["data"])
-    assert {e["kind"] for e in events} >= {"phase", "item", "phase_done", "iteration"}
+    assert {e.kind for e in events} >= {"start", "call_done", "eval_done", "end"}
+    assert {e.phase for e in events} >= {"iteration", "plan", "execute", "evaluate", "select", "summarize"}
+    ends = [e for e in events if e.kind == "end" and e.phase == "execute"]
+    assert [(e.done, e.failed) for e in ends] == [(2, 0), (4, 0)]
+    assert s.last_step.phase == "summarize" and s.last_step.done
     assert "best:" in report.to_text() and "executor" in report.to_text()
     client.close()
     s.close()
@@ -101,8 +105,8 @@ def test_parent_retained_when_children_are_slower_or_wrong(problem, tmp_path, se
     model = FakeNKIModel(plans=["NARROW to 64 columns.", "WRONG: fold the constant."],
                          rewrites=[("NARROW", set_tile(64)), ("WRONG", wrong_result)])
     server.responder = model.responder
-    s, client, _ = new_session(problem, tmp_path, server, config=small_config(iterations=1))
-    s.run()
+    s, client, _ = new_session(problem, tmp_path, server, config=small_config(iterations=2))
+    s.run(1)  # iteration 0 of 2: its lessons are summarized (the last iteration's would not be)
     kernels = {k.kernel_id: k for k in s._iteration_kernels(0)}
     assert {k.status for k in kernels.values()} == {"correct", "incorrect"}
     # The slower child is in the beam (width 2) but behind the parent; the wrong one never.
@@ -115,9 +119,10 @@ def test_parent_retained_when_children_are_slower_or_wrong(problem, tmp_path, se
     s.close()
 
 
-def test_failed_llm_calls_never_abort_a_step(problem, tmp_path, server):
-    model = FakeNKIModel(plans=["DOUBLE the tile width.", "GIVEUP on this one."],
-                         rewrites=[("DOUBLE", double_tile), ("GIVEUP", lambda src: None)])
+def test_failed_llm_calls_never_abort_a_step_but_a_step_whose_calls_all_failed_is_not_done(problem, tmp_path,
+                                                                                          server):
+    model = FakeNKIModel(plans=["DOUBLE the tile width.", "DOUBLE the tile width, again."],
+                         rewrites=[("DOUBLE", double_tile)])
     server.responder = model.responder
     s, client, _ = new_session(problem, tmp_path, server, config=small_config(iterations=1))
     server.enqueue(Fail(400, "context too long"))  # the first planner call fails outright
@@ -126,12 +131,18 @@ def test_failed_llm_calls_never_abort_a_step(problem, tmp_path, server):
     assert len(plans) == 1  # one of two planner calls failed; the step went on
     info = s._done_steps()[(0, "plan")]
     assert info["failed"][0]["status"] == "error"
+    assert (s.last_step.calls, s.last_step.failed, s.last_step.done) == (2, 1, True)
     server.enqueue(Fail(400, "nope"))
-    s.execute()
-    assert len(s._iteration_kernels()) == 0
-    assert s._done_steps()[(0, "execute")]["failed"][0]["status"] == "error"
+    with pytest.raises(StepFailedError, match="all 1 LLM calls failed.*nope"):
+        s.execute()
+    assert s.last_step.all_failed and not s.last_step.done and s.next_phase == "execute"
+    row = [r for r in s.store.rows("steps", "r1") if r["step"] == "execute"][0]
+    assert row["status"] == "failed" and row["info"]["failed"][0]["status"] == "error"
+    # Retrying the step (as a resume would) makes the missing call; now it works.
+    kernels = s.execute()
+    assert len(kernels) == 1 and s.last_step.done and s.next_phase == "evaluate"
     s.evaluate(); s.select(); s.summarize()
-    assert s.beam == ["baseline"] and s.iteration == 1
+    assert s.iteration == 1
     statuses = set(s.store.llm_calls_df("r1")["status"])
     assert statuses == {"ok", "error"}
     client.close()
@@ -143,9 +154,12 @@ def test_unusable_answers_are_retried_then_recorded(problem, tmp_path, server):
     server.responder = model.responder
     s, client, _ = new_session(problem, tmp_path, server, config=small_config(iterations=1, plans_per_kernel=1))
     s.plan()
-    s.execute()
-    failed = s._done_steps()[(0, "execute")]["failed"]
+    with pytest.raises(StepFailedError):
+        s.execute()
+    row = [r for r in s.store.rows("steps", "r1") if r["step"] == "execute"][0]
+    failed = row["info"]["failed"]
     assert len(failed) == 1 and failed[0]["status"] == "unusable" and "ran out of time" in failed[0]["raw"]
+    assert s.last_step.unusable == 1
     calls = s.store.llm_calls_df("r1")
     row = calls[calls["role"] == "executor"].iloc[0]
     assert row["unusable_outputs"] == 2  # the first answer and one retry, both counted
@@ -230,10 +244,12 @@ def test_shared_memory_is_visible_across_problems_only_when_enabled(problem, tmp
     assert "From another problem" not in server.requests[-1]["messages"][0]["content"]
     s.close()
     client.close()
-    cfg2 = small_config(iterations=1, plans_per_kernel=1, **{"memory.shared": True})
+    cfg2 = small_config(iterations=2, plans_per_kernel=1, **{"memory.shared": True})
     s2, client2, _ = new_session(problem, tmp_path / "two", server, config=cfg2, memory=shared, run_id="r2")
-    s2.run()
-    assert "From another problem" in server.requests[-3]["messages"][0]["content"]
+    s2.run(1)
+    planner_systems = [b["messages"][0]["content"] for b in server.requests
+                       if "propose the next" in b["messages"][0]["content"]]
+    assert "From another problem" in planner_systems[-1]
     assert any(i.problem == "axpb" for i in shared)  # the new lesson went into the shared memory
     saved = OptimizationMemory.load(tmp_path / "two" / "run" / "memory-r2.json")
     assert len(saved) == len(shared)
@@ -281,3 +297,26 @@ def test_a_recorded_run_replays_offline_to_the_same_kernels(problem, tmp_path, s
     assert runs["record"][0] == runs["replay"][0] and runs["record"][1] == runs["replay"][1]
     assert [i.summary for i in runs["record"][2]] == [i.summary for i in runs["replay"][2]]
     assert server.chat_requests == sum(model.calls.values())  # the replay never reached a server
+
+
+def test_multi_fidelity_screens_every_candidate_and_confirms_the_beam(problem, tmp_path, server):
+    model = FakeNKIModel(plans=["DOUBLE the tile width.", "WRONG: fold the constant."],
+                         rewrites=[("DOUBLE", double_tile), ("WRONG", wrong_result)])
+    server.responder = model.responder
+    s, client, _ = new_session(problem, tmp_path, server,
+                               config=small_config(iterations=2, **{"evaluation.fidelity": "multi"}))
+    s.run(1)
+    rows = s.store.rows("evaluations", "r1")
+    fidelity = {(r["kernel_id"], r["result"]["fidelity"]) for r in rows}
+    new = [k.kernel_id for k in s.iteration_kernels(0)]
+    assert all((kid, "screen") in fidelity for kid in new)  # every candidate screened
+    assert ("baseline", "full") in fidelity
+    # Every beam kernel is confirmed at full fidelity; the wrong kernel never needed a confirmation.
+    assert all(s.kernels[k].confirmed for k in s.beam)
+    confirmed = {kid for kid, f in fidelity if f == "confirm"}
+    assert confirmed and confirmed <= set(new) and confirmed <= set(s.beam)
+    assert s.best.fidelity in ("confirm", "full")
+    report = s.run(1)
+    assert report.fidelity == "multi" and "multi fidelity" in report.to_text()
+    client.close()
+    s.close()

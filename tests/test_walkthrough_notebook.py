@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK = ROOT / "notebooks" / "20_magics_and_panel.ipynb"
+NOTEBOOK = ROOT / "notebooks" / "11_magics_and_panel.ipynb"
 RERECORD = "the walkthrough's cassette is stale: re-record it with `python scripts/record_walkthrough_cassette.py`"
 
 

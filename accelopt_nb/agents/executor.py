@@ -28,20 +28,22 @@ class Executor:
     role = ROLE
 
     def __init__(self, prompts: PromptSet | None = None, *, hw: str = "trn1", dtypes: str = "float32",
-                 tolerance: float = 2e-5, n_seeds: int = 5, adversarial: bool = True) -> None:
+                 tolerance: float = 2e-5, n_seeds: int = 5, adversarial: bool = False,
+                 prompt_set: str = "extended") -> None:
         self.prompts = prompts or PromptSet()
         self.hw = hw
         self.dtypes = dtypes
         self.tolerance = tolerance
         self.n_seeds = n_seeds
-        self.adversarial = adversarial
+        self.adversarial = adversarial  # mention the adversarial-input check (off: it is the judge's business)
+        self.prompt_set = prompt_set
 
     def messages(self, *, problem_name: str, reference_source: str, kernel_source: str,
                  plan: str) -> list[Mapping[str, str]]:
         system, user = self.prompts.executor(problem_name=problem_name, reference_source=reference_source,
                                              kernel_source=kernel_source, plan=plan, tolerance=self.tolerance,
                                              hw=self.hw, dtypes=self.dtypes, n_seeds=self.n_seeds,
-                                             adversarial=self.adversarial)
+                                             adversarial=self.adversarial, prompt_set=self.prompt_set)
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     @staticmethod

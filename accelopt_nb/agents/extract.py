@@ -16,6 +16,8 @@ import ast
 import re
 from dataclasses import dataclass, field
 
+from accelopt_nb.pyast import parse
+
 # Info strings of blocks that may hold the kernel. An untagged block counts as Python.
 PYTHON_TAGS = frozenset({"", "python", "py", "python3", "py3", "nki", "ipython", "python-nki"})
 
@@ -62,11 +64,40 @@ class ExtractedCode:
         return self.code is not None
 
 
-def split_reasoning(text: str) -> tuple[str, str]:
-    """Split ``<think>…</think>`` reasoning from the final answer: returns (reasoning, answer).
+# Harmony (gpt-oss) output read raw: <|channel|>analysis<|message|>…<|end|><|start|>assistant
+# <|channel|>final<|message|>…<|return|>; with the special tokens stripped by the server it reads
+# "analysis…assistantfinal…".
+_HARMONY_SEGMENT = re.compile(r"<\|channel\|>\s*(\w+)[^<]*<\|message\|>(.*?)(?=<\|end\|>|<\|return\|>|<\|call\|>|"
+                              r"<\|start\|>|<\|channel\|>|\Z)", re.DOTALL)
+_HARMONY_TOKEN = re.compile(r"<\|(?:start|end|message|channel|return|call|constrain)\|>")
+_HARMONY_STRIPPED = re.compile(r"\A\s*analysis(?P<reasoning>.*?)assistant\s*final(?P<answer>.*)\Z", re.DOTALL)
 
-    An unclosed ``<think>`` (the answer was cut off while reasoning) leaves an empty answer.
+
+def split_harmony(text: str) -> tuple[str, str] | None:
+    """(reasoning, answer) of a harmony-format answer; None when the text is not one."""
+    if "<|channel|>" in text or "<|message|>" in text:
+        reasoning, answer = [], []
+        for channel, body in _HARMONY_SEGMENT.findall(text):
+            (answer if channel == "final" else reasoning).append(body.strip())
+        if not reasoning and not answer:
+            return "", _HARMONY_TOKEN.sub("", text).strip()
+        return "\n\n".join(reasoning).strip(), "\n\n".join(answer).strip()
+    m = _HARMONY_STRIPPED.match(text)
+    if m:
+        return m.group("reasoning").strip(), m.group("answer").strip()
+    return None
+
+
+def split_reasoning(text: str) -> tuple[str, str]:
+    """Split reasoning from the final answer: returns (reasoning, answer).
+
+    Understands ``<think>…</think>`` and harmony channels (``analysis`` vs ``final``, raw or
+    with the special tokens stripped). An unclosed ``<think>`` (the answer was cut off while
+    reasoning) leaves an empty answer.
     """
+    harmony = split_harmony(text)
+    if harmony is not None:
+        return harmony
     closes = list(_THINK_CLOSE.finditer(text))
     if closes:
         last = closes[-1]
@@ -119,7 +150,7 @@ def _dedent(body: list[str], indent: str) -> str:
 
 def _parses(code: str) -> tuple[ast.Module | None, str | None]:
     try:
-        return ast.parse(code), None
+        return parse(code), None
     except SyntaxError as exc:
         return None, f"line {exc.lineno}: {exc.msg}"
 
@@ -155,7 +186,7 @@ def normalize_kernel_source(code: str, function_name: str = "kernel") -> tuple[s
     Returns the new source and notes describing each repair. The source must parse.
     """
     notes: list[str] = []
-    tree = ast.parse(code)
+    tree = parse(code)
     if not _defines_name(tree, function_name):
         fns = _top_level_functions(tree)
         jitted = [f for f in fns if _is_jit(f)]

@@ -13,6 +13,15 @@ ROLE = "planner"
 MIN_PLAN_CHARS = 20  # shorter answers are refusals or truncations, not plans
 
 _PLAN_HEADING = re.compile(r"^\W*plan\W*:?\W*$|^\W*plan\s*:", re.IGNORECASE | re.MULTILINE)
+# A refusal is an answer, not a plan: it must not reach the executor or the memory.
+_REFUSAL = re.compile(r"\A\W*(?:I(?:'|’)?m\s+sorry|I\s+am\s+sorry|sorry,|I\s+(?:can(?:'|’)?t|cannot|won(?:'|’)?t|"
+                      r"am\s+unable\s+to|'m\s+unable\s+to)\s+(?:help|assist|comply|do\s+that|provide))",
+                      re.IGNORECASE)
+
+
+def is_refusal(answer: str) -> bool:
+    """Whether an answer opens by declining ("I'm sorry, but I can't help with that")."""
+    return bool(_REFUSAL.match(answer))
 
 
 @dataclass(frozen=True)
@@ -28,6 +37,8 @@ class ParsedPlan:
 def parse_plan(text: str) -> ParsedPlan:
     """Validate and split a planner answer; raises UnusableOutputError if there is no plan."""
     reasoning, answer = split_reasoning(text or "")
+    if is_refusal(answer):
+        raise UnusableOutputError(f"the planner refused: {answer.strip()[:120]!r}")
     if len(answer.strip()) < MIN_PLAN_CHARS:
         raise UnusableOutputError(f"planner answer too short to be a plan ({len(answer.strip())} characters)")
     m = _PLAN_HEADING.search(answer)
@@ -45,11 +56,12 @@ class Planner:
     role = ROLE
 
     def __init__(self, prompts: PromptSet | None = None, *, hw: str = "trn1", dtypes: str = "float32",
-                 fields: str = "paper") -> None:
+                 fields: str = "paper", prompt_set: str = "extended") -> None:
         self.prompts = prompts or PromptSet()
         self.hw = hw
         self.dtypes = dtypes
         self.fields = fields  # which profile fields the glossary explains (see prompts.profile_fields)
+        self.prompt_set = prompt_set
 
     def messages(self, *, problem_name: str, reference_source: str, kernel_source: str,
                  profile_lines: Sequence[str], memory_items: Iterable[Any] = (),
@@ -57,7 +69,7 @@ class Planner:
         system, user = self.prompts.planner(problem_name=problem_name, reference_source=reference_source,
                                             kernel_source=kernel_source, profile_lines=profile_lines,
                                             memory_items=memory_items, hw=self.hw, dtypes=self.dtypes, peak=peak,
-                                            hints=hints, fields=self.fields)
+                                            hints=hints, fields=self.fields, prompt_set=self.prompt_set)
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     @staticmethod

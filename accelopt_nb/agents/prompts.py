@@ -1,6 +1,9 @@
 """Rendering the planner, executor and summarizer prompts from Jinja2 templates.
 
-The templates ship as package data in ``accelopt_nb/agents/prompts/*.j2``. A researcher can
+The templates ship as package data in ``accelopt_nb/agents/prompts/*.j2``. Two prompt sets share
+them (:data:`PROMPT_SETS`): ``paper`` shows the NKI API facts (``_nki_facts.j2``), the profile
+glossary and the memory; ``extended`` adds optimization advice (``_nki_knowledge.j2``) and a menu
+of candidate transformations. A researcher can
 point :class:`PromptSet` at a directory of their own templates (same file names; missing
 files fall back to the shipped ones) to ablate or rewrite any prompt without touching code.
 Undefined template variables are errors, so a template never silently renders a blank.
@@ -19,6 +22,9 @@ import jinja2
 from accelopt_nb.errors import ConfigError
 
 ROLES = ("planner", "executor", "summarizer")
+# paper: the NKI API facts, the profile glossary and the memory, as the paper's agents had, with no
+# optimization advice (so the ablation measures what memory adds); extended: plus the advice.
+PROMPT_SETS = ("paper", "extended")
 
 # Per-core hardware numbers the prompts quote (from the NKI docs; see nki_hw_facts.md §1, §3).
 HW_FACTS: dict[str, dict[str, Any]] = {
@@ -156,8 +162,8 @@ class PromptSet:
     def planner(self, *, problem_name: str, reference_source: str, kernel_source: str, profile_lines: Sequence[str],
                 memory_items: Iterable[Any] = (), hw: str = "trn1", dtypes: str = "float32",
                 peak: PeakInfo | None = None, hints: Sequence[str] = (),
-                fields: str = "paper") -> tuple[str, str]:
-        common = self._common(hw, fields)
+                fields: str = "paper", prompt_set: str = "extended") -> tuple[str, str]:
+        common = self._common(hw, fields, prompt_set)
         system = self.render("planner_system", memory_items=list(memory_items), **common)
         user = self.render("planner_user", problem_name=problem_name, reference_source=reference_source,
                            kernel_source=kernel_source, profile_lines=list(profile_lines), peak=peak,
@@ -166,8 +172,8 @@ class PromptSet:
 
     def executor(self, *, problem_name: str, reference_source: str, kernel_source: str, plan: str,
                  tolerance: float, hw: str = "trn1", dtypes: str = "float32", n_seeds: int = 5,
-                 adversarial: bool = True) -> tuple[str, str]:
-        common = self._common(hw)
+                 adversarial: bool = False, prompt_set: str = "extended") -> tuple[str, str]:
+        common = self._common(hw, prompt_set=prompt_set)
         system = self.render("executor_system", tolerance=_tol(tolerance), n_seeds=n_seeds, adversarial=adversarial,
                              dtypes=dtypes, **common)
         user = self.render("executor_user", problem_name=problem_name, reference_source=reference_source,
@@ -183,10 +189,40 @@ class PromptSet:
                            **common)
         return system, user
 
-    def _common(self, hw: str, fields: str = "paper") -> dict[str, Any]:
+    def _common(self, hw: str, fields: str = "paper", prompt_set: str = "extended") -> dict[str, Any]:
         if hw not in HW_FACTS:
             raise ConfigError(f"unknown hardware {hw!r}; known: {sorted(HW_FACTS)}")
-        return {"hw": HW_FACTS[hw], "glossary": glossary_for(fields)}
+        if prompt_set not in PROMPT_SETS:
+            raise ConfigError(f"unknown prompt set {prompt_set!r}; known: {', '.join(PROMPT_SETS)}")
+        return {"hw": HW_FACTS[hw], "glossary": glossary_for(fields), "prompt_set": prompt_set}
+
+
+def reference_for_agents(source: str, show_adversarial: bool = False) -> str:
+    """The task source the agents see: without the adversarial-input generator (the judge's
+    business) unless asked for. Top-level functions named ``*adversarial*`` are removed."""
+    if show_adversarial:
+        return source
+    import ast
+
+    from accelopt_nb.pyast import parse
+
+    try:
+        tree = parse(source)
+    except SyntaxError:
+        return source
+    lines = source.splitlines()
+    drop: set[int] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "adversarial" in node.name.lower():
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            drop.update(range(first - 1, node.end_lineno or node.lineno))
+    if not drop:
+        return source
+    kept = [ln for i, ln in enumerate(lines) if i not in drop]
+    text = "\n".join(kept)
+    while "\n\n\n\n" in text:
+        text = text.replace("\n\n\n\n", "\n\n\n")
+    return text.rstrip() + "\n"
 
 
 def _tol(t: float) -> str:

@@ -1,15 +1,20 @@
 """The summarizer: turns a measured slow→fast kernel pair into a reusable one-step rewrite."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Mapping
 
 from accelopt_nb.agents.extract import first_bold, split_reasoning
+from accelopt_nb.agents.planner import is_refusal
 from accelopt_nb.agents.prompts import PromptSet
 from accelopt_nb.errors import UnusableOutputError
 
 ROLE = "summarizer"
 NO_OPTIMIZATION = "No optimization found"
+
+
+_NOT_FOUND = re.compile(r"\A[\s*_#>`\"']*no\s+optimi[sz]ation\s+found", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -19,6 +24,7 @@ class ParsedSummary:
     found: bool
     title: str
     summary: str
+    reasoning: str = ""
 
 
 def parse_summary(text: str) -> ParsedSummary:
@@ -27,17 +33,19 @@ def parse_summary(text: str) -> ParsedSummary:
     Unlike the authors' code this needs no reasoning-summary item, so models that do not emit
     one still produce memory.
     """
-    _, answer = split_reasoning(text or "")
+    reasoning, answer = split_reasoning(text or "")
     answer = answer.strip()
     if not answer:
         raise UnusableOutputError("empty summarizer answer")
-    if answer.strip(" .*\n").lower() == NO_OPTIMIZATION.lower():
-        return ParsedSummary(found=False, title=NO_OPTIMIZATION, summary=answer)
+    if _NOT_FOUND.match(answer):  # any case, any suffix ("No optimization found. The kernels ...")
+        return ParsedSummary(found=False, title=NO_OPTIMIZATION, summary=answer, reasoning=reasoning)
+    if is_refusal(answer):
+        raise UnusableOutputError(f"the summarizer refused: {answer[:120]!r}")
     title = first_bold(answer)
     if title is None:
         first_line = answer.splitlines()[0].strip(" #*")
         title = first_line[:120] or "Rewrite"
-    return ParsedSummary(found=True, title=title, summary=answer)
+    return ParsedSummary(found=True, title=title, summary=answer, reasoning=reasoning)
 
 
 class Summarizer:

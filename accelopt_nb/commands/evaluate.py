@@ -11,7 +11,7 @@ from pathlib import Path
 
 from accelopt_nb.errors import ConfigError
 from accelopt_nb.evaluation.api import evaluate, make_job
-from accelopt_nb.evaluation.job import BACKENDS, HARDWARE, EvalOptions
+from accelopt_nb.evaluation.job import BACKENDS, FIDELITIES, HARDWARE, EvalOptions
 from accelopt_nb.evaluation.result import EvalResult, Status
 
 NAME = "evaluate"
@@ -26,6 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--task", help="task file in the NKIBench format instead of a problem")
     p.add_argument("--preset", default="small", help="shape preset of --problem: small (default) or paper")
     p.add_argument("--backend", choices=BACKENDS, default="simulator")
+    p.add_argument("--fidelity", choices=FIDELITIES, default="full",
+                   help="full (default): every check at --preset; screen: seeds and adversarial "
+                        "inputs at the small shape, latency from a trace-only run at --preset; "
+                        "confirm: full checks at --preset, for the kernels that matter")
     p.add_argument("--hw", choices=HARDWARE, default="trn1")
     p.add_argument("--workers", type=int, default=None,
                    help="parallel local workers (default: one per core, or per NeuronCore)")
@@ -63,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     if len(sources) == 1 and args.workers is None and args.scheduler is None:
         path, text = sources[0]
         results = [evaluate(problem, text, backend=args.backend, hw=args.hw, preset=args.preset,
-                            options=options(path), cache=cache, label=str(path))]
+                            options=options(path), cache=cache, label=str(path),
+                            fidelity=args.fidelity)]
     else:
         results = _evaluate_batch(args, problem, sources, options, cache)
 
@@ -80,7 +85,8 @@ def _evaluate_batch(args, problem, sources, options, cache) -> list[EvalResult]:
     from accelopt_nb.evaluation.executors import DaskEvaluator, LocalPoolEvaluator, evaluate_many
 
     jobs = [make_job(problem, text, backend=args.backend, hw=args.hw, preset=args.preset,
-                     options=options(path), label=str(path)) for path, text in sources]
+                     options=options(path), label=str(path), fidelity=args.fidelity)
+            for path, text in sources]
     # Neuron jobs additionally wait for a NeuronCore lease, so extra workers never share a core.
     executor = DaskEvaluator(args.scheduler) if args.scheduler else LocalPoolEvaluator(args.workers)
     order = {str(p): i for i, (p, _) in enumerate(sources)}

@@ -6,7 +6,6 @@ are cached on disk by kernel hash, problem, preset, backend, hardware and evalua
 """
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -15,8 +14,8 @@ from typing import Any
 from accelopt_nb.errors import (AccelOptError, BackendUnavailableError, ConfigError,
                                 EvaluationError, KernelLoadError, KernelRejectedError, ProblemError)
 from accelopt_nb.evaluation.cache import EvalCache
-from accelopt_nb.evaluation.job import (BACKENDS, EVALUATOR_VERSION, HARDWARE, EvalJob,
-                                        EvalOptions, default_limits)
+from accelopt_nb.evaluation.job import (BACKENDS, EVALUATOR_VERSION, FIDELITIES, HARDWARE, EvalJob,
+                                        EvalOptions, Fidelity, default_limits)
 from accelopt_nb.evaluation.problems import resolve_problem
 from accelopt_nb.evaluation.result import EvalResult, Status
 from accelopt_nb.evaluation.sandbox import SandboxLimits, run_sandboxed
@@ -31,12 +30,15 @@ _INFRA_ERRORS: dict[str, type[AccelOptError]] = {
 }
 # Largest file a worker may write: NTFF traces of real hardware runs are large.
 FILE_SIZE_MB = {"simulator": 1024, "neuron": 16384}
+JUDGE_MARGIN_S = 120.0
 
 
 def make_job(problem_or_task: Any, kernel_source: str, *, backend: str = "simulator",
              hw: str = "trn1", preset: str = "small", options: EvalOptions | None = None,
-             label: str | None = None) -> EvalJob:
+             label: str | None = None, fidelity: Fidelity = "full") -> EvalJob:
     """Validate the arguments and build a job (resolving the problem in the caller)."""
+    if fidelity not in FIDELITIES:
+        raise ConfigError(f"unknown fidelity {fidelity!r}; choose one of {', '.join(FIDELITIES)}")
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if hw not in HARDWARE:
@@ -48,19 +50,20 @@ def make_job(problem_or_task: Any, kernel_source: str, *, backend: str = "simula
                           "use evaluate_task_file() for a kernel file")
     return EvalJob(problem=resolve_problem(problem_or_task, preset), kernel_source=kernel_source,
                    backend=backend, hw=hw, preset=preset, options=options or EvalOptions(),
-                   label=label)
+                   label=label, fidelity=fidelity)
 
 
 def evaluate(problem_or_task: Any, kernel_source: str, *, backend: str = "simulator",
              hw: str = "trn1", preset: str = "small", options: EvalOptions | None = None,
-             cache: Any = True, label: str | None = None) -> EvalResult:
-    """Evaluate one kernel.
+             cache: Any = True, label: str | None = None,
+             fidelity: Fidelity = "full") -> EvalResult:
+    """Evaluate one kernel at a fidelity level (``full``, ``screen`` or ``confirm``).
 
     ``problem_or_task``: an NKIBench problem name, a task file path or a loaded TaskModule.
     ``cache``: True (the default cache directory), False/None (no cache), a directory or an
     :class:`EvalCache`."""
     job = make_job(problem_or_task, kernel_source, backend=backend, hw=hw, preset=preset,
-                   options=options, label=label)
+                   options=options, label=label, fidelity=fidelity)
     store = open_cache(cache)
     if store is not None:
         hit = store.get(job)
@@ -94,9 +97,11 @@ def open_cache(cache: Any) -> EvalCache | None:
     return EvalCache(cache)
 
 
-def run_job(job: EvalJob) -> EvalResult:
-    """Run one job now, in a sandboxed worker process (no cache). Never raises for anything the
-    kernel does; raises for infrastructure problems (unknown problem, missing toolchain)."""
+def run_job(job: EvalJob, worker: Any = None) -> EvalResult:
+    """Run one job now (no cache): static check here, then the judge in a fresh sandboxed
+    process, or in ``worker`` (a :class:`~accelopt_nb.evaluation.pool.WarmWorker`), which forks
+    the kernel's runner. Never raises for anything the kernel does; raises for infrastructure
+    problems (unknown problem, missing toolchain)."""
     t0 = time.monotonic()
     opts = job.options
     try:
@@ -108,10 +113,15 @@ def run_job(job: EvalJob) -> EvalResult:
 
     timeout_s, memory_mb = default_limits(job.preset)
     timeout_s = opts.timeout_s if opts.timeout_s is not None else timeout_s
-    memory_mb = opts.memory_mb if opts.memory_mb is not None else memory_mb
-    limits = SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb,
-                           file_size_mb=FILE_SIZE_MB.get(job.backend, 1024))
-    outcome = run_sandboxed(ENGINE_TARGET, job.to_dict(), limits)
+    # The judge's own backstop: the runner has timeout_s; computing inputs and references the
+    # first time, and the checks, get as long again plus a margin.
+    backstop_s = 2 * timeout_s + JUDGE_MARGIN_S
+    payload = {"job": job.to_dict(), "input_cache": _input_cache_dir()}
+    if worker is not None:
+        outcome = worker.run(ENGINE_TARGET, payload, backstop_s)
+    else:
+        outcome = run_sandboxed(ENGINE_TARGET, payload, SandboxLimits(
+            timeout_s=backstop_s, memory_mb=None, file_size_mb=FILE_SIZE_MB.get(job.backend, 1024)))
     if outcome.kind == "ok":
         result = EvalResult.from_dict(outcome.value)
     elif outcome.kind == "error" and (outcome.error or {}).get("type") in _INFRA_ERRORS:
@@ -121,18 +131,16 @@ def run_job(job: EvalJob) -> EvalResult:
         result = _skeleton(job)
         if outcome.kind == "timeout":
             result.status = Status.TIMEOUT
-            result.message = f"exceeded the wall-time limit of {timeout_s:g} s"
+            result.message = f"the evaluation exceeded its wall-time limit of {backstop_s:g} s"
         elif outcome.kind == "out_of_memory":
             result.status = Status.OUT_OF_MEMORY
-            limit = f"{memory_mb} MiB" if memory_mb else "the machine's memory"
-            result.message = f"exceeded the memory limit of {limit}"
+            result.message = "the evaluation ran out of memory"
         else:
             result.status = Status.CRASHED
             result.message = f"the evaluation process crashed: {outcome.describe()}"
         if outcome.error:
             result.error = {"type": outcome.error.get("type"), "message": outcome.error.get("message"),
-                            "api": None, "file": opts.kernel_filename,
-                            "line": _kernel_line_in(outcome.error.get("traceback", "")), "rule": None}
+                            "api": None, "file": opts.kernel_filename, "line": None, "rule": None}
         tail = (outcome.error or {}).get("traceback") or outcome.stderr_tail
         if tail:
             result.log.append("[evaluator] worker output tail:\n" + tail[-2000:])
@@ -141,20 +149,20 @@ def run_job(job: EvalJob) -> EvalResult:
     return result
 
 
-# The engine writes the kernel to <sandbox dir>/kernel.py; a worker traceback names its lines.
-_KERNEL_FRAME = re.compile(r'File "[^"]*accelopt-eval-[^"/]*/kernel\.py", line (\d+)')
-
-
-def _kernel_line_in(tb: str) -> int | None:
-    lines = _KERNEL_FRAME.findall(tb or "")
-    return int(lines[-1]) if lines else None
+def _input_cache_dir() -> str | None:
+    """Where judges share inputs and references; ``ACCELOPT_INPUT_CACHE=0`` turns sharing off."""
+    import os
+    if os.environ.get("ACCELOPT_INPUT_CACHE", "1") == "0":
+        return None
+    from accelopt_nb.evaluation.datacache import default_input_cache_dir
+    return str(default_input_cache_dir().resolve())
 
 
 def _skeleton(job: EvalJob) -> EvalResult:
     return EvalResult(status=Status.CRASHED, message="", problem=job.problem.name,
                       preset=job.preset if job.problem.kind == "nkibench" else "task",
                       backend=job.backend, hw=job.hw, kernel_sha256=job.kernel_sha256,
-                      evaluator_version=EVALUATOR_VERSION, label=job.label)
+                      evaluator_version=EVALUATOR_VERSION, label=job.label, fidelity=job.fidelity)
 
 
 def _early(job: EvalJob, status: Status, exc: AccelOptError, message: str, t0: float) -> EvalResult:

@@ -42,24 +42,34 @@ def lowered_dtypes(used: Iterable[str], input_dtypes: Iterable[str]) -> list[str
 
 def unwritten_outputs(trace: Any) -> list[tuple[str, int, int]]:
     """(name, never-written elements, total elements) for every kernel output the trace shows
-    partly unwritten. A write region's box may over-cover a strided write, so this never reports
-    a written element as unwritten."""
+    partly unwritten."""
     if trace is None:
         return []
     outputs = {tid: info for tid, info in trace.tensors.items() if info.kind == "output"}
-    if not outputs:
-        return []
-    masks = {tid: np.zeros(info.shape, dtype=bool) for tid, info in outputs.items()}
+    regions: dict[int, list] = {tid: [] for tid in outputs}
     for ins in trace.instructions:
         for region in ins.writes:
-            mask = masks.get(region.tensor)
-            if mask is not None:
-                mask[tuple(slice(lo, hi) for lo, hi in zip(region.lo, region.hi))] = True
+            if region.tensor in regions:
+                regions[region.tensor].append((tuple(region.lo), tuple(region.hi)))
+    return unwritten_regions([
+        (info.name, tuple(info.shape),
+         np.asarray(regions[tid], dtype=np.int64).reshape(-1, 2, len(info.shape)))
+        for tid, info in outputs.items()])
+
+
+def unwritten_regions(outputs: Iterable[tuple[str, tuple[int, ...], np.ndarray]]
+                      ) -> list[tuple[str, int, int]]:
+    """(name, never-written elements, total elements) for every output whose write regions
+    ((n, 2, ndim) lo/hi boxes) leave elements unwritten. A box may over-cover a strided write, so
+    this never reports a written element as unwritten."""
     report = []
-    for tid, mask in masks.items():
+    for name, shape, boxes in outputs:
+        mask = np.zeros(shape, dtype=bool)
+        for lo, hi in np.asarray(boxes, dtype=np.int64).reshape(-1, 2, len(shape)):
+            mask[tuple(slice(int(a), int(b)) for a, b in zip(lo, hi))] = True
         missing = int(mask.size - np.count_nonzero(mask))
         if missing:
-            report.append((outputs[tid].name, missing, int(mask.size)))
+            report.append((name, missing, int(mask.size)))
     return report
 
 

@@ -1,80 +1,90 @@
-"""The evaluation itself, as it runs inside the sandbox worker.
+"""The judge: the evaluation itself, in a process where the kernel never runs.
 
-Load the task and the kernel, run the kernel on every seed (the paper's contract), then on every
-adversarial input, check each run (values, shapes, coverage, precision, the simulator's rules) and
-profile a correct kernel. The backend (simulator or neuron) only loads and runs kernels; every
-verdict is decided here, the same way for both.
+The judge loads the task, takes each input set (seeds, then adversarial inputs) from the shared
+input cache, has the runner (:mod:`.runner`, a forked, limited child) run the kernel on it, loads
+the runner's plain output arrays (``.npy`` without pickle; numeric dtypes only) and checks them
+here: values against the reference, coverage, precision and the simulator's rules. Whatever the
+kernel rebinds in its own process, none of these checks run there.
+
+Fidelity (``job.fidelity``): ``full`` and ``confirm`` check every seed and adversarial input at
+the job's preset and profile the seed-42 run; ``screen`` checks them at the small preset and
+takes the latency from a trace-only run at the job's preset. A kernel that cannot run at the small
+shape (it raises there, or its outputs do not have the small shape) is screened at the job's shape
+with one seed plus the adversarial inputs instead.
 """
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
-import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable
 
 import numpy as np
 
-from accelopt_nb.errors import (EvaluationError, KernelError, KernelLoadError,
-                                KernelRuntimeError, LoopCarriedDependencyError, OpaqueTensorError,
-                                ProblemError, UninitializedReadError)
-from accelopt_nb.evaluation.correctness import compare_outputs, lowered_dtypes, unwritten_outputs
-from accelopt_nb.evaluation.job import EVALUATOR_VERSION, PROFILE_SEED, EvalJob
-from accelopt_nb.evaluation.problems import load_problem
+from accelopt_nb.errors import (BackendUnavailableError, ConfigError, EvaluationError,
+                                ProblemError)
+from accelopt_nb.evaluation.correctness import compare_outputs, lowered_dtypes, unwritten_regions
+from accelopt_nb.evaluation.datacache import InputCache, InputSet
+from accelopt_nb.evaluation.job import (EVALUATOR_VERSION, PROFILE_SEED, SCREEN_PRESET, EvalJob,
+                                        default_limits)
+from accelopt_nb.evaluation.problems import load_problem, task_key
+from accelopt_nb.evaluation.profile import latency_ms_from_profile, profile_record
 from accelopt_nb.evaluation.result import CheckResult, EvalResult, Status
+from accelopt_nb.evaluation.runner import (ForkRunner, InProcessRunner, RunnerDied, RunnerLimits,
+                                           RunnerTimeout)
 from accelopt_nb.taskfile import TaskModule
 
-# Kernel errors that mean "ran, but broke a correctness rule" rather than "did not build".
-CORRECTNESS_RULE_ERRORS = (UninitializedReadError, OpaqueTensorError, LoopCarriedDependencyError)
+__all__ = ["evaluate_job", "run_job_payload", "latency_ms_from_profile", "job_limits"]
+
+# Kernel errors (by class name: they cross from the runner as data) that mean "ran, but broke a
+# correctness rule" rather than "did not build", and those that are the runtime's crash.
+# Qualified, so a kernel cannot pass its own class of the same name off as one of these.
+CORRECTNESS_RULE_ERRORS = ("accelopt_nb.errors.UninitializedReadError",
+                           "accelopt_nb.errors.OpaqueTensorError",
+                           "accelopt_nb.errors.LoopCarriedDependencyError")
+RUNTIME_ERRORS = ("accelopt_nb.errors.KernelRuntimeError",)
+INFRA_ERRORS: dict[str, type[Exception]] = {
+    "ProblemError": ProblemError, "EvaluationError": EvaluationError,
+    "BackendUnavailableError": BackendUnavailableError, "ConfigError": ConfigError,
+}
 MAX_LOG_LINES = 50
+MAX_OUTPUTS = 16
+NUMERIC_KINDS = "biufc"
 
 
-@dataclass
-class RunOutput:
-    """One kernel launch: its outputs (kernel layout), instruction stream and device_print log."""
-
-    outputs: tuple[np.ndarray, ...]
-    trace: Any = None
-    log: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    artifacts: dict[str, str] = field(default_factory=dict)  # e.g. the NEFF/NTFF of a hardware run
-
-
-class Backend(Protocol):
-    """What the engine needs from a backend."""
-
-    def load(self, kernel_path: Path, kernel_name: str) -> None: ...
-    def run(self, nki_inputs: list[np.ndarray]) -> RunOutput: ...
-    def dtype_trace(self, nki_inputs: list[np.ndarray]) -> Any: ...
-    def profile(self, run: RunOutput, nki_inputs: list[np.ndarray]) -> dict[str, Any] | None: ...
-    def close(self) -> None: ...
-
-
-def make_backend(job: EvalJob, workdir: Path) -> Backend:
-    if job.backend == "simulator":
-        from accelopt_nb.evaluation.simulator import SimulatorBackend
-        return SimulatorBackend(hw=job.hw)
-    if job.backend == "neuron":
-        from accelopt_nb.evaluation.neuron import NeuronBackend
-        return NeuronBackend(hw=job.hw, workdir=workdir, options=job.options.neuron,
-                             visible_cores=job.visible_cores)
-    raise EvaluationError(f"unknown backend {job.backend!r} (expected 'simulator' or 'neuron')")
+def job_limits(job: EvalJob) -> RunnerLimits:
+    """The job's sandbox limits: its options, else the preset's defaults."""
+    from accelopt_nb.evaluation.api import FILE_SIZE_MB
+    timeout_s, memory_mb = default_limits(job.preset)
+    opts = job.options
+    return RunnerLimits(timeout_s=opts.timeout_s if opts.timeout_s is not None else timeout_s,
+                        memory_mb=opts.memory_mb if opts.memory_mb is not None else memory_mb,
+                        file_size_mb=FILE_SIZE_MB.get(job.backend, 1024))
 
 
 def run_job_payload(payload: dict[str, Any]) -> dict[str, Any]:
-    """Sandbox entry point (``accelopt_nb.evaluation.engine:run_job_payload``)."""
-    job = EvalJob.from_dict(payload)
-    return evaluate_job(job, Path.cwd()).to_dict()
-
-
-def evaluate_job(job: EvalJob, workdir: Path) -> EvalResult:
-    """Evaluate one job in this process (the sandbox worker calls this)."""
-    t0 = time.perf_counter()
-    run = _Run(job, Path(workdir))
+    """Sandbox entry point (``accelopt_nb.evaluation.engine:run_job_payload``): the judge of one
+    job in a fresh worker process; ``payload`` is ``{"job": ..., "input_cache": dir or None}``."""
+    job = EvalJob.from_dict(payload["job"])
+    workdir = Path(tempfile.mkdtemp(prefix="job-", dir=Path.cwd()))
     try:
-        result = run.execute()
+        return evaluate_job(job, workdir, input_cache=payload.get("input_cache")).to_dict()
     finally:
-        run.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def evaluate_job(job: EvalJob, workdir: Path, *, input_cache: str | Path | None = None,
+                 isolated: bool = True) -> EvalResult:
+    """Judge one job in this process, the kernel running in a forked runner (``isolated``) or,
+    for trusted kernels only, in this process. Raises only for infrastructure errors."""
+    t0 = time.perf_counter()
+    judge = _Judge(job, Path(workdir), InputCache(input_cache), isolated)
+    try:
+        result = judge.execute()
+    finally:
+        judge.close()
     result.wall_time_s = time.perf_counter() - t0
     return result
 
@@ -82,80 +92,148 @@ def evaluate_job(job: EvalJob, workdir: Path) -> EvalResult:
 class _Failure(Exception):
     """Internal: one input set failed; carries the category that decides the status."""
 
-    def __init__(self, category: Status, check: CheckResult) -> None:
+    def __init__(self, category: Status, check: CheckResult, *, cannot_run: bool = False) -> None:
         super().__init__(check.reason)
-        self.category = category
-        self.check = check
+        self.category, self.check, self.cannot_run = category, check, cannot_run
 
 
-class _Run:
-    def __init__(self, job: EvalJob, workdir: Path) -> None:
-        self.job, self.opts, self.workdir = job, job.options, workdir
-        self.kernel_path = workdir / "kernel.py"
-        self.task: TaskModule | None = None
-        self.backend: Backend | None = None
+@dataclass
+class _Shape:
+    """One shape preset's task, as the judge uses it."""
+
+    preset: str
+    task: TaskModule
+    key: str
+    adversarial: list | None = None     # the task's adversarial inputs, once computed
+
+    def adversarial_inputs(self) -> list:
+        if self.adversarial is None:
+            self.adversarial = list(self.task.adversarial_inputs())
+        return self.adversarial
+
+
+class _Judge:
+    def __init__(self, job: EvalJob, workdir: Path, cache: InputCache, isolated: bool) -> None:
+        self.job, self.opts, self.workdir, self.cache = job, job.options, workdir, cache
+        self.isolated = isolated
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.runner: ForkRunner | InProcessRunner | None = None
         self.result = EvalResult(status=Status.CORRECT, message="", problem=job.problem.name,
                                  preset=job.preset if job.problem.kind == "nkibench" else "task",
                                  backend=job.backend, hw=job.hw, kernel_sha256=job.kernel_sha256,
-                                 evaluator_version=EVALUATOR_VERSION, label=job.label)
-        self.input_float_dtypes: list[str] = []
+                                 evaluator_version=EVALUATOR_VERSION, label=job.label,
+                                 fidelity=job.fidelity)
+        self.tolerance = 0.0
         self.precision_checked = False
-        self.profile_run: tuple[RunOutput, list[np.ndarray]] | None = None
+        self.profile_tag: str | None = None
+        self.n_runs = 0
 
     def close(self) -> None:
-        if self.backend is not None:
-            self.backend.close()
+        if self.runner is not None:
+            self.runner.close()
 
     # -- the flow -----------------------------------------------------------------------------
     def execute(self) -> EvalResult:
-        res = self.result
-        self.task, tol = load_problem(self.job.problem, self.job.preset, self.workdir / "task")
-        res.tolerance = float(self.opts.tolerance if self.opts.tolerance is not None else tol)
-        self.kernel_path.write_text(self.job.kernel_source)
-        self.backend = make_backend(self.job, self.workdir)
-
-        t_load = time.perf_counter()
         try:
-            self.backend.load(self.kernel_path, self.opts.kernel_name)
-        except Exception as exc:  # noqa: BLE001 - every load failure is the kernel's
-            _reraise_memory(exc)
-            return self._finish(Status.BUILD_FAILED, error=self._error_dict(exc),
-                                message=f"kernel failed to load: {_short(exc)}")
-        load_s = time.perf_counter() - t_load
+            return self._execute()
+        except RunnerTimeout as exc:
+            return self._finish(Status.TIMEOUT, message=str(exc))
+        except RunnerDied as exc:
+            if exc.out_of_memory:
+                limit = self.runner.limits.memory_mb if isinstance(self.runner, ForkRunner) else None
+                return self._finish(Status.OUT_OF_MEMORY, error=exc.error, message=(
+                    f"exceeded the memory limit of {f'{limit} MiB' if limit else 'the machine'}"))
+            return self._finish(Status.CRASHED, message=f"the evaluation process crashed: {exc}")
 
+    def _execute(self) -> EvalResult:
+        job, opts, res = self.job, self.opts, self.result
+        target = self._shape(job.preset)
+        res.tolerance = self.tolerance = float(opts.tolerance if opts.tolerance is not None
+                                               else target[1])
+        limits = job_limits(job)
+        runner_dir = self.workdir / "runner"
+        self.runner = (ForkRunner(job, runner_dir, limits) if self.isolated
+                       else InProcessRunner(job, runner_dir, limits))
+        reply = self.runner.request({"op": "load"})
+        if not reply.get("ok"):
+            err = self._kernel_error(reply)
+            return self._finish(Status.BUILD_FAILED, error=err,
+                                message=f"kernel failed to load: {err['type']}: {err['message']}"[:600])
+        load_s = float(reply.get("seconds", 0.0))
+
+        screen = (job.fidelity == "screen" and job.problem.kind == "nkibench"
+                  and job.preset != SCREEN_PRESET)
+        if not screen:
+            res.checked_preset = res.preset
+            return self._verdict(target[0], opts.seeds, load_s, profile="run")
+        small = self._shape(SCREEN_PRESET)[0]
+        res.checked_preset = SCREEN_PRESET
+        verdict = self._correctness(small, opts.seeds, load_s)
+        if isinstance(verdict, _Failure) and verdict.cannot_run:
+            self._note(f"cannot run at the {SCREEN_PRESET} shape ({verdict.check.reason}); "
+                       f"screened at the {job.preset} shape with one seed and the adversarial inputs")
+            res.checks.clear()
+            res.checked_preset = job.preset
+            seed = PROFILE_SEED if PROFILE_SEED in opts.seeds else opts.seeds[0]
+            return self._verdict(target[0], (seed,), load_s, profile="trace", trace_shape=target[0])
+        return self._conclude(verdict, opts.seeds, profile="trace", trace_shape=target[0])
+
+    def _verdict(self, shape: _Shape, seeds: tuple[int, ...], load_s: float, *, profile: str,
+                 trace_shape: _Shape | None = None) -> EvalResult:
+        return self._conclude(self._correctness(shape, seeds, load_s), seeds, profile=profile,
+                              trace_shape=trace_shape)
+
+    def _correctness(self, shape: _Shape, seeds: tuple[int, ...], load_s: float
+                     ) -> "_Failure | tuple[_Failure | None, int]":
+        """Seeds then adversarial inputs at one shape: a seed failure, or (adversarial failure
+        or None, number of adversarial inputs)."""
         failure: _Failure | None = None
-        for seed in self.opts.seeds:
+        for seed in seeds:
             try:
-                self._check("seed", seed, self.task.get_inputs(seed), first=res.compile_time_s is None,
-                            load_s=load_s)
+                self._check(shape, "seed", seed, lambda s=seed: shape.task.get_inputs(s),
+                            first=self.result.compile_time_s is None, load_s=load_s)
             except _Failure as f:
                 failure = failure or f
                 if self.opts.fail_fast or f.category is not Status.INCORRECT:
                     break
         if failure is not None:
-            what = f"seed {failure.check.index}"
-            return self._finish(failure.category, error=failure.check.error,
-                                message=_failure_message(failure.category, what, failure.check))
-
-        adversarial = self.task.adversarial_inputs() if self.opts.adversarial else []
-        if self.opts.adversarial and not adversarial:
+            return failure
+        if not self.opts.adversarial:
+            return None, 0
+        n_adv = self._adversarial_count(shape)
+        if n_adv == 0:
             self._note("the task defines no adversarial inputs (get_adversarial_inputs)")
-        for i, inputs in enumerate(adversarial):
+        for i in range(n_adv):
             try:
-                self._check("adversarial", i, inputs)
+                self._check(shape, "adversarial", i, lambda i=i: shape.adversarial_inputs()[i])
             except _Failure as f:
                 failure = failure or f
                 if self.opts.fail_fast:
                     break
-        self._profile()  # a cheat is profiled too: it shows the speed it faked
+        return failure, n_adv
+
+    def _conclude(self, verdict: "_Failure | tuple[_Failure | None, int]", seeds: tuple[int, ...],
+                  *, profile: str, trace_shape: _Shape | None = None) -> EvalResult:
+        res = self.result
+        if isinstance(verdict, _Failure):
+            what = f"seed {verdict.check.index}"
+            return self._finish(verdict.category, error=verdict.check.error,
+                                message=_failure_message(verdict.category, what, verdict.check))
+        failure, n_adv = verdict
+        # a cheat is profiled too: it shows the speed it faked
+        if profile == "trace" and trace_shape is not None:
+            self._trace_profile(trace_shape)
+        else:
+            self._profile()
         if failure is not None:
             return self._finish(Status.CHEAT, error=failure.check.error, message=(
-                f"passes all {len(self.opts.seeds)} seeds but fails adversarial input "
+                f"passes all {len(seeds)} seeds but fails adversarial input "
                 f"#{failure.check.index}: {failure.check.reason}"))
         errs = [e for c in res.checks for e in c.rel_errors if e is not None]
         worst = f"max rel. L2 error {max(errs):.3g}, " if errs else ""
+        at = f" at the {res.checked_preset} shape" if res.checked_preset != res.preset else ""
         return self._finish(Status.CORRECT, message=(
-            f"passes {len(self.opts.seeds)} seeds and {len(adversarial)} adversarial input(s) "
+            f"passes {len(seeds)} seed(s) and {n_adv} adversarial input(s){at} "
             f"({worst}tolerance {res.tolerance:.3g})"))
 
     def _finish(self, status: Status, *, message: str, error: dict | None = None) -> EvalResult:
@@ -166,139 +244,173 @@ class _Run:
         if len(self.result.log) < MAX_LOG_LINES:
             self.result.log.append(f"[evaluator] {line}")
 
-    # -- one input set ------------------------------------------------------------------------
-    def _check(self, kind: str, index: int, inputs: list[np.ndarray], *, first: bool = False,
-               load_s: float = 0.0) -> None:
-        assert self.task is not None and self.backend is not None
-        try:
-            ref = self.task.forward(*[np.array(x, copy=True) for x in inputs])
-            nki_inputs = self.task.to_nki([np.array(x, copy=True) for x in inputs])
-        except Exception as exc:  # the task, not the kernel, is broken
-            raise ProblemError(f"task {self.task.name}: computing the reference for {kind} {index} "
-                               f"failed: {type(exc).__name__}: {exc}") from exc
-        if not self.input_float_dtypes:
-            self.input_float_dtypes = [str(np.asarray(x).dtype) for x in nki_inputs]
+    # -- tasks and input sets -----------------------------------------------------------------
+    def _shape(self, preset: str) -> tuple[_Shape, float]:
+        task, tol = load_problem(self.job.problem, preset, self.workdir / f"task-{preset}")
+        return _Shape(preset, task, task_key(self.job.problem, preset)), tol
 
+    def _adversarial_count(self, shape: _Shape) -> int:
+        return self.cache.count(f"{shape.key}|{shape.preset}", "adversarial", lambda: len(
+            self._task_call(shape, "adversarial inputs", shape.adversarial_inputs)))
+
+    def _input_set(self, shape: _Shape, kind: str, index: int,
+                   make_inputs: Callable[[], list[np.ndarray]]) -> InputSet:
+        def compute() -> tuple[list[np.ndarray], Any]:
+            inputs = self._task_call(shape, f"the inputs of {kind} {index}", make_inputs)
+            ref = self._task_call(shape, f"the reference for {kind} {index}",
+                                  lambda: shape.task.forward(*[np.array(x, copy=True) for x in inputs]))
+            nki = self._task_call(shape, f"the NKI inputs of {kind} {index}",
+                                  lambda: shape.task.to_nki([np.array(x, copy=True) for x in inputs]))
+            return list(nki), ref
+        return self.cache.get(shape.task, f"{shape.key}|{shape.preset}", kind, index,
+                              self.workdir, compute)
+
+    def _task_call(self, shape: _Shape, what: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception as exc:  # the task, not the kernel, is broken
+            raise ProblemError(f"task {shape.task.name}: computing {what} failed: "
+                               f"{type(exc).__name__}: {exc}") from exc
+
+    # -- one input set ------------------------------------------------------------------------
+    def _check(self, shape: _Shape, kind: str, index: int,
+               make_inputs: Callable[[], list[np.ndarray]], *, first: bool = False,
+               load_s: float = 0.0) -> None:
+        assert self.runner is not None
+        inputs = self._input_set(shape, kind, index, make_inputs)
         check = CheckResult(kind=kind, index=index, passed=False)
         self.result.checks.append(check)
-        try:
-            out = self.backend.run([np.array(x, copy=True) for x in nki_inputs])
-        except Exception as exc:  # noqa: BLE001 - classify every kernel failure
-            _reraise_memory(exc)
-            category = self._classify(exc)
-            check.error = self._error_dict(exc)
-            check.reason = _short(exc)
-            raise _Failure(category, check) from None
+        self.n_runs += 1
+        tag = f"{shape.preset}-{kind}-{index}"
+        outdir = self.workdir / f"out-{self.n_runs}"
+        keep = kind == "seed" and (index == PROFILE_SEED or self.profile_tag is None)
+        reply = self.runner.request({
+            "op": "run", "inputs": str(inputs.directory), "n_inputs": inputs.n_inputs,
+            "out": str(outdir), "tag": tag, "keep": keep,
+            "want_dtypes": self.opts.check_precision and not self.precision_checked})
+        if not reply.get("ok"):
+            err = self._kernel_error(reply)
+            classes = set(reply.get("classes") or [])
+            category = (Status.CRASHED if classes & set(RUNTIME_ERRORS) else Status.INCORRECT
+                        if classes & set(CORRECTNESS_RULE_ERRORS) else Status.BUILD_FAILED)
+            check.error, check.reason = err, f"{err['type']}: {err['message']}"[:500]
+            raise _Failure(category, check, cannot_run=category is not Status.INCORRECT)
         if first:
-            self.result.compile_time_s = load_s + out.seconds
-        for line in out.log:
+            self.result.compile_time_s = load_s + float(reply.get("seconds") or 0.0)
+        for line in reply.get("log") or []:
             if len(self.result.log) < MAX_LOG_LINES:
                 self.result.log.append(str(line))
 
+        outputs = self._load_outputs(outdir, reply, check)
         if not self.precision_checked and self.opts.check_precision:
             self.precision_checked = True
-            self._check_precision(out, nki_inputs, check)
-
-        missing = unwritten_outputs(out.trace)
+            self._check_precision(reply.get("dtypes_used"), inputs.input_dtypes, check)
+        missing = unwritten_regions(_load_coverage(outdir, reply.get("coverage")))
         if missing:
             name, n, total = missing[0]
             check.reason = (f"partial output write: {n} of {total} elements of output '{name}' are "
                             f"never written")
             raise _Failure(Status.INCORRECT, check)
 
-        k_res: Any = out.outputs[0] if len(out.outputs) == 1 else tuple(out.outputs)
+        ref = inputs.reference
+        k_res: Any = outputs[0] if len(outputs) == 1 else tuple(outputs)
         try:
-            actual = self.task.from_nki(k_res, ref)
+            actual = shape.task.from_nki(k_res, ref)
         except Exception as exc:  # noqa: BLE001 - a wrong output shape usually fails the reshape
-            shapes = [tuple(np.shape(o)) for o in out.outputs]
+            shapes = [tuple(np.shape(o)) for o in outputs]
             check.reason = (f"the kernel's outputs (shapes {shapes}) do not fit the reference: "
                             f"transform_nki_outputs raised {type(exc).__name__}: {exc}")
-            raise _Failure(Status.INCORRECT, check) from None
-        passed, errors, reason = compare_outputs(actual, ref, self.result.tolerance or 0.0)
+            raise _Failure(Status.INCORRECT, check, cannot_run=True) from None
+        passed, errors, reason = compare_outputs(actual, ref, self.tolerance)
         check.rel_errors = errors
         if not passed:
             check.reason = reason
-            raise _Failure(Status.INCORRECT, check)
+            raise _Failure(Status.INCORRECT, check, cannot_run=None in errors)
         check.passed = True
-        if kind == "seed" and (index == PROFILE_SEED or self.profile_run is None):
-            self.profile_run = (out, nki_inputs)
+        if keep:
+            self.profile_tag = tag
 
-    def _check_precision(self, out: RunOutput, nki_inputs: list[np.ndarray],
-                         check: CheckResult) -> None:
-        trace = out.trace
-        if trace is None:
+    def _load_outputs(self, outdir: Path, reply: dict[str, Any], check: CheckResult
+                      ) -> list[np.ndarray]:
+        """The runner's outputs as plain numeric arrays (no pickle, no object arrays)."""
+        n = reply.get("n_outputs")
+        if not isinstance(n, int) or not 0 < n <= MAX_OUTPUTS:
+            check.reason = f"the kernel returned {n!r} outputs (expected 1 to {MAX_OUTPUTS})"
+            raise _Failure(Status.INCORRECT, check)
+        outputs = []
+        for i in range(n):
             try:
-                trace = self.backend.dtype_trace(nki_inputs)
-            except Exception as exc:  # noqa: BLE001 - best effort on hardware
-                self._note(f"precision check skipped: could not trace the kernel's dtypes ({exc})")
-                return
-        if trace is None:
+                arr = np.load(outdir / f"out_{i}.npy", allow_pickle=False)
+            except (OSError, ValueError) as exc:
+                check.reason = f"output {i} is not a plain array: {exc}"
+                raise _Failure(Status.INCORRECT, check) from None
+            if not isinstance(arr, np.ndarray) or arr.dtype.kind not in NUMERIC_KINDS:
+                check.reason = f"output {i} has the non-numeric dtype {arr.dtype}"
+                raise _Failure(Status.INCORRECT, check)
+            outputs.append(arr)
+        return outputs
+
+    def _check_precision(self, used: Any, input_dtypes: list[str], check: CheckResult) -> None:
+        if used is None:
             self._note("precision check skipped: no instruction stream for this backend")
             return
-        used = sorted(trace.dtypes_used())
+        used = sorted(str(u) for u in used)
         self.result.dtypes_used = used
-        low = lowered_dtypes(used, self.input_float_dtypes)
+        low = lowered_dtypes(used, input_dtypes)
         if low:
             check.reason = (f"precision lowering: the kernel uses {', '.join(low)} but the problem's "
-                            f"inputs are {', '.join(sorted(set(self.input_float_dtypes)))}")
+                            f"inputs are {', '.join(sorted(set(input_dtypes)))}")
             raise _Failure(Status.INCORRECT, check)
 
     # -- profile ------------------------------------------------------------------------------
     def _profile(self) -> None:
-        if not self.opts.profile or self.profile_run is None or self.backend is None:
+        if not self.opts.profile or self.profile_tag is None:
             return
-        run, nki_inputs = self.profile_run
-        try:
-            profile = self.backend.profile(run, nki_inputs)
-        except Exception as exc:  # noqa: BLE001 - a profiling failure must not hide the verdict
-            _reraise_memory(exc)
-            self._note(f"profiling failed: {type(exc).__name__}: {exc}")
+        self._take_profile({"op": "profile", "tag": self.profile_tag})
+
+    def _trace_profile(self, shape: _Shape) -> None:
+        if not self.opts.profile:
             return
-        if profile is None:
+        inputs = self._input_set(shape, "seed", PROFILE_SEED,
+                                 lambda: shape.task.get_inputs(PROFILE_SEED))
+        self._take_profile({"op": "trace_profile", "inputs": str(inputs.directory),
+                            "n_inputs": inputs.n_inputs})
+        self._note(f"latency from a trace-only run at the {shape.preset} shape")
+
+    def _take_profile(self, msg: dict[str, Any]) -> None:
+        assert self.runner is not None
+        reply = self.runner.request(msg)
+        if not reply.get("ok"):
+            err = reply.get("error") or {}
+            self._kernel_error(reply)   # raises for an infrastructure error
+            self._note(f"profiling failed: {err.get('type')}: {err.get('message')}")
             return
-        self.result.profile = profile
-        self.result.latency_ms = latency_ms_from_profile(profile)
+        raw = reply.get("profile")
+        if not isinstance(raw, dict):
+            return
+        record = profile_record(raw, source=self.job.backend, hw=self.job.hw)
+        self.result.profile = record.to_dict()
+        self.result.latency_ms = record.latency_ms
 
     # -- errors -------------------------------------------------------------------------------
-    def _classify(self, exc: BaseException) -> Status:
-        if isinstance(exc, KernelRuntimeError):
-            return Status.CRASHED
-        if isinstance(exc, CORRECTNESS_RULE_ERRORS):
-            return Status.INCORRECT
-        if isinstance(exc, (ProblemError, EvaluationError)):
-            raise exc  # infrastructure: not the kernel's verdict
-        return Status.BUILD_FAILED
-
-    def _error_dict(self, exc: BaseException) -> dict[str, Any]:
-        if isinstance(exc, (ProblemError, EvaluationError)):
-            raise exc
-        if isinstance(exc, KernelError):
-            d = exc.to_dict()
-        elif isinstance(exc, SyntaxError):
-            d = KernelLoadError(f"syntax error: {exc.msg}", line=exc.lineno).to_dict()
-        else:
-            d = {"type": type(exc).__name__, "message": str(exc), "api": None, "file": None,
-                 "line": None, "rule": None}
-        kernel_file = str(self.kernel_path)
-        if d.get("line") is None or d.get("file") in (None, kernel_file):
-            frames = [f for f in traceback.extract_tb(exc.__traceback__)
-                      if _same_file(f.filename, kernel_file)]
-            if frames and d.get("line") is None:
-                d["line"] = frames[-1].lineno
-        if d.get("file") is None or _same_file(d["file"], kernel_file):
-            d["file"] = self.opts.kernel_filename
-        d["message"] = str(d.get("message", ""))[:2000]
-        return d
+    def _kernel_error(self, reply: dict[str, Any]) -> dict[str, Any]:
+        err = dict(reply.get("error") or {})
+        if (err.get("type") in INFRA_ERRORS
+                and f"accelopt_nb.errors.{err['type']}" in (reply.get("classes") or [])):
+            raise INFRA_ERRORS[err["type"]](str(err.get("message")))
+        err.setdefault("type", "Error")
+        err.setdefault("message", "")
+        return err
 
 
-def latency_ms_from_profile(profile: dict[str, Any]) -> float | None:
-    """The latency in ms from a profile dict, whatever unit its producer used."""
-    for key, scale in (("latency_ms", 1.0), ("total_time_ms", 1.0), ("latency_us", 1e-3),
-                       ("total_time_us", 1e-3), ("latency_s", 1e3), ("total_time", 1e3)):
-        value = profile.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value) * scale
-    return None
+def _load_coverage(outdir: Path, report: Any) -> list[tuple[str, tuple[int, ...], np.ndarray]]:
+    if not isinstance(report, list):
+        return []
+    out = []
+    for item in report:
+        regions = np.load(outdir / Path(str(item["file"])).name, allow_pickle=False)
+        out.append((str(item["name"]), tuple(int(s) for s in item["shape"]), regions))
+    return out
 
 
 def _failure_message(category: Status, what: str, check: CheckResult) -> str:
@@ -306,28 +418,3 @@ def _failure_message(category: Status, what: str, check: CheckResult) -> str:
             Status.CRASHED: "kernel crashed while running",
             Status.INCORRECT: "incorrect"}.get(category, category.value)
     return f"{lead} on {what}: {check.reason}"
-
-
-def _short(exc: BaseException) -> str:
-    text = exc.message if isinstance(exc, KernelError) else str(exc)
-    return f"{type(exc).__name__}: {text}"[:500]
-
-
-def _same_file(a: str | None, b: str) -> bool:
-    if not a:
-        return False
-    try:
-        return Path(a).resolve() == Path(b).resolve()
-    except OSError:
-        return a == b
-
-
-def _reraise_memory(exc: BaseException) -> None:
-    """Let a MemoryError anywhere in the chain reach the worker, which reports out_of_memory."""
-    cur: BaseException | None = exc
-    seen: set[int] = set()
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, MemoryError):
-            raise cur
-        seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__

@@ -9,17 +9,28 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Literal, get_args
 
 import accelopt_nb
+from accelopt_nb.evaluation.backends import BUILTIN_BACKENDS
 
 # Bump when a change to the evaluator can change a verdict; it is part of every cache key.
-EVALUATOR_VERSION = "1"
+EVALUATOR_VERSION = "2"
+
+# How thoroughly a job is checked (docs/evaluation.md, "Fidelity levels"):
+# full: every seed and adversarial input at the job's shape preset, profiled there;
+# screen: seeds and adversarial inputs at the small preset, latency from a trace-only run at the
+#         job's preset (a kernel that cannot run at the small shape is checked at the job's shape
+#         with one seed plus the adversarial inputs);
+# confirm: the full checks at the job's preset, for the few kernels a search keeps.
+Fidelity = Literal["full", "screen", "confirm"]
+FIDELITIES: tuple[str, ...] = get_args(Fidelity)
+SCREEN_PRESET = "small"
 
 PAPER_SEEDS: tuple[int, ...] = (0, 21, 42, 63, 84)
 DEFAULT_TOLERANCE = 2e-5
 PROFILE_SEED = 42       # the paper profiles the seed-42 run
-BACKENDS = ("simulator", "neuron")
+BACKENDS = tuple(BUILTIN_BACKENDS)   # the plug-ins shipped (evaluation.backends registers more)
 HARDWARE = ("trn1", "trn2")
 # Latency re-measurement threshold, (max - min) / min, per hardware generation (the paper's protocol).
 LATENCY_SPREAD = {"trn1": 0.01, "trn2": 0.04}
@@ -118,6 +129,7 @@ class EvalJob:
     options: EvalOptions = field(default_factory=EvalOptions)
     label: str | None = None
     visible_cores: str | None = None      # NEURON_RT_VISIBLE_CORES lease (set by the executor)
+    fidelity: str = "full"                # one of FIDELITIES
 
     @property
     def kernel_sha256(self) -> str:
@@ -126,7 +138,7 @@ class EvalJob:
     def cache_key(self) -> str:
         ident = {"kernel": self.kernel_sha256, "problem": self.problem.identity(),
                  "preset": self.preset, "backend": self.backend, "hw": self.hw,
-                 "evaluator": EVALUATOR_VERSION, "package": accelopt_nb.__version__,
+                 "fidelity": self.fidelity, "evaluator": EVALUATOR_VERSION, "package": accelopt_nb.__version__,
                  "options": self.options.verdict_fields()}
         return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
@@ -134,7 +146,7 @@ class EvalJob:
         return {"problem": asdict(self.problem), "kernel_source": self.kernel_source,
                 "backend": self.backend, "hw": self.hw, "preset": self.preset,
                 "options": self.options.to_dict(), "label": self.label,
-                "visible_cores": self.visible_cores}
+                "visible_cores": self.visible_cores, "fidelity": self.fidelity}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "EvalJob":
@@ -142,4 +154,4 @@ class EvalJob:
                    backend=d.get("backend", "simulator"), hw=d.get("hw", "trn1"),
                    preset=d.get("preset", "small"),
                    options=EvalOptions.from_dict(d.get("options", {})), label=d.get("label"),
-                   visible_cores=d.get("visible_cores"))
+                   visible_cores=d.get("visible_cores"), fidelity=d.get("fidelity", "full"))

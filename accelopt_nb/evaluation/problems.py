@@ -48,8 +48,30 @@ def resolve_problem(problem_or_task: Any, preset: str = "small") -> ProblemRef:
                        f"NKIBench problem name, a task file path or a TaskModule")
 
 
+# Tasks a long-lived judge already materialised: (identity, preset) -> (task, tolerance).
+_LOADED: dict[tuple[str, str], tuple[TaskModule, float]] = {}
+_MAX_LOADED = 16
+
+
 def load_problem(ref: ProblemRef, preset: str, workdir: Path) -> tuple[TaskModule, float]:
-    """Materialise the task in this process; returns it with its correctness tolerance."""
+    """Materialise the task in this process (once per process); returns it with its tolerance."""
+    key = (ref.identity(), preset)
+    if key not in _LOADED:
+        if len(_LOADED) >= _MAX_LOADED:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[key] = _load_problem(ref, preset, workdir)
+    return _LOADED[key]
+
+
+def task_key(ref: ProblemRef, preset: str) -> str:
+    """Identity of the task at one preset, for the input cache: it changes when the task does."""
+    if ref.kind == "nkibench":
+        fingerprint = _task_fingerprint(_nkibench_problem(ref.name), preset)
+        return f"nkibench:{ref.name}:{preset}:{fingerprint or ''}"
+    return ref.identity()
+
+
+def _load_problem(ref: ProblemRef, preset: str, workdir: Path) -> tuple[TaskModule, float]:
     if ref.kind == "nkibench":
         problem = _nkibench_problem(ref.name)
         task = problem.task(preset)

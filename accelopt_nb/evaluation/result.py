@@ -77,6 +77,8 @@ class EvalResult:
     log: list[str] = field(default_factory=list)  # device_print lines and notes, truncated
     label: str | None = None                # the caller's name for this job (batch evaluation)
     cached: bool = False
+    fidelity: str = "full"                  # the job's fidelity level (job.FIDELITIES)
+    checked_preset: str | None = None       # the shape preset correctness was checked at
 
     @property
     def correct(self) -> bool:
@@ -113,8 +115,10 @@ class EvalResult:
 
     def summary(self) -> str:
         """A short multi-line report for people (the CLI's default output)."""
-        lines = [f"status: {self.status.value}  ({self.problem}, preset {self.preset}, "
-                 f"{self.backend}/{self.hw})", f"  {self.message}"]
+        checked = (f", checked at {self.checked_preset}"
+                   if self.checked_preset not in (None, self.preset) else "")
+        lines = [f"status: {self.status.value}  ({self.problem}, preset {self.preset}{checked}, "
+                 f"{self.backend}/{self.hw}, fidelity {self.fidelity})", f"  {self.message}"]
         if self.error:
             e = self.error
             where = f"{e.get('file') or 'kernel'}:{e.get('line') if e.get('line') is not None else '?'}"

@@ -103,7 +103,7 @@ def run_sandboxed(target: str, payload: Any, limits: SandboxLimits | None = None
     try:
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             proc = subprocess.Popen(cmd, cwd=workdir, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=err, env=_worker_env(workdir, env, extra_pythonpath),
+                                    stderr=err, env=worker_env(workdir, env, extra_pythonpath),
                                     start_new_session=True)
             try:
                 returncode: int | None = proc.wait(timeout=limits.timeout_s)
@@ -127,7 +127,7 @@ def run_sandboxed(target: str, payload: Any, limits: SandboxLimits | None = None
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _worker_env(workdir: Path, overrides: Mapping[str, str] | None,
+def worker_env(workdir: Path, overrides: Mapping[str, str] | None,
                 extra_pythonpath: Sequence[str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k in PASSTHROUGH_ENV or k.startswith(PASSTHROUGH_PREFIXES)}

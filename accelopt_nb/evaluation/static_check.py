@@ -6,6 +6,14 @@ line, so the executor agent can fix its kernel. It is deliberately a blocklist o
 allowlist: a kernel may import only NumPy, math and NKI, may not call the builtins that open files,
 run code or reach the interpreter, may not touch underscore attributes (``x.__class__``, ``x._impl``),
 and may not use NumPy's file and FFI entry points.
+
+Nor may it rebind what the libraries (and so a checker) use: no assignment to or deletion of any
+attribute (``np.allclose = ...``, ``math.isclose = ...``, ``nl.x = ...``, ``del np.x``; in
+functions and helpers too, and so through any alias or parameter), no item assignment or mutating
+method call on a library object (``np.sctypeDict[...] = ...``, ``d = np.typecodes; d.update()``),
+and an imported module is used only as ``module.<name>`` (never aliased, passed or returned).
+The judge, which decides the verdict, runs in a process where the kernel never ran
+(:mod:`accelopt_nb.evaluation.engine`); this check keeps the runner's simulator honest too.
 """
 from __future__ import annotations
 
@@ -13,6 +21,7 @@ import ast
 import re
 
 from accelopt_nb.errors import KernelLoadError, KernelRejectedError
+from accelopt_nb.pyast import PARSE_LOCK
 
 # Top-level modules a kernel may import (and their submodules). ``__future__`` is a compiler
 # directive, not a module with behaviour.
@@ -48,9 +57,27 @@ FORBIDDEN_NUMPY_ATTRS = frozenset({
 NUMPY_ONLY_FORBIDDEN = frozenset({"load"})
 MODULE_HANDLES = frozenset({"np", "numpy"})
 ALLOWED_DUNDER_NAMES = frozenset({"__name__"})
+# Methods that mutate a container in place: refused on library objects (``np.sctypeDict.update``).
+MUTATING_METHODS = frozenset({"update", "setdefault", "pop", "popitem", "clear", "append",
+                              "extend", "insert", "remove", "add", "discard", "sort", "reverse",
+                              "fill", "resize", "put", "itemset", "setflags", "setfield"})
+# ``from <package> import <name>`` binds a module for these names (numpy.linalg, nki.language, ...).
+KNOWN_SUBMODULES = frozenset({"nki", "language", "isa", "typing", "compiler", "linalg", "random",
+                              "fft", "ma", "polynomial", "emath", "char", "strings"})
+# Calls that may take a module as an argument because they only read from it.
+READ_ONLY_MODULE_CALLS = frozenset({"getattr", "hasattr"})
 MAX_SOURCE_CHARS = 400_000
 
 _FORMAT_ESCAPE = re.compile(r"\{[^{}]*[.\[]\s*_")
+# CPython 3.11 keeps the AST constructor's recursion-depth counter per interpreter, not per
+# thread: two threads parsing at once can fail with "AST constructor recursion depth mismatch".
+_PARSE_LOCK = PARSE_LOCK  # one lock for every parse of the process
+
+
+def parse_source(source: str, filename: str = "kernel.py") -> ast.Module:
+    """``ast.parse``, serialised across threads (see _PARSE_LOCK)."""
+    with _PARSE_LOCK:
+        return ast.parse(source, filename=filename)
 
 
 def check_kernel_source(source: str, filename: str = "kernel.py") -> None:
@@ -60,7 +87,7 @@ def check_kernel_source(source: str, filename: str = "kernel.py") -> None:
         raise KernelRejectedError(f"kernel source is {len(source)} characters; the limit is "
                                   f"{MAX_SOURCE_CHARS}", file=filename, line=1)
     try:
-        tree = ast.parse(source, filename=filename)
+        tree = parse_source(source, filename)
     except SyntaxError as exc:
         raise KernelLoadError(f"syntax error: {exc.msg}", file=filename, line=exc.lineno) from None
     except ValueError as exc:  # e.g. null bytes in the source
@@ -68,6 +95,7 @@ def check_kernel_source(source: str, filename: str = "kernel.py") -> None:
     checker = _Checker(filename)
     checker.parents = {child: parent for parent in ast.walk(tree)
                        for child in ast.iter_child_nodes(parent)}
+    checker.collect_names(tree)
     checker.visit(tree)
 
 
@@ -75,7 +103,60 @@ class _Checker(ast.NodeVisitor):
     def __init__(self, filename: str) -> None:
         self.filename = filename
         self.numpy_aliases: set[str] = set()
+        self.module_names: set[str] = set()      # names bound to modules by imports
+        self.library_aliases: set[str] = set()   # names bound to objects reached through a module
         self.parents: dict[ast.AST, ast.AST] = {}
+
+    def collect_names(self, tree: ast.AST) -> None:
+        """First pass, over the whole file (any scope, any order): which names are modules, and
+        which are assigned something reached through a module (``d = np.typecodes``)."""
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    self.module_names.add(alias.asname or alias.name.split(".")[0])
+            elif isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    if alias.name in KNOWN_SUBMODULES:
+                        self.module_names.add(alias.asname or alias.name)
+        changed = True
+        while changed:  # aliases of aliases
+            changed = False
+            for node in ast.walk(tree):
+                targets: list[ast.AST] = []
+                value: ast.AST | None = None
+                if isinstance(node, ast.Assign):
+                    targets, value = node.targets, node.value
+                elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+                    targets, value = [node.target], node.value
+                if value is None or not self._library_rooted(value):
+                    continue
+                for t in targets:
+                    for name in ast.walk(t):
+                        if isinstance(name, ast.Name) and name.id not in self.library_aliases:
+                            self.library_aliases.add(name.id)
+                            changed = True
+
+    def _root(self, node: ast.AST) -> tuple[ast.AST | None, bool]:
+        """The object an attribute/item chain starts from (None: a call's fresh result), and
+        whether the chain has an attribute step. ``getattr(x, "n")`` reads like ``x.n``."""
+        has_attr = False
+        while True:
+            if isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
+                has_attr = has_attr or isinstance(node, ast.Attribute)
+                node = node.value
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                  and node.func.id in READ_ONLY_MODULE_CALLS and node.args):
+                has_attr = True
+                node = node.args[0]
+            elif isinstance(node, ast.Call):
+                return None, has_attr
+            else:
+                return node, has_attr
+
+    def _library_rooted(self, node: ast.AST) -> bool:
+        root, _ = self._root(node)
+        return isinstance(root, ast.Name) and (root.id in self.module_names
+                                               or root.id in self.library_aliases)
 
     def _reject(self, node: ast.AST, message: str) -> None:
         raise KernelRejectedError(message, file=self.filename, line=getattr(node, "lineno", None))
@@ -131,9 +212,21 @@ class _Checker(ast.NodeVisitor):
         if name in self.numpy_aliases and not isinstance(self.parents.get(node), ast.Attribute):
             self._reject(node, f"the numpy module may only be used as {name}.<function> in a "
                                f"kernel (not aliased or passed around)")
+        parent = self.parents.get(node)
+        if (name in self.module_names and isinstance(node.ctx, ast.Load)
+                and not isinstance(parent, ast.Attribute)
+                and not (isinstance(parent, ast.Call) and node in parent.args[:1]
+                         and isinstance(parent.func, ast.Name)
+                         and parent.func.id in READ_ONLY_MODULE_CALLS)):
+            self._reject(node, f"the module '{name}' may only be used as {name}.<name> in a "
+                               f"kernel (not aliased, passed or returned)")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr = node.attr
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            verb = "assigning to" if isinstance(node.ctx, ast.Store) else "deleting"
+            self._reject(node, f"{verb} the attribute '{ast.unparse(node)}' is not allowed in a "
+                               f"kernel (it could rebind a library function); use a local variable")
         if attr.startswith("_"):
             self._reject(node, f"access to the underscore attribute '.{attr}' is not allowed in a kernel")
         if attr in FORBIDDEN_ATTRS:
@@ -148,8 +241,22 @@ class _Checker(ast.NodeVisitor):
                                f"allowed in a kernel; import numpy directly")
         self.generic_visit(node)
 
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            root, has_attr = self._root(node.value)
+            if has_attr or self._library_rooted(node.value):
+                self._reject(node, f"item assignment to '{ast.unparse(node.value)}' is not "
+                                   f"allowed in a kernel (it could change a library object); "
+                                   f"assign items of local tiles and arrays only")
+        self.generic_visit(node)
+
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
+        if (isinstance(func, ast.Attribute) and func.attr in MUTATING_METHODS
+                and not (isinstance(func.value, ast.Name) and func.value.id in self.module_names)
+                and self._library_rooted(func.value)):
+            self._reject(node, f"calling '.{func.attr}()' on the library object "
+                               f"'{ast.unparse(func.value)}' is not allowed in a kernel")
         if isinstance(func, ast.Name) and func.id in ("getattr", "hasattr"):
             name_arg = node.args[1] if len(node.args) > 1 else None
             if not (isinstance(name_arg, ast.Constant) and isinstance(name_arg.value, str)):

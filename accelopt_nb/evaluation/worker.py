@@ -4,6 +4,11 @@ It limits its own resources first, then imports and calls the job's target funct
 tries to leave a RESULT.json behind: ``{"kind": "ok", "value": ...}``, ``{"kind": "error", ...}``
 or ``{"kind": "out_of_memory", ...}``. If it dies before that (a signal, a hard crash), the parent
 sees no result and reports a crash.
+
+``python -m accelopt_nb.evaluation.worker --serve`` is the warm variant (:mod:`.pool`): it imports
+the evaluation stack once, then answers one request per line on stdin with one result line, in
+the same shapes, on the stream that was its stdout (its own fd 1 then points at stderr, so nothing
+printed can corrupt the protocol).
 """
 from __future__ import annotations
 
@@ -51,25 +56,48 @@ def _write(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def main(argv: list[str]) -> int:
-    job_path, result_path = argv[1], argv[2]
-    with open(job_path) as f:
-        job = json.load(f)
-    _limit_resources(job.get("memory_mb"), job.get("file_size_mb"))
+def _call(target: str, payload: object) -> dict:
     try:
-        module_name, func_name = job["target"].split(":")
+        module_name, func_name = target.split(":")
         module = __import__(module_name, fromlist=[func_name])
-        value = getattr(module, func_name)(job["payload"])
-        _write(result_path, {"kind": "ok", "value": value})
-        return 0
+        return {"kind": "ok", "value": getattr(module, func_name)(payload)}
     except BaseException as exc:  # noqa: BLE001 - the whole point is to report anything
+        if isinstance(exc, KeyboardInterrupt):
+            raise
         kind = "out_of_memory" if _is_memory_error(exc) else "error"
         error = {"type": type(exc).__name__, "message": str(exc)[:4000],
                  "traceback": "".join(traceback.format_exception(type(exc), exc,
                                                                  exc.__traceback__))[-8000:]}
         del exc  # drop frames (and any large arrays they hold) before writing the result
-        _write(result_path, {"kind": kind, "error": error})
-        return 1
+        return {"kind": kind, "error": error}
+
+
+def serve(preload: list[str]) -> int:
+    """The warm worker loop: preload, then one request line in, one result line out."""
+    proto = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    _limit_resources(None, None)
+    for name in preload:
+        __import__(name)
+    proto.write(json.dumps({"kind": "ready", "pid": os.getpid()}) + "\n")
+    proto.flush()
+    for line in sys.stdin:
+        request = json.loads(line)
+        proto.write(json.dumps(_call(request["target"], request["payload"])) + "\n")
+        proto.flush()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1 and argv[1] == "--serve":
+        return serve(argv[2:])
+    job_path, result_path = argv[1], argv[2]
+    with open(job_path) as f:
+        job = json.load(f)
+    _limit_resources(job.get("memory_mb"), job.get("file_size_mb"))
+    result = _call(job["target"], job["payload"])
+    _write(result_path, result)
+    return 0 if result["kind"] == "ok" else 1
 
 
 if __name__ == "__main__":

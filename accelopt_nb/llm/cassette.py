@@ -2,13 +2,15 @@
 
 A cassette is a JSONL file of ``{key, request, response, ...}`` entries. The key is the
 SHA-256 of the canonical JSON of the request (model, messages, every sampling setting,
-``extra_body``) plus the caller's ``sample`` index and the unusable-output retry number.
+``extra_body``) plus the caller's ``sample`` index, the call's ``slot`` (its identity in the
+run, e.g. the kernel id it produces) and the unusable-output retry number.
 Endpoint URL, API key and timeout are not part of the key, so a cassette recorded against
 one server replays anywhere.
 
 Identical requests (repeated sampling of one prompt) may occur several times; replay hands
-out their recorded responses in recording order. Pass a distinct ``sample`` to each of
-several concurrent identical calls to make the pairing independent of scheduling.
+out their recorded responses in recording order. The search passes each call's ``slot``, so
+two plans that happen to produce identical executor requests still replay kernel by kernel,
+independent of scheduling.
 
 Modes: ``record`` (call the server, append every response), ``replay`` (never call a
 server; a miss raises :class:`~accelopt_nb.errors.ReplayMissError`), ``auto`` (replay
@@ -37,9 +39,12 @@ def _canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def request_key(request: Mapping[str, Any], *, sample: int | None = None, retry: int = 0) -> str:
+def request_key(request: Mapping[str, Any], *, sample: int | None = None, retry: int = 0,
+                slot: str | None = None) -> str:
     """Canonical hash of a request body (see the module docstring for what it covers)."""
-    material = {"request": request, "sample": sample, "retry": retry}
+    material: dict[str, Any] = {"request": request, "sample": sample, "retry": retry}
+    if slot is not None:  # absent when unused, so cassettes recorded before slots still replay
+        material["slot"] = slot
     return hashlib.sha256(_canonical(material).encode("utf-8")).hexdigest()
 
 
@@ -54,6 +59,7 @@ class CassetteEntry:
     sample: int | None = None
     retry: int = 0
     recorded_at: str = ""
+    slot: str | None = None
 
 
 def _describe(request: Mapping[str, Any]) -> str:
@@ -132,10 +138,11 @@ class Cassette:
 
     def record(self, key: str, request: Mapping[str, Any], response: Mapping[str, Any], *,
                latency_s: float, attempts: int, transport_failures: list[str],
-               sample: int | None, retry: int) -> None:
+               sample: int | None, retry: int, slot: str | None = None) -> None:
         entry = CassetteEntry(key=key, request=dict(request), response=dict(response),
                               latency_s=latency_s, attempts=attempts,
                               transport_failures=list(transport_failures), sample=sample, retry=retry,
+                              slot=slot,
                               recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         line = json.dumps(entry.__dict__, sort_keys=True, ensure_ascii=False)
         with self._lock:

@@ -13,12 +13,16 @@ Error contract (what callers, e.g. the agents, must handle):
   match this run), :class:`ConfigError` (a missing API key variable).
 * :meth:`LLMClient.complete_many` never raises for the cap: calls refused by it come back
   with ``status == "budget_exceeded"``, so the answers already paid for are kept.
+* :meth:`LLMClient.complete_each` streams: it hands each answer to a callback as it arrives
+  (the callback may add follow-up calls), stops starting calls when asked to, and raises the
+  first fatal error only after the calls in flight have finished and been handed over.
 
 Every call, failed or not, is recorded in the ledger with its tokens and cost.
 """
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import random
 import time
@@ -30,7 +34,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import openai
 
-from accelopt_nb.errors import (BudgetExceededError, ConfigError, LLMEndpointError,
+from accelopt_nb.errors import (BudgetExceededError, ConfigError, LLMEndpointError, LLMError,
                                 UnusableOutputError)
 from accelopt_nb.llm.cassette import Cassette, request_key
 from accelopt_nb.llm.completion import Completion, Rejection
@@ -41,7 +45,7 @@ from accelopt_nb.llm.prices import PriceTable
 from accelopt_nb.llm.response import MalformedResponse, ParsedResponse, Usage, parse_chat_response
 from accelopt_nb.llm.retry import Failure, classify_failure
 
-__all__ = ["LLMClient", "Messages", "Validator"]
+__all__ = ["CallRequest", "LLMClient", "Messages", "OnDone", "Validator"]
 
 Messages = str | Sequence[Mapping[str, Any]]
 
@@ -52,6 +56,34 @@ _SDK_PARAMS = {"temperature", "top_p", "max_tokens", "max_completion_tokens", "r
                "top_logprobs", "logit_bias", "user", "extra_body", "tools", "tool_choice"}
 _UNSUPPORTED_PARAMS = {"n", "stream", "stream_options", "model", "messages"}
 Validator = Callable[[str], Any]
+
+
+@dataclass
+class CallRequest:
+    """One logical call for :meth:`LLMClient.complete_each`.
+
+    ``key`` is the caller's name for the answer (handed back with it). ``slot`` names the call
+    within its run (e.g. the kernel id it will produce); it makes the cassette key exact, so a
+    replay pairs each answer with the same call however the calls were scheduled. ``client``
+    routes the call to another model (e.g. the executor's) on the same fan-out.
+    """
+
+    messages: Messages
+    role: str
+    key: Any = None
+    validate: Validator | None = None
+    sample: int | None = None
+    slot: str | None = None
+    params: Mapping[str, Any] | None = None
+    run_id: str | None = None
+    iteration: int | None = None
+    unusable_retries: int | None = None
+    client: "LLMClient | None" = None
+
+
+# Called with each finished call; may return follow-up calls to start (pipelining).
+OnDone = Callable[[CallRequest, "Completion"], "Iterable[CallRequest] | None"]
+_FATAL = (BudgetExceededError, LLMError, ConfigError)
 
 
 @dataclass
@@ -132,6 +164,7 @@ class LLMClient:
         if ledger is not None:
             ledger.require_price(config.price, config.model)
         self._rng = random.Random(seed)
+        self._longest_output = 0  # completion tokens of the longest answer so far (cost estimates)
         # One SDK client and one semaphore per event loop: both bind to the loop they first run on.
         self._clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI]" = \
             weakref.WeakKeyDictionary()
@@ -177,13 +210,22 @@ class LLMClient:
     def _cost(self, usage: Usage) -> float | None:
         return None if self.config.price is None else self.prices.cost(self.config.price, usage)
 
+    def _estimate(self, request: Mapping[str, Any]) -> float:
+        """A call's likely cost, held against the cap while it runs: about 3 characters per
+        prompt token, and ``max_tokens`` (or the longest answer seen so far) of output."""
+        if self.config.price is None:
+            return 0.0
+        prompt = sum(len(str(m.get("content", ""))) for m in request.get("messages", [])) // 3
+        output = request.get("max_tokens") or request.get("max_completion_tokens") or self._longest_output
+        return self.prices.cost(self.config.price, Usage(prompt_tokens=prompt, completion_tokens=int(output)))
+
     def _check_budget(self, state: _CallState) -> None:
         if self.ledger is not None:
             self.ledger.check_budget(pending_usd=state.cost or 0.0)
 
     # -- one response, with transport retries --------------------------------------------
     async def _obtain(self, request: dict[str, Any], key: str, state: _CallState, *,
-                      sample: int | None, retry: int) -> _Response | _Failed:
+                      sample: int | None, retry: int, slot: str | None = None) -> _Response | _Failed:
         cassette = self.cassette
         if cassette is not None and cassette.replays:
             self._check_budget(state)
@@ -220,7 +262,7 @@ class LLMClient:
             latency = time.monotonic() - started
             if cassette is not None and cassette.records:
                 cassette.record(key, request, data, latency_s=latency, attempts=attempt,
-                                transport_failures=failures, sample=sample, retry=retry)
+                                transport_failures=failures, sample=sample, retry=retry, slot=slot)
             return _Response(data, parsed, latency, attempt, failures, replayed=False)
         assert last is not None
         return _Failed(last, time.monotonic() - started, len(failures), failures)
@@ -228,23 +270,42 @@ class LLMClient:
     # -- one logical call ----------------------------------------------------------------
     async def complete(self, messages: Messages, *, role: str, run_id: str | None = None,
                        iteration: int | None = None, validate: Validator | None = None,
-                       sample: int | None = None, params: Mapping[str, Any] | None = None) -> Completion:
+                       sample: int | None = None, params: Mapping[str, Any] | None = None,
+                       slot: str | None = None, unusable_retries: int | None = None) -> Completion:
         """Ask the model once (plus bounded retries); see the module docstring for errors.
 
         ``validate(text)`` returns the parsed value (stored in ``Completion.parsed``) or
         raises :class:`UnusableOutputError`, which re-asks the model up to
         ``config.max_unusable_retries`` times. ``params`` overrides request settings for
-        this call (a ``None`` value removes a setting). ``sample`` distinguishes repeated
-        identical requests in a cassette.
+        this call (a ``None`` value removes a setting). ``sample`` is the sample index: with a
+        configured ``seed`` the request carries ``seed + sample`` (so N samples of one prompt
+        differ), and it distinguishes repeated identical requests in a cassette. ``slot``
+        names the call within its run for the cassette (see :class:`CallRequest`).
+        ``unusable_retries`` overrides ``config.max_unusable_retries`` for this call.
+
+        An answer cut off by the token limit (``finish_reason == "length"``) is never
+        accepted: it counts as an unusable answer.
         """
         request = self.build_request(messages, params)
+        if sample is not None and isinstance(request.get("seed"), int) and not isinstance(request["seed"], bool):
+            request["seed"] = request["seed"] + sample
+        retries = self.config.max_unusable_retries if unusable_retries is None else unusable_retries
+        if retries < 0:
+            raise ConfigError(f"unusable_retries must be >= 0, got {retries}")
         call = Completion(call_id=uuid.uuid4().hex, status="error", model=self.config.model, role=role,
                           run_id=run_id, iteration=iteration, sample=sample,
-                          request_hash=request_key(request, sample=sample), started_at=_now_iso())
+                          request_hash=request_key(request, sample=sample, slot=slot), started_at=_now_iso())
         state = _CallState()
+        held = 0.0
         try:
             async with self._semaphore():
-                await self._run_call(call, request, state, validate, sample)
+                # Reserve only once admitted, so calls queued behind the concurrency limit hold nothing.
+                held = self.ledger.reserve(self._estimate(request)) if self.ledger is not None else 0.0
+                try:
+                    await self._run_call(call, request, state, validate, sample, slot, retries)
+                finally:
+                    if self.ledger is not None:
+                        self.ledger.release(held)
         except BudgetExceededError as exc:
             call.status, call.error = "budget_exceeded", str(exc)
             # A call refused before its first request cost nothing and is not a call;
@@ -260,20 +321,27 @@ class LLMClient:
         return call
 
     async def _run_call(self, call: Completion, request: dict[str, Any], state: _CallState,
-                        validate: Validator | None, sample: int | None) -> None:
-        for retry in range(self.config.max_unusable_retries + 1):
-            key = request_key(request, sample=sample, retry=retry)
-            got = await self._obtain(request, key, state, sample=sample, retry=retry)
+                        validate: Validator | None, sample: int | None, slot: str | None,
+                        retries: int) -> None:
+        for retry in range(retries + 1):
+            key = request_key(request, sample=sample, retry=retry, slot=slot)
+            got = await self._obtain(request, key, state, sample=sample, retry=retry, slot=slot)
             state.add(got)
             if isinstance(got, _Failed):
                 call.status, call.error = "error", got.failure.message
                 return
             state.replayed = state.replayed or got.replayed
             state.usage = state.usage + got.parsed.usage
+            self._longest_output = max(self._longest_output, got.parsed.usage.completion_tokens)
             cost = self._cost(got.parsed.usage)
             state.cost = None if cost is None or state.cost is None else state.cost + cost
             call.text, call.reasoning = got.parsed.text, got.parsed.reasoning
             call.finish_reason = got.parsed.finish_reason
+            if got.parsed.finish_reason == "length":
+                # Whatever parses in a cut-off answer is not what the model meant to say.
+                state.rejections.append(Rejection(got.parsed.text, "truncated: finish_reason=length",
+                                                  got.parsed.reasoning))
+                continue
             if validate is None:
                 call.status = "ok"
                 return
@@ -325,6 +393,67 @@ class LLMClient:
         if fatal is not None:
             raise fatal
         return out
+
+    async def complete_each_async(self, requests: Iterable[CallRequest], on_done: OnDone, *,
+                                  stop: Callable[[], bool] | None = None) -> list[CallRequest]:
+        """Stream calls: ``on_done(request, completion)`` runs as each call finishes, on this loop.
+
+        At most ``concurrency`` calls are in flight; follow-up calls returned by ``on_done``
+        join the queue. Once ``stop()`` is true, or a fatal error (spending cap, endpoint,
+        replay miss, config) has occurred, no new call starts; the calls in flight finish and
+        are handed over. Returns the requests never started; then raises the fatal error, if any.
+        """
+        queue = list(requests)[::-1]  # popped from the end: first in, first started
+        running: dict[asyncio.Future, CallRequest] = {}
+        not_started: list[CallRequest] = []
+        fatal: BaseException | None = None
+
+        def launch() -> None:
+            while queue and len(running) < self.concurrency:
+                if fatal is not None or (stop is not None and stop()):
+                    not_started.extend(reversed(queue))
+                    queue.clear()
+                    return
+                req = queue.pop()
+                client = req.client or self
+                task = asyncio.ensure_future(client.complete(
+                    req.messages, role=req.role, run_id=req.run_id, iteration=req.iteration,
+                    validate=req.validate, sample=req.sample, params=req.params, slot=req.slot,
+                    unusable_retries=req.unusable_retries))
+                running[task] = req
+
+        try:
+            launch()
+            while running:
+                finished, _ = await asyncio.wait(list(running), return_when=asyncio.FIRST_COMPLETED)
+                for task in finished:
+                    req = running.pop(task)
+                    try:
+                        completion = task.result()
+                    except _FATAL as exc:
+                        fatal = fatal or exc
+                        continue
+                    more = on_done(req, completion)
+                    if more:
+                        queue[:0] = list(more)[::-1]
+                launch()
+        finally:
+            for task in running:  # only on an error in on_done or a cancellation
+                task.cancel()
+        if fatal is not None:
+            raise fatal
+        return not_started
+
+    def complete_each(self, requests: Iterable[CallRequest], on_done: OnDone, *,
+                      stop: Callable[[], bool] | None = None) -> list[CallRequest]:
+        """:meth:`complete_each_async` for sync code and notebooks (``on_done`` runs on the
+        client's worker thread)."""
+        return self._worker.run(self.complete_each_async(list(requests), on_done, stop=stop))
+
+    def submit_each(self, requests: Iterable[CallRequest], on_done: OnDone, *,
+                    stop: Callable[[], bool] | None = None) -> "concurrent.futures.Future[list[CallRequest]]":
+        """Start :meth:`complete_each_async` on the worker thread and return at once."""
+        return self._worker.submit(self.complete_each_async(list(requests), on_done, stop=stop))
 
     def complete_sync(self, messages: Messages, **kwargs: Any) -> Completion:
         """:meth:`complete` for sync code and notebooks (runs on a worker thread's loop)."""

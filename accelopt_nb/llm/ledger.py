@@ -2,10 +2,12 @@
 
 A :class:`Ledger` prices calls from a :class:`~accelopt_nb.llm.prices.PriceTable`, keeps
 the rows in memory for notebooks, and hands each row to its sinks (the run store's
-``llm_calls`` table, a JSONL file). With ``cap_usd`` set, :meth:`Ledger.check_budget`
-raises :class:`~accelopt_nb.errors.BudgetExceededError` before any request once the cap
-is reached; calls already in flight finish and are recorded, so the total can exceed the
-cap by at most the calls in flight at that moment.
+``llm_calls`` table, a JSONL file). With ``cap_usd`` set, every call first reserves its
+estimated cost (:meth:`Ledger.reserve`): a call is refused with
+:class:`~accelopt_nb.errors.BudgetExceededError` once what was spent plus what calls in
+flight have reserved reaches the cap, so many concurrent calls cannot all start just below
+it. Calls already in flight finish and are recorded; the total exceeds the cap by at most
+what those calls cost beyond their estimates.
 """
 from __future__ import annotations
 
@@ -115,6 +117,7 @@ class Ledger:
         self.cap_usd = cap_usd
         self.sinks = list(sinks)
         self._spent = float(spent_usd)
+        self._reserved = 0.0
         self._records: list[LLMCallRecord] = []
         self._lock = threading.Lock()
 
@@ -161,6 +164,31 @@ class Ledger:
         if spent >= self.cap_usd:
             raise BudgetExceededError(f"spending cap of {self.cap_usd:.4f} USD reached "
                                       f"({spent:.4f} USD spent); no new LLM calls are made")
+
+    def reserve(self, estimate_usd: float) -> float:
+        """Hold ``estimate_usd`` of the cap for a call about to start; refuse it (raise
+        BudgetExceededError) when spent plus reserved already reach the cap. Returns the amount
+        to hand back to :meth:`release` when the call is recorded."""
+        if self.cap_usd is None:
+            return 0.0
+        amount = max(0.0, float(estimate_usd))
+        with self._lock:
+            committed = self._spent + self._reserved
+            if committed >= self.cap_usd:
+                raise BudgetExceededError(f"spending cap of {self.cap_usd:.4f} USD reached ({self._spent:.4f} USD "
+                                          f"spent, {self._reserved:.4f} USD held by calls in flight); no new LLM "
+                                          f"calls are made")
+            self._reserved += amount
+        return amount
+
+    def release(self, amount: float) -> None:
+        with self._lock:
+            self._reserved = max(0.0, self._reserved - amount)
+
+    @property
+    def reserved_usd(self) -> float:
+        with self._lock:
+            return self._reserved
 
     # -- recording ---------------------------------------------------------------------
     def record(self, record: LLMCallRecord) -> None:

@@ -31,7 +31,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from accelopt_nb.errors import AccelOptError, ConfigError
 from accelopt_nb.notebook import display as d
-from accelopt_nb.notebook.progress import LiveProgress, done_steps, step_outcome
+from accelopt_nb.notebook.progress import LiveProgress, StepOutcome
 from accelopt_nb.notebook.stepcell import StepSettings, run_step
 
 SESSION_NAME = "accelopt_session"
@@ -277,7 +277,7 @@ class AccelOptMagics(Magics):
         progress = LiveProgress()
         if progress.widget is not None:
             display(progress.widget)
-        before = done_steps(s)
+        mark = len(s.step_stats)
         previous, s.progress = s.progress, progress
         try:
             out = action(s)
@@ -285,7 +285,7 @@ class AccelOptMagics(Magics):
             s.progress = previous
             if self.panel is not None:
                 self.panel.refresh()  # a panel shown elsewhere follows what the magic did
-        return out, step_outcome(s, before)
+        return out, StepOutcome.since(s, mark)
 
     def _cmd_step(self, args, cell: str | None):
         settings = StepSettings.from_yaml(cell) if cell is not None and cell.strip() else StepSettings()

@@ -2,8 +2,8 @@
 
 Buttons run the next phase, a whole iteration, or the rest of the run, in a worker thread so
 the notebook stays responsive: while one runs, the other buttons are disabled, a bar shows the
-phase's calls or evaluations (and failures) as they finish, and Stop ends the run at the next
-step boundary (between calls when the session supports ``request_stop``) without losing work.
+phase's calls or evaluations (and failures) as they finish, and Stop (``session.request_stop``)
+starts no new call or evaluation; those in flight finish and are stored, nothing done is lost.
 A step that lost LLM calls is reported in red, never as "done". Two text areas let the person
 play the planner or the executor; tabs show the leaderboard, the planner's plans, a kernel diff,
 the progress plot and the memory. Every action is one Session call.
@@ -17,13 +17,12 @@ from typing import Any, Callable
 import ipywidgets as w
 
 from accelopt_nb.notebook import display as d
-from accelopt_nb.notebook.progress import LiveProgress, done_steps, step_outcome
+from accelopt_nb.notebook.progress import LiveProgress, StepOutcome
 
 PHASES = ("plan", "execute", "evaluate", "select", "summarize")
 
 
-class StopRequested(Exception):
-    """The person pressed Stop; the run ended at a step boundary."""
+STOP_COLOR = "#8a6d00"
 
 
 class SessionPanel:
@@ -63,8 +62,8 @@ class SessionPanel:
         self.memory_view = w.HTML()
         for phase, button in self.phase_buttons.items():
             button.on_click(lambda _b, p=phase: self._act(p, lambda: getattr(self.session, p)()))
-        self.step_button.on_click(lambda _b: self._act("step", self._step))
-        self.run_button.on_click(lambda _b: self._act("run", self._run))
+        self.step_button.on_click(lambda _b: self._act("step", self.session.step))
+        self.run_button.on_click(lambda _b: self._act("run", self.session.run))
         self.stop_button.on_click(lambda _b: self.stop())
         self.plans_button.on_click(lambda _b: self._act("plan", self._submit_plans))
         self.kernel_button.on_click(lambda _b: self._act("execute", self._submit_kernel))
@@ -102,31 +101,11 @@ class SessionPanel:
         self.kernel_text.value = ""
         return result
 
-    def _step(self) -> None:
-        """The rest of the iteration, one phase at a time, so Stop takes effect between phases."""
-        t = self.session.iteration
-        while self.session.iteration == t:
-            self._check_stop()
-            getattr(self.session, self.session.next_phase)()
-
-    def _run(self) -> Any:
-        from accelopt_nb.search.report import build_report
-
-        while self.session.iteration < self.session.config.iterations:
-            self._step()
-        return build_report(self.session)
-
-    def _check_stop(self) -> None:
-        if self._stop.is_set():
-            raise StopRequested("stopped at a step boundary; the steps done so far are stored")
-
     def stop(self) -> None:
-        """Ask the running action to stop at the next boundary (between calls if the session supports it)."""
+        """Ask the running action to stop: no new LLM calls or evaluations; those in flight finish and are stored."""
         self._stop.set()
-        request = getattr(self.session, "request_stop", None)
-        if callable(request):
-            request()
-        self.message.value = "<span style='color:#8a6d00'>stopping at the next step boundary…</span>"
+        self.session.request_stop()
+        self.message.value = f"<span style='color:{STOP_COLOR}'>stopping after the calls in flight…</span>"
 
     def _act(self, what: str, action: Callable[[], Any]) -> None:
         if self.busy:
@@ -144,21 +123,24 @@ class SessionPanel:
 
     def _perform(self, what: str, action: Callable[[], Any]) -> None:
         s = self.session
-        before = done_steps(s)
+        mark = len(s.step_stats)
         previous, s.progress = s.progress, self.progress
         try:
             result = action()
-        except StopRequested as exc:
-            self.message.value = f"<span style='color:#8a6d00'>{html.escape(str(exc))}</span>"
         except Exception as exc:  # shown in the panel; the session stays usable
             self.progress.bar.bar_style = "danger"
             self.message.value = (f"<span class='accelopt-error' style='color:{d.FAIL_COLOR}'><b>"
                                   f"{type(exc).__name__}</b>: {html.escape(str(exc))}</span>")
         else:
-            outcome = step_outcome(s, before)
-            done = f"{what}: {len(result)} item(s)" if isinstance(result, list) else f"{what}: done"
-            self.message.value = outcome.ok_html(done)
-            if outcome.problem:
+            outcome = StepOutcome.since(s, mark)
+            if self._stop.is_set():
+                self.message.value = (f"<span class='accelopt-stopped' style='color:{STOP_COLOR}'>stopped: "
+                                      f"{outcome.missing} call(s) not made; what finished is stored, and running "
+                                      f"the step again makes only the missing calls</span>")
+            else:
+                done = f"{what}: {len(result)} item(s)" if isinstance(result, list) else f"{what}: done"
+                self.message.value = outcome.ok_html(done)
+            if outcome.problem and not self._stop.is_set():
                 self.progress.bar.bar_style = "danger"
         finally:
             s.progress = previous

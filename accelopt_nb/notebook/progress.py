@@ -1,10 +1,10 @@
 """Live progress of a session step in a notebook, and the failures a step leaves behind.
 
-:class:`LiveProgress` takes the session's progress events (the dicts the session emits, or
-any object with the same fields as attributes) and shows a per-phase bar with done/total and
-failed counters: an ipywidgets bar in Jupyter, one line per finished phase elsewhere — the same
-events as the CLI's lines. :func:`step_outcome` reads a finished step back from the run store
-(failed calls, missing calls, the first reason), so a step that went wrong is reported loudly.
+:class:`LiveProgress` takes the session's :class:`~accelopt_nb.search.events.ProgressEvent` values
+(or dicts with the same fields) and shows a per-phase bar with done/total and failed counters: an
+ipywidgets bar in Jupyter, one line per finished phase elsewhere — the same events as the CLI's
+lines. :class:`StepOutcome` gathers the ``StepStats`` of the steps a command ran (failed and
+missing calls, the first reason), so a step that went wrong is reported loudly.
 """
 from __future__ import annotations
 
@@ -49,12 +49,15 @@ class PhaseState:
 class LiveProgress:
     """Progress callback for ``session.progress``; ``widget`` is the bar (None outside Jupyter).
 
-    ``on_change(state)`` is called after every event, e.g. for the panel to redraw its counters.
+    Events may interleave across phases (a pipelined search); each phase keeps its own counters,
+    the bar follows the phase of the latest event and the label lists them all. Events arrive from
+    the LLM worker thread too, hence the lock; widget updates are safe from any thread in ipykernel.
     """
 
     def __init__(self, *, widgets: bool | None = None, stream: Any = None,
                  on_change: Callable[[PhaseState], None] | None = None) -> None:
         self.state = PhaseState()
+        self.phases: dict[tuple[str, Any], PhaseState] = {}
         self.log: list[str] = []
         self.stream = stream or sys.stdout
         self.on_change = on_change
@@ -69,24 +72,21 @@ class LiveProgress:
 
     def __call__(self, event: Any) -> None:
         e = event_fields(event)
+        kind, phase, it = e.get("kind"), e.get("phase", ""), e.get("iteration")
         with self._lock:
-            kind, s = e.get("kind"), self.state
-            if kind == "iteration":
-                self._line(f"[{e.get('problem', '')}] iteration {e.get('iteration')}")
-            elif kind == "phase":
-                self.state = s = PhaseState(e.get("phase", ""), e.get("iteration"), 0, int(e.get("total") or 0))
-            elif kind == "item":
-                s.done += 1
-                s.failed += 0 if e.get("ok", True) else 1
-            elif kind == "phase_done":
-                if (e.get("phase"), e.get("iteration")) != (s.phase, s.iteration):  # a step without a "phase" event
-                    self.state = s = PhaseState(e.get("phase", ""), e.get("iteration"))
+            if phase == "iteration":
+                if kind == "start":
+                    self.phases.clear()
+                    self._line(f"[{e.get('problem', '')}] iteration {it}")
+                return
+            if kind == "start" or (phase, it) not in self.phases:
+                self.phases = {k: v for k, v in self.phases.items() if k[1] == it}
+                self.phases[(phase, it)] = PhaseState(phase, it)
+            s = self.state = self.phases[(phase, it)]
+            s.done, s.total, s.failed = int(e.get("done") or 0), int(e.get("total") or 0), int(e.get("failed") or 0)
+            if kind == "end":
                 s.message = e.get("message", "")
-                self._line(f"  {s.phase:<9} {s.message}")
-            # Events that carry their own counters (done/total/failed) are taken as they are.
-            for name in ("done", "total", "failed"):
-                if isinstance(e.get(name), int) and kind not in ("phase", "item"):
-                    setattr(s, name, e[name])
+                self._line(f"  {phase:<9} {s.message}")
             self._draw()
         if self.on_change is not None:
             self.on_change(self.state)
@@ -98,9 +98,12 @@ class LiveProgress:
         self.bar.max = max(s.total, 1)
         self.bar.value = min(s.done, self.bar.max) if s.total else (1 if s.message else 0)
         self.bar.bar_style = "danger" if s.failed else ("success" if s.message else "info")
-        failed = f", <span style='color:{FAIL_COLOR}'><b>{s.failed} failed</b></span>" if s.failed else ""
-        self.label.value = (f"<code>{esc(s.phase)}</code> iteration {esc(s.iteration)}: {s.done}/{s.total}"
-                            f"{failed}" + (f" — {esc(s.message)}" if s.message else ""))
+        parts = []
+        for p in self.phases.values():
+            failed = f", <span style='color:{FAIL_COLOR}'><b>{p.failed} failed</b></span>" if p.failed else ""
+            tail = f" — {esc(p.message)}" if p.message else ""
+            parts.append(f"<code>{esc(p.phase)}</code> {p.done}/{p.total}{failed}{tail}")
+        self.label.value = f"iteration {esc(s.iteration)}: " + "; ".join(parts)
 
     def _line(self, text: str) -> None:
         self.log.append(text)
@@ -111,12 +114,25 @@ class LiveProgress:
 # ---- what a finished step left behind -----------------------------------------------------------
 @dataclass
 class StepOutcome:
-    """Failed and missing LLM calls of the steps one command ran (read from the run store)."""
+    """Failed and missing LLM calls of the steps one command ran (the session's ``StepStats``)."""
 
-    steps: list[tuple[int, str]] = field(default_factory=list)
+    steps: list[Any] = field(default_factory=list)
     failed: int = 0
     missing: int = 0
+    stopped: bool = False
     reasons: list[str] = field(default_factory=list)
+
+    @classmethod
+    def since(cls, session: Any, mark: int) -> "StepOutcome":
+        """The steps ``session`` ran after ``mark = len(session.step_stats)`` was taken."""
+        out = cls(steps=list(session.step_stats[mark:]))
+        for st in out.steps:
+            out.failed += st.failed
+            out.missing += st.missing
+            out.stopped = out.stopped or st.stopped
+            if st.first_error:
+                out.reasons.append(f"{st.phase} (iteration {st.iteration}): {st.first_error}")
+        return out
 
     @property
     def problem(self) -> bool:
@@ -126,73 +142,17 @@ class StepOutcome:
         if not self.problem:
             return ""
         first = f"; first: {self.reasons[0]}" if self.reasons else ""
-        return f"FAILED: {self.failed} LLM call(s) failed, {self.missing} missing{first}"
+        stop = " (stopped on request)" if self.stopped else ""
+        return f"FAILED: {self.failed} LLM call(s) failed, {self.missing} missing{stop}{first}"
 
     def html(self) -> str:
         if not self.problem:
             return ""
         reasons = "".join(f"<li>{esc(r)}</li>" for r in self.reasons[:3])
+        stop = " (stopped on request; the step is not done, run it again to finish it)" if self.stopped else ""
         return (f"<div class='accelopt-failure' style='color:{FAIL_COLOR};border-left:4px solid {FAIL_COLOR};"
                 f"padding:2px 8px;margin:4px 0'><b>{self.failed} LLM call(s) failed, {self.missing} missing</b>"
-                f"<ul style='margin:2px 0'>{reasons}</ul></div>")
+                f"{esc(stop)}<ul style='margin:2px 0'>{reasons}</ul></div>")
 
     def ok_html(self, what: str) -> str:
         return self.html() or f"<span style='color:{OK_COLOR}'>{esc(what)}</span>"
-
-
-def _step_infos(session: Any) -> dict[tuple[int, str], dict[str, Any]]:
-    out = {}
-    for row in session.store.rows("steps", session.run_id):
-        if row["scope"] == session.problem.name and row["status"] == "done":
-            out[(int(row["iteration"]), row["step"])] = row.get("info") or {}
-    return out
-
-
-def done_steps(session: Any) -> set[tuple[int, str]]:
-    return set(_step_infos(session))
-
-
-def step_outcome(session: Any, before: set[tuple[int, str]]) -> StepOutcome:
-    """Failures of the steps completed since ``before`` (a :func:`done_steps` snapshot)."""
-    infos = _step_infos(session)
-    out = StepOutcome()
-    for key in sorted(set(infos) - before):
-        it, name = key
-        info = infos[key]
-        out.steps.append(key)
-        failed = info.get("failed") or []
-        out.failed += len(failed)
-        out.reasons += [f"{name} {f.get('plan_id') or f.get('kernel_id') or f.get('item_id') or ''}: "
-                        f"{f.get('status')}: {f.get('error')}" for f in failed]
-        expected = _expected_calls(session, it, name, info)
-        if expected is not None:
-            out.missing += max(0, expected - len(failed) - _produced(info, name))
-        for name_key in ("missing",):  # a session that counts missing calls itself
-            if isinstance(info.get(name_key), int):
-                out.missing = max(out.missing, info[name_key])
-    return out
-
-
-def _produced(info: Mapping[str, Any], name: str) -> int:
-    return int(info.get("llm_plans", info.get("plans", 0))) if name == "plan" else \
-        int(info.get("llm_kernels", info.get("kernels", 0)))
-
-
-def _expected_calls(session: Any, it: int, name: str, info: Mapping[str, Any]) -> int | None:
-    """LLM answers a plan/execute step should have produced; None when a person wrote them."""
-    if name == "plan":
-        plans = session.iteration_plans(it)
-        if plans and all(p.origin == "manual" for p in plans):
-            return None
-        sources = info.get("from") or []
-        return session.config.plans_for(it, len(sources)) * len(sources)
-    if name == "execute":
-        plans = [p for p in session.iteration_plans(it)]
-        kernels = [k for k in session.kernels.values() if k.iteration == it]
-        manual_plans = {k.plan_id for k in kernels if k.origin == "manual"}
-        llm_plans = [p for p in plans if p.plan_id not in manual_plans]
-        if not any(k.origin == "llm" for k in kernels) and manual_plans and not info.get("failed"):
-            return None  # --only: the person wrote the kernels, no executor calls were asked for
-        return session.config.samples_per_plan * len(llm_plans) + sum(
-            1 for k in kernels if k.origin == "manual")
-    return None

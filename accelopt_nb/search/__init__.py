@@ -12,9 +12,12 @@ from accelopt_nb.search.config import EvalConfig, MemoryConfig, PlannerConfig, S
 from accelopt_nb.search.memory import (MemoryItem, OptimizationMemory, RewritePair, RewriteRecord,
                                         select_rewrites)
 from accelopt_nb.search.problem import SearchProblem
+from accelopt_nb.search.events import ProgressEvent, StepStats
 from accelopt_nb.search.report import RunReport, build_report
-from accelopt_nb.search.session import PHASES, KernelView, PlanView, Session
+from accelopt_nb.search.session import Session
+from accelopt_nb.search.state import PHASES, KernelView, PlanView, RunState, new_run_id
 
 __all__ = ["Candidate", "EvalConfig", "KernelView", "MemoryConfig", "MemoryItem", "OptimizationMemory", "PHASES",
-           "PlanView", "PlannerConfig", "RewritePair", "RewriteRecord", "RunReport", "SearchConfig", "SearchProblem",
-           "Session", "build_report", "select_beam", "select_rewrites", "source_hash"]
+           "PlanView", "PlannerConfig", "ProgressEvent", "RewritePair", "RewriteRecord", "RunReport", "RunState",
+           "SearchConfig", "SearchProblem", "Session", "StepStats", "build_report", "new_run_id", "select_beam",
+           "select_rewrites", "source_hash"]

@@ -6,22 +6,41 @@ parent could only come back as a +inf fallback and the beam could regress (see
 ``accelopt_algorithm.md`` §1.3 and §7.4):
 
 * a parent competes at its real latency, so the best kernel in the beam never gets worse;
-* kernels with the same source (same hash) occupy one slot;
+* kernels with the same syntax tree (comments, docstrings and layout ignored) occupy one slot;
 * ties are broken deterministically: incumbents before newcomers, then generation order, then id;
 * candidates that are incorrect, failed, or have no finite latency never enter the beam.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import math
 from dataclasses import dataclass
 from typing import Sequence
+
+from accelopt_nb.pyast import parse
 
 
 def source_hash(source: str) -> str:
     """The identity of a kernel: sha256 of its source with line endings and trailing space normalized."""
     norm = "\n".join(line.rstrip() for line in source.replace("\r\n", "\n").split("\n")).strip() + "\n"
     return hashlib.sha256(norm.encode()).hexdigest()
+
+
+def ast_hash(source: str) -> str:
+    """A hash of the kernel's syntax tree without comments, docstrings or formatting, so two
+    copies that differ only in those take one beam slot; unparsable text hashes as written."""
+    try:
+        tree = parse(source)
+    except SyntaxError:
+        return source_hash(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(getattr(body[0], "value", None), ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
+    return source_hash(ast.dump(tree, annotate_fields=False, include_attributes=False))
 
 
 @dataclass(frozen=True)

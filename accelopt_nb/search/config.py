@@ -14,6 +14,9 @@ from accelopt_nb.errors import ConfigError
 from accelopt_nb.presets import load_preset
 
 STRATEGIES = ("beam", "repeated")
+PROMPT_SETS = ("paper", "extended")
+SEED_MODES = ("per_sample", "none")
+FIDELITIES = ("full", "multi")
 
 
 @dataclass
@@ -39,6 +42,28 @@ class EvalConfig:
     shape_preset: str = "paper"
     backend: str = "simulator"
     hw: str = "trn1"
+    fidelity: str = "full"        # full: every candidate fully evaluated | multi: screen all, confirm the best
+
+
+@dataclass
+class SamplingConfig:
+    seed_mode: str = "per_sample"  # per_sample: the model's seed + sample index | none: no seed sent
+    unusable_retries: int | None = None  # re-asks after an unusable answer (None: the model config's)
+
+
+@dataclass
+class PromptConfig:
+    set: str = "extended"          # paper: API facts, glossary, memory | extended: plus optimization advice
+    show_adversarial: bool = False  # tell the executor that adversarial inputs exist (the judge's business)
+
+
+@dataclass
+class RuntimeConfig:
+    """How fast a run goes, not what it computes (a resumed run may change these)."""
+
+    llm_concurrency: int = 16      # LLM requests in flight
+    eval_workers: int = 0          # parallel evaluations (0: one per core)
+    pipeline: bool = True          # evaluate each kernel as soon as it arrives, while other calls run
 
 
 @dataclass
@@ -54,6 +79,9 @@ class SearchConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     planner: PlannerConfig = field(default_factory=PlannerConfig)
     evaluation: EvalConfig = field(default_factory=EvalConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    prompts: PromptConfig = field(default_factory=PromptConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -76,12 +104,24 @@ class SearchConfig:
             raise ConfigError(f"planner.profile_fields must be paper, extended or all, got {self.planner.profile_fields!r}")
         if self.planner.profile_order not in ("fixed", "shuffled"):
             raise ConfigError(f"planner.profile_order must be 'fixed' or 'shuffled', got {self.planner.profile_order!r}")
+        _choice("evaluation.fidelity", self.evaluation.fidelity, FIDELITIES)
+        _choice("sampling.seed_mode", self.sampling.seed_mode, SEED_MODES)
+        _choice("prompts.set", self.prompts.set, PROMPT_SETS)
+        r = self.sampling.unusable_retries
+        if r is not None and (not isinstance(r, int) or isinstance(r, bool) or r < 0):
+            raise ConfigError(f"sampling.unusable_retries must be an integer >= 0 or null, got {r!r}")
+        rt = self.runtime
+        if not isinstance(rt.llm_concurrency, int) or rt.llm_concurrency < 1:
+            raise ConfigError(f"runtime.llm_concurrency must be an integer >= 1, got {rt.llm_concurrency!r}")
+        if not isinstance(rt.eval_workers, int) or rt.eval_workers < 0:
+            raise ConfigError(f"runtime.eval_workers must be an integer >= 0 (0: one per core), got {rt.eval_workers!r}")
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SearchConfig":
         data = dict(data)
-        sections = {"memory": MemoryConfig, "planner": PlannerConfig, "evaluation": EvalConfig}
+        sections = {"memory": MemoryConfig, "planner": PlannerConfig, "evaluation": EvalConfig,
+                    "sampling": SamplingConfig, "prompts": PromptConfig, "runtime": RuntimeConfig}
         kwargs: dict[str, Any] = {}
         top = {f.name for f in dataclasses.fields(cls)}
         for key, value in data.items():
@@ -127,6 +167,11 @@ class SearchConfig:
         # Repeated sampling is the no-memory ablation by definition.
         return self.strategy == "beam" and self.memory.enabled
 
+    def summarizes(self, iteration: int) -> bool:
+        """Whether the summarizer is asked in ``iteration``: not in the last of the T iterations,
+        whose lessons no planner would read."""
+        return self.uses_memory and iteration + 1 < self.iterations
+
     def plans_for(self, iteration: int, beam_size: int) -> int:
         """Planner calls per beam kernel in an iteration.
 
@@ -137,3 +182,8 @@ class SearchConfig:
         if self.strategy == "repeated":
             return self.plans_per_kernel * (1 if iteration == 0 else self.beam_width)
         return self.plans_per_kernel
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {value!r}")

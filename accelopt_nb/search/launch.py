@@ -1,54 +1,213 @@
-"""Open a search session with its LLM client, ledger and price table in one call.
+"""The one place a search run is put together: problem, store, prices, ledger, cassette, client,
+evaluation executor, memory, endpoint check, and the session.
 
-The magics and the batch experiments share this; the CLI keeps its own richer option set.
+The CLI (``accelopt optimize``), the magics (``%accelopt open``) and the batch experiments
+(papermill) fill a :class:`LaunchSpec` and call :func:`open_session`, so they cannot drift on
+what resuming means or which model a resumed run talks to::
+
+    spec = LaunchSpec("silu", run_dir="runs/silu", preset="paper",
+                      model={"base_url": "http://localhost:8000/v1", "model": "openai/gpt-oss-120b"})
+    with open_session(spec) as session:
+        report = session.run()
+
+Resume modes: ``new`` starts a run; ``resume`` continues the given (or the latest) run and
+fails if there is none; ``auto`` continues one if it exists and starts one otherwise. A resumed
+run keeps its search settings, its price snapshot and its model (explicit model settings
+override single fields); only the ``runtime`` settings (concurrency, pipelining) may change.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
-from accelopt_nb.errors import ConfigError
+from accelopt_nb.errors import ConfigError, EndpointUnreachableError
+
+if TYPE_CHECKING:
+    from accelopt_nb.evaluation.executors import Evaluator
+    from accelopt_nb.llm import ModelConfig, PriceTable
+    from accelopt_nb.search.events import ProgressFn
+    from accelopt_nb.search.session import Session
+
+__all__ = ["LaunchSpec", "ResumeMode", "model_config", "open_session", "preflight"]
+
+ResumeMode = Literal["new", "resume", "auto"]
+RUNTIME_KEYS = ("llm_concurrency", "eval_workers", "pipeline")
 
 
-def model_config(*, base_url: str | None = None, model: str | None = None, model_preset: str | None = None,
-                 **overrides: Any):
-    """A ModelConfig from a preset name, or from an explicit endpoint and model name."""
+@dataclass
+class LaunchSpec:
+    """Everything needed to open (or reopen) a search run. Only ``problem`` is required."""
+
+    problem: str                                   # NKIBench name, or a label with task/kernel
+    run_dir: str | Path | None = None              # default: runs/<problem>
+    task: str | Path | None = None                 # an NKIBench-format task file ...
+    kernel: str | Path | None = None               # ... and its baseline kernel
+    run_id: str | None = None
+    resume: ResumeMode = "new"
+    preset: str | Path = "paper"                   # search preset name or YAML file
+    overrides: dict[str, Any] = field(default_factory=dict)  # dotted SearchConfig overrides
+    model: "ModelConfig | Mapping[str, Any] | None" = None  # a ModelConfig, or base_url/model/model_preset/...
+    prices: "str | Path | PriceTable | None" = None  # a price YAML overriding the shipped table
+    cap_usd: float | None = None
+    unpriced_ok: bool = True                       # False: refuse a model without a price (cost experiments)
+    cassette: str | Path | None = None
+    cassette_mode: str = "auto"
+    llm_concurrency: int | None = None             # overrides runtime.llm_concurrency
+    eval_workers: int | None = None                # overrides runtime.eval_workers
+    pipeline: bool | None = None                   # overrides runtime.pipeline
+    scheduler: str | None = None                   # Dask scheduler address for evaluations
+    eval_executor: "Evaluator | None" = None       # an evaluator the caller owns
+    eval_cache: Any = True
+    memory_in: str | Path | None = None            # start from this memory JSON
+    prompts_dir: str | Path | None = None
+    progress: "ProgressFn | None" = None
+    check_endpoint: bool = True
+
+    @property
+    def directory(self) -> Path:
+        return Path(self.run_dir) if self.run_dir is not None else Path("runs") / self.problem
+
+    def runtime_overrides(self) -> dict[str, Any]:
+        values = {"llm_concurrency": self.llm_concurrency, "eval_workers": self.eval_workers,
+                  "pipeline": self.pipeline}
+        return {k: v for k, v in values.items() if v is not None}
+
+
+def model_config(stored: Mapping[str, Any] | None = None, **settings: Any) -> "ModelConfig":
+    """The model of a run: a preset, or the stored model of a resumed run, or an explicit
+    ``base_url`` + ``model``; given settings override single fields of the first two."""
     from accelopt_nb.llm import ModelConfig
 
-    given = {k: v for k, v in dict(overrides, base_url=base_url, model=model).items() if v is not None}
-    if model_preset:
-        return ModelConfig.from_preset(model_preset, **given)
-    if not (base_url and model):
-        raise ConfigError("give model_preset, or both base_url and model")
+    preset = settings.pop("model_preset", None)
+    given = {k: v for k, v in settings.items() if v is not None}
+    if preset:
+        return ModelConfig.from_preset(preset, **given)
+    if stored:
+        return ModelConfig.from_dict({**stored, **given})
+    if not (given.get("base_url") and given.get("model")):
+        raise ConfigError("give a model preset (--model-preset), or both --base-url and --model "
+                          "(for a local vLLM: --base-url http://localhost:8000/v1 --model openai/gpt-oss-120b)")
     return ModelConfig.from_dict(given)
 
 
-def open_session(problem: str, run_dir: str | Path, *, model: Any, preset: str | Path = "smoke",
-                 overrides: Mapping[str, Any] | None = None, run_id: str | None = None, resume: bool = False,
-                 cap_usd: float | None = None, prices: Any = None, **session_kwargs: Any):
-    """Create (or, with ``resume``, reopen the latest or the given) run of ``problem`` in ``run_dir``.
+def preflight(model: "ModelConfig") -> str:
+    """Fail in seconds when the endpoint does not answer (``GET /models``, nothing billed).
 
-    ``model``: a ModelConfig. ``overrides``: dotted SearchConfig overrides (e.g. ``{"iterations": 4,
-    "memory.enabled": False}``). A resumed run prices its calls with the snapshot it recorded.
-    """
-    from accelopt_nb.llm import Ledger, LLMClient, PriceTable
+    Returns a warning (e.g. an unlisted model) or ""; raises :class:`EndpointUnreachableError`
+    naming the URL and the reason. Works inside a running event loop (Jupyter)."""
+    from accelopt_nb.llm.check import preflight as check
+    from accelopt_nb.llm.loop_thread import LoopThread
+
+    loop = LoopThread(name="accelopt-preflight")
+    try:
+        reachable, message = loop.run(check(model))
+    finally:
+        loop.close()
+    if not reachable:
+        raise EndpointUnreachableError(message + " (start the server, fix the base URL, or skip the check; "
+                                       "`accelopt llm check` diagnoses the endpoint)")
+    return message
+
+
+def open_session(spec: LaunchSpec) -> "Session":
+    """Open the run described by ``spec`` (see the module docstring); the session owns and closes
+    the LLM client and any evaluator made here."""
+    from accelopt_nb.agents.prompts import PromptSet
+    from accelopt_nb.llm import Cassette, Ledger, LLMClient, PriceTable
     from accelopt_nb.search.config import SearchConfig
-    from accelopt_nb.search.session import Session, _new_run_id
+    from accelopt_nb.search.memory import OptimizationMemory
+    from accelopt_nb.search.problem import SearchProblem
+    from accelopt_nb.search.session import Session
+    from accelopt_nb.search.state import new_run_id
     from accelopt_nb.store import DEFAULT_FILENAME, RunStore
 
-    run_dir = Path(run_dir)
-    if resume and (run_dir / DEFAULT_FILENAME).is_file():
-        store = RunStore.open(run_dir)
+    if spec.resume not in ("new", "resume", "auto"):
+        raise ConfigError(f"resume must be new, resume or auto, got {spec.resume!r}")
+    if (spec.task is None) != (spec.kernel is None):
+        raise ConfigError("--task and --kernel go together (a task file and its baseline kernel)")
+    run_dir = spec.directory
+    store = RunStore.open(run_dir) if (run_dir / DEFAULT_FILENAME).is_file() else None
+    run_id = spec.run_id
+    record = None
+    if spec.resume != "new" and store is not None:
         run_id = run_id or store.latest_run_id()
-        if run_id is not None:
-            snapshot = store.get_run(run_id)["prices"]
-            table = PriceTable.from_snapshot(snapshot) if snapshot else (prices or PriceTable.default())
-            client = LLMClient(model, Ledger.for_store(store, run_id, prices=table, cap_usd=cap_usd))
-            return Session.resume(run_dir, run_id=run_id, llm=client, **session_kwargs)
-    config = SearchConfig.from_preset(preset, **dict(overrides or {}))
-    store = RunStore.open(run_dir)
-    run_id = run_id or _new_run_id(problem)
-    table = prices or PriceTable.default()
-    client = LLMClient(model, Ledger.for_store(store, run_id, prices=table, cap_usd=cap_usd))
-    return Session.create(problem, run_dir=run_dir, config=config, run_id=run_id, llm=client,
-                          llm_settings={"model": model.to_dict()}, prices=table.snapshot(), **session_kwargs)
+        if run_id is not None and run_id in store.run_ids():
+            record = store.get_run(run_id)
+    if spec.resume == "resume" and record is None:
+        raise ConfigError(f"no run store in {run_dir}: nothing to resume" if store is None else
+                          f"nothing to resume in {run_dir}: " + (f"no run {spec.run_id!r}" if spec.run_id else "no runs"))
+
+    settings = dict(spec.model) if isinstance(spec.model, Mapping) else None
+    if settings is None and spec.model is None:
+        settings = {}
+    if settings is not None:
+        stored = (record["config"].get("llm") or {}).get("model") if record else None
+        model = model_config(stored, **settings)
+    else:
+        model = spec.model  # type: ignore[assignment]
+    if model.price is None and not spec.unpriced_ok:
+        raise ConfigError(f"model {model.model!r} has no price: a cost experiment would report it as free. "
+                          "Give it a price key (see `accelopt llm prices`) or allow unpriced models "
+                          "(--unpriced-ok); its figures then say 'unpriced'")
+    replaying = spec.cassette is not None and spec.cassette_mode == "replay"
+    if spec.check_endpoint and not replaying:
+        warning = preflight(model)
+        if warning and spec.progress is None:
+            import sys
+            print(warning, file=sys.stderr)
+
+    if record is not None and record.get("prices"):
+        prices = PriceTable.from_snapshot(record["prices"])
+    elif isinstance(spec.prices, (str, Path)):
+        prices = PriceTable.load(spec.prices, base=PriceTable.default())
+    else:
+        prices = spec.prices or PriceTable.default()
+
+    problem = None
+    if spec.task is not None:
+        problem = SearchProblem.from_files(spec.task, spec.kernel, name=spec.problem)
+    config = None
+    if record is None:
+        config = SearchConfig.from_preset(spec.preset, **dict(spec.overrides))
+        config = config.with_overrides(**{f"runtime.{k}": v for k, v in spec.runtime_overrides().items()})
+        if problem is None:
+            problem = SearchProblem.from_nkibench(spec.problem, config.evaluation.shape_preset)
+        run_id = run_id or new_run_id(problem.name)
+        concurrency = config.runtime.llm_concurrency
+    else:
+        stored_runtime = dict(record["config"]["search"].get("runtime") or {})
+        concurrency = spec.llm_concurrency or stored_runtime.get("llm_concurrency", 16)
+    store = store or RunStore.open(run_dir)
+    assert run_id is not None
+    ledger = Ledger.for_store(store, run_id, prices=prices, cap_usd=spec.cap_usd)
+    cassette = Cassette(spec.cassette, spec.cassette_mode) if spec.cassette is not None else None  # type: ignore[arg-type]
+    client = LLMClient(model, ledger, cassette, concurrency=concurrency)
+    executor = spec.eval_executor
+    owned_executor = None
+    if executor is None and spec.scheduler:
+        from accelopt_nb.evaluation import DaskEvaluator
+        executor = owned_executor = DaskEvaluator(spec.scheduler)
+    memory = OptimizationMemory.load(spec.memory_in) if spec.memory_in else None
+    common: dict[str, Any] = dict(llm=client, memory=memory, progress=spec.progress, eval_executor=executor,
+                                  eval_cache=spec.eval_cache,
+                                  prompts=PromptSet(spec.prompts_dir) if spec.prompts_dir else None)
+    try:
+        if record is not None:
+            session = Session.resume(run_dir, run_id=run_id, problem=problem, runtime=spec.runtime_overrides(),
+                                     **common)
+        else:
+            assert config is not None
+            if memory is not None:
+                memory.capacity = config.memory.capacity
+            session = Session.create(problem, run_dir=run_dir, config=config, run_id=run_id,
+                                     llm_settings={"model": model.to_dict()}, prices=prices.snapshot(), **common)
+    except BaseException:
+        client.close()
+        if owned_executor is not None:
+            owned_executor.shutdown()
+        raise
+    session.on_close.append(client.close)
+    if owned_executor is not None:
+        session.on_close.append(owned_executor.shutdown)
+    return session

@@ -1,12 +1,21 @@
-"""The final report of a run: best kernel, speedup, % of peak, and LLM tokens and cost per role."""
+"""The report of a run, built from its state alone: best kernel, speedup, % of peak, LLM tokens,
+cost, retries and unusable answers per role, evaluation statuses, and time per phase.
+
+A model without a price is reported as "unpriced", never as $0.
+"""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from accelopt_nb.search.session import Session
+    import pandas as pd
+
+    from accelopt_nb.search.state import RunState
+    from accelopt_nb.store import RunStore
 
 
 @dataclass
@@ -18,6 +27,10 @@ class RoleUsage:
     completion_tokens: int = 0
     reasoning_tokens: int = 0
     cost_usd: float | None = 0.0  # None when some call was unpriced (self-hosted without a price rule)
+    attempts: int = 0             # HTTP requests sent (transport retries and unusable re-asks included)
+    transport_failures: int = 0   # failed HTTP attempts (5xx, 429, timeouts...)
+    unusable_outputs: int = 0     # answers refused: no code, refusal, truncated (finish_reason=length)
+    latency_s: float = 0.0        # time spent in requests, summed over calls
 
 
 @dataclass
@@ -39,6 +52,10 @@ class RunReport:
     usage: list[RoleUsage] = field(default_factory=list)
     kernels: int = 0
     correct_kernels: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)     # evaluation status -> kernels
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # wall time per phase, summed over iterations
+    fidelity: str = "full"
+    prompt_set: str = "extended"
 
     @property
     def total_cost_usd(self) -> float | None:
@@ -62,25 +79,36 @@ class RunReport:
                  f"  best:     {self.best_latency_ms:.4g} ms ({pct(self.best_pct_peak)} of peak) = "
                  f"{self.speedup:.3f}x, kernel {self.best_kernel_id}"
                  + (f"; peak bound: {self.peak_bound}" if self.peak_bound else ""),
-                 f"  kernels: {self.kernels} generated, {self.correct_kernels} correct; memory: {self.memory_items} items"]
+                 f"  kernels: {self.kernels} generated, {self.correct_kernels} correct; memory: {self.memory_items} items",
+                 f"  evaluation ({self.fidelity} fidelity): " + (", ".join(
+                     f"{n} {s}" for s, n in sorted(self.statuses.items())) or "none"),
+                 f"  prompts: {self.prompt_set}"]
+        if self.phase_seconds:
+            lines.append("  time per phase: " + ", ".join(f"{p} {sec:.1f} s" for p, sec in self.phase_seconds.items()))
         if self.history:
             lines.append("  best so far per iteration: " + ", ".join(
                 f"{h['iteration']}: {h['best_speedup']:.3f}x" for h in self.history))
         lines.append("  LLM usage:")
-        lines.append(f"    {'role':<11}{'calls':>6}{'failed':>7}{'prompt tok':>12}{'output tok':>12}{'USD':>10}")
+        lines.append(f"    {'role':<11}{'calls':>6}{'failed':>7}{'retries':>8}{'unusable':>9}{'prompt tok':>12}"
+                     f"{'output tok':>12}{'USD':>10}")
         for u in self.usage:
-            cost = "n/a" if u.cost_usd is None else f"{u.cost_usd:.4f}"
-            lines.append(f"    {u.role:<11}{u.calls:>6}{u.failed_calls:>7}{u.prompt_tokens:>12}"
-                         f"{u.completion_tokens:>12}{cost:>10}")
+            lines.append(f"    {u.role:<11}{u.calls:>6}{u.failed_calls:>7}{u.attempts - u.calls:>8}"
+                         f"{u.unusable_outputs:>9}{u.prompt_tokens:>12}{u.completion_tokens:>12}{_usd(u.cost_usd):>10}")
         total = self.total_cost_usd
         lines.append(f"    {'total':<11}{sum(u.calls for u in self.usage):>6}"
                      f"{sum(u.failed_calls for u in self.usage):>7}"
+                     f"{sum(u.attempts - u.calls for u in self.usage):>8}"
+                     f"{sum(u.unusable_outputs for u in self.usage):>9}"
                      f"{sum(u.prompt_tokens for u in self.usage):>12}{sum(u.completion_tokens for u in self.usage):>12}"
-                     f"{'n/a' if total is None else f'{total:.4f}':>10}")
+                     f"{_usd(total):>10}")
         return "\n".join(lines)
 
 
-def usage_by_role(store: Any, run_id: str) -> list[RoleUsage]:
+def _usd(cost: float | None) -> str:
+    return "unpriced" if cost is None else f"{cost:.4f}"
+
+
+def usage_by_role(store: "RunStore", run_id: str) -> list[RoleUsage]:
     """Sum the run's ledger rows (the store's ``llm_calls`` table) per agent role."""
     df = store.llm_calls_df(run_id)
     out = []
@@ -93,22 +121,70 @@ def usage_by_role(store: Any, run_id: str) -> list[RoleUsage]:
             u.prompt_tokens = int(sub["prompt_tokens"].sum())
             u.completion_tokens = int(sub["completion_tokens"].sum())
             u.reasoning_tokens = int(sub["reasoning_tokens"].sum())
+            u.attempts = int(sub["attempts"].sum())
+            u.transport_failures = int(sub["transport_failures"].sum())
+            u.unusable_outputs = int(sub["unusable_outputs"].sum())
+            u.latency_s = float(sub["latency_s"].sum())
             costs = sub["cost_usd"]
             u.cost_usd = None if costs.isna().any() else float(costs.sum())
         out.append(u)
     return out
 
 
-def build_report(session: "Session") -> RunReport:
-    base, best = session.baseline, session.best
-    peak = session.problem.peak(session.config.evaluation.hw)
-    kernels = [k for k in session.kernels.values() if k.kernel_id != base.kernel_id]
-    return RunReport(problem=session.problem.name, run_id=session.run_id, strategy=session.config.strategy,
-                     iterations_done=session.iteration, baseline_latency_ms=base.latency_ms,
+def phase_seconds(state: "RunState") -> dict[str, float]:
+    """Wall time per phase (baseline, plan, ...), from the step rows' start and finish times.
+
+    Pipelined steps overlap, so their times add up to more than the wall time of the run."""
+    out: dict[str, float] = {}
+    for row in state.step_rows():
+        start, end = row.get("started_at"), row.get("finished_at")
+        if start and end:
+            sec = (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+            out[row["step"]] = out.get(row["step"], 0.0) + max(0.0, sec)
+    return out
+
+
+def history(state: "RunState") -> list[dict[str, Any]]:
+    """Per completed iteration: the best kernel so far, its latency and speedup."""
+    rows = []
+    for (it, name), info in sorted(state.done_steps().items()):
+        if name == "select":
+            rows.append({"iteration": it, "best": info["best"], "best_latency_ms": info["best_latency_ms"],
+                         "best_speedup": info["best_speedup"], "best_pct_peak": info.get("best_pct_peak"),
+                         "new": info.get("new"), "new_correct": info.get("new_correct")})
+    return rows
+
+
+def kernels_df(state: "RunState") -> "pd.DataFrame":
+    """One row per kernel of the run: iteration, parent, plan, origin, status, latency, % of peak."""
+    import pandas as pd
+
+    cols = ["kernel_id", "iteration", "parent_id", "plan_id", "origin", "status", "latency_ms", "pct_peak",
+            "in_beam"]
+    beam = set(state.beam)
+    rows = [{"kernel_id": k.kernel_id, "iteration": k.iteration, "parent_id": k.parent_id, "plan_id": k.plan_id,
+             "origin": k.origin, "status": k.status, "latency_ms": k.latency_ms, "pct_peak": k.pct_peak,
+             "in_beam": k.kernel_id in beam}
+            for k in sorted(state.kernels.values(), key=lambda k: (k.iteration, k.order, k.kernel_id))]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def build_report(state: "RunState") -> RunReport:
+    """The report of a run (a Session passes its ``state``; a Session itself is accepted too)."""
+    state = getattr(state, "state", state)
+    base, best = state.baseline, state.best
+    cfg = state.config
+    peak = state.problem.peak(cfg.evaluation.hw)
+    kernels = [k for k in state.kernels.values() if k.kernel_id != base.kernel_id]
+    return RunReport(problem=state.problem.name, run_id=state.run_id, strategy=cfg.strategy,
+                     iterations_done=state.iteration, baseline_latency_ms=base.latency_ms,
                      best_kernel_id=best.kernel_id, best_latency_ms=best.latency_ms,
                      speedup=base.latency_ms / best.latency_ms if best.latency_ms else math.nan,
                      baseline_pct_peak=base.pct_peak, best_pct_peak=best.pct_peak,
                      peak_bound=peak[1] if peak else None, best_source=best.source,
-                     memory_items=len(session.memory), history=session.history(),
-                     usage=usage_by_role(session.store, session.run_id), kernels=len(kernels),
-                     correct_kernels=sum(k.correct for k in kernels))
+                     memory_items=len(state.memory), history=history(state),
+                     usage=usage_by_role(state.store, state.run_id), kernels=len(kernels),
+                     correct_kernels=sum(k.correct for k in kernels),
+                     statuses=dict(Counter(k.status or "not evaluated" for k in kernels)),
+                     phase_seconds=phase_seconds(state), fidelity=cfg.evaluation.fidelity,
+                     prompt_set=cfg.prompts.set)

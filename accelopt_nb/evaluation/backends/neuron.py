@@ -5,7 +5,7 @@ How a kernel is evaluated on a NeuronCore
 * **Toolchain**: ``neuronx-cc`` and ``neuron-profile`` on PATH, and a Python that imports
   ``neuronxcc.nki`` (``NeuronOptions.python``, else ``$ACCELOPT_NEURON_PYTHON``, else ours).
   Anything missing raises :class:`BackendUnavailableError` naming it.
-* **Driver**: one long-lived subprocess, ``python -m accelopt_nb.evaluation.neuron driver``, run
+* **Driver**: one long-lived subprocess, ``python -m accelopt_nb.evaluation.backends.neuron driver``, run
   by that Python. It imports the kernel once and, per input set, calls
   ``nki.baremetal(kernel, save_neff_name=, save_trace_name=, additional_compile_opt=)`` (compile +
   run on the pinned core), saving outputs, the NEFF and the NTFF. It speaks one JSON line per
@@ -199,6 +199,11 @@ class NeuronBackend:
         self._runs = 0
         self._bench = 0
 
+    @classmethod
+    def for_job(cls, job: Any, workdir: Path) -> "NeuronBackend":
+        return cls(hw=job.hw, workdir=workdir, options=job.options.neuron,
+                   visible_cores=job.visible_cores)
+
     # -- environment --------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -218,7 +223,7 @@ class NeuronBackend:
     def _start(self) -> None:
         err = open(self._stderr_path, "ab")
         self._proc = subprocess.Popen(
-            [self.tool.python, "-m", "accelopt_nb.evaluation.neuron", "driver"], cwd=self.dir,
+            [self.tool.python, "-m", "accelopt_nb.evaluation.backends.neuron", "driver"], cwd=self.dir,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=self.env(), text=True)
         err.close()
 
@@ -250,7 +255,7 @@ class NeuronBackend:
         raise KernelLoadError(f"{err.get('type')}: {err.get('message')}", line=err.get("line"))
 
     def run(self, nki_inputs: list[np.ndarray]) -> "RunOutput":
-        from accelopt_nb.evaluation.engine import RunOutput
+        from accelopt_nb.evaluation.backends.base import RunOutput
 
         n = self._runs = self._runs + 1
         in_path, out_path = self.dir / f"in_{n}.npz", self.dir / f"out_{n}.npz"
@@ -316,6 +321,10 @@ class NeuronBackend:
         return {**fields, "latency_ms": stats.mean_ms, "latency_stats": asdict(stats),
                 "compiler_version": self.tool.compiler_version}
 
+    def trace_profile(self, nki_inputs: list[np.ndarray]) -> dict[str, Any]:
+        """Hardware has no trace-only mode: run once and measure."""
+        return self.profile(self.run(nki_inputs), nki_inputs)
+
     def close(self) -> None:
         if self._proc is not None:
             try:
@@ -336,7 +345,7 @@ def _tail(path: Path, n: int = 1500) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# the driver (runs under the Neuron Python: python -m accelopt_nb.evaluation.neuron driver)
+# the driver (runs under the Neuron Python: python -m accelopt_nb.evaluation.backends.neuron driver)
 # ---------------------------------------------------------------------------------------------
 def _kernel_line(exc: BaseException, kernel_file: str | None) -> int | None:
     if not kernel_file:
@@ -412,5 +421,5 @@ def _driver_run(state: dict[str, Any], req: dict[str, Any]) -> dict[str, Any]:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["driver"]:
         sys.exit(_driver_main())
-    print("usage: python -m accelopt_nb.evaluation.neuron driver", file=sys.stderr)
+    print("usage: python -m accelopt_nb.evaluation.backends.neuron driver", file=sys.stderr)
     sys.exit(2)

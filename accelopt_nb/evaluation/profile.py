@@ -1,0 +1,68 @@
+"""The profile contract: one typed record every backend produces and every consumer reads.
+
+A backend returns a raw profile dict in its own vocabulary (the perf model's summary-json-like
+fields with ``latency`` in ms, or neuron-profile's summary-json plus the measured ``latency_ms``).
+:func:`profile_record` turns it into a :class:`ProfileRecord`, whose ``to_dict()`` is what
+``EvalResult.profile`` holds: the latency in milliseconds under the one key ``latency_ms`` (no
+other latency key survives), the producer (``source``), the hardware, the bound, the model's own
+error estimate when it gives one (``expected_error``), and every other metric under its producer's
+name (``hbm_read_bytes``, ``*_percent`` fractions in [0, 1], ...). ``EvalResult.latency_ms`` is the
+same number.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+# Raw keys that carry the latency, with their scale to ms, in order of preference. Only
+# ``latency_ms`` remains after normalisation.
+LATENCY_KEYS: tuple[tuple[str, float], ...] = (
+    ("latency_ms", 1.0), ("latency", 1.0), ("total_time_ms", 1.0), ("latency_us", 1e-3),
+    ("total_time_us", 1e-3), ("latency_s", 1e3), ("total_time", 1e3))
+_DROPPED = frozenset({"latency", "latency_us", "latency_s", "total_time_ms", "total_time_us"})
+_TYPED = ("latency_ms", "source", "hw", "bound", "expected_error")
+
+
+@dataclass
+class ProfileRecord:
+    """The profile of one kernel launch, as the evaluation service reports it."""
+
+    latency_ms: float | None                # the one latency (ms); None when the producer gave none
+    source: str                             # producer: "simulator" (perf model), "neuron" (hardware)
+    hw: str                                 # "trn1" | "trn2"
+    bound: str | None = None                # what limits the kernel (perf model / roofline), if known
+    expected_error: float | None = None     # the perf model's relative error estimate, if it gives one
+    metrics: dict[str, Any] = field(default_factory=dict)  # every other field, producer's names
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.metrics, "latency_ms": self.latency_ms, "source": self.source,
+                "hw": self.hw, "bound": self.bound, "expected_error": self.expected_error}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ProfileRecord":
+        """Read a stored profile (or any raw one: legacy latency keys are converted)."""
+        return profile_record(d, source=str(d.get("source") or "unknown"), hw=str(d.get("hw") or ""))
+
+
+def latency_ms_from_profile(profile: Mapping[str, Any]) -> float | None:
+    """The latency in ms from a raw or normalised profile dict, whatever unit its producer used."""
+    for key, scale in LATENCY_KEYS:
+        value = profile.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            ms = float(value) * scale
+            return ms if math.isfinite(ms) and ms > 0 else None
+    return None
+
+
+def profile_record(raw: Mapping[str, Any], *, source: str, hw: str) -> ProfileRecord:
+    """Normalise a backend's raw profile dict to the contract."""
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"a profile is a mapping, not {type(raw).__name__}")
+    metrics = {str(k): v for k, v in raw.items() if k not in _DROPPED and k not in _TYPED}
+    bound = raw.get("bound")
+    err = raw.get("expected_error")
+    return ProfileRecord(latency_ms=latency_ms_from_profile(raw), source=source, hw=hw,
+                         bound=str(bound) if bound is not None else None,
+                         expected_error=float(err) if isinstance(err, (int, float)) else None,
+                         metrics=metrics)

@@ -1,0 +1,26 @@
+"""Reference NKI kernels written for this project (tutorial-style progressions), shipped as files.
+
+They are kernel *files* for :func:`accelopt_nb.sim.load_kernel` (they import ``neuronxcc.nki``,
+which only the simulator provides), not modules to import:
+
+* ``matmul_tutorial.py`` -- the NKI matmul tutorial's steps: tiled, hoisted, blocked free dims, blocked M/N/K;
+* ``mamba_tutorial.py`` -- the NKI Mamba tutorial's human-expert steps v1, v2, v3;
+* ``silu_fused.py`` -- SiLU as one fused ScalarE activation per tile (the teaching course's fusion answer).
+
+The performance-fidelity benchmark, the human-experts reproduction and the teaching notebooks use them.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+KERNELS_DIR = Path(__file__).resolve().parent
+
+
+def kernel_path(name: str) -> Path:
+    """The path of a shipped kernel file, e.g. ``kernel_path("matmul_tutorial")``."""
+    path = KERNELS_DIR / f"{name.removesuffix('.py')}.py"
+    if not path.is_file():
+        from accelopt_nb.errors import ConfigError
+        shipped = sorted(p.stem for p in KERNELS_DIR.glob("*.py") if not p.stem.startswith("_"))
+        raise ConfigError(f"no shipped kernel {name!r}; shipped: {', '.join(shipped)}")
+    return path

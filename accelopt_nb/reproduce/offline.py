@@ -1,0 +1,33 @@
+"""The offline endpoint of ``accelopt reproduce --smoke``: the package's FAKE model behind a loopback server.
+
+Nothing here is a real LLM. The fake model answers every search on NKIBench ``matmul`` with two
+fixed rewrites (keep B resident in SBUF; a no-op edit), so smoke runs exercise the whole machinery
+(agents over HTTP, evaluation, beam, memory, ledger, figures) and say nothing about any model.
+Every figure made from it carries :data:`~accelopt_nb.fake_model.FAKE_MODEL_LABEL` in its title.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+from accelopt_nb.fake_model import FAKE_MODEL_LABEL
+
+# Model names the fake endpoint answers to (configs price each as the real model it stands in for).
+FAKE_MODELS = ("fake-nki", "fake-gpt-oss-120b", "fake-gpt-oss-20b", "fake-claude-sonnet-4")
+
+
+def fake_nki_model():
+    from accelopt_nb.fake_model.nki_model import FakeNKIModel, harmless_variation, matmul_resident_rhs
+
+    return FakeNKIModel(plans=["Keep all of B resident in SBUF instead of re-reading it per row block: RESIDENT.",
+                               "Review the loop structure and keep it: REVIEW."],
+                        rewrites=[("RESIDENT", matmul_resident_rhs), ("REVIEW", harmless_variation)])
+
+
+@contextmanager
+def fake_endpoint() -> Iterator[dict[str, str]]:
+    """Start the fake server; yields the notebook parameters that point a run at it."""
+    from accelopt_nb.fake_model.server import FakeOpenAIServer
+
+    with FakeOpenAIServer(models=list(FAKE_MODELS), responder=fake_nki_model().responder) as srv:
+        yield {"base_url": srv.url, "model_label": FAKE_MODEL_LABEL}

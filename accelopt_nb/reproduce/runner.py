@@ -1,0 +1,290 @@
+"""Run the reproduction and teaching notebooks with papermill and write an index of what they made.
+
+The notebooks and their parameter files live in a source checkout (``notebooks/``,
+``papermill_configs/<stem>_smoke.yaml`` and ``<stem>_paper.yaml``). A parameter file is the notebook's
+papermill parameters plus two keys the runner reads itself:
+
+* ``notebook``: the notebook file it belongs to;
+* ``endpoint``: ``fake`` (start the package's offline fake model and point the notebook at it),
+  or absent (the file names the endpoint, or the notebook needs none).
+
+The runner adds ``out_dir`` (this notebook's folder under ``--out``) and ``runs_dir`` (run stores
+shared by all notebooks of one output folder, so a second run resumes instead of starting over).
+Teaching notebooks run with the reference answers filled into their exercise cells.
+A failing notebook does not stop the others; the run fails at the end naming each notebook and cell.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import yaml
+
+from accelopt_nb.errors import AccelOptError, ConfigError
+
+MODES = ("smoke", "paper")
+RUNNER_KEYS = ("notebook", "endpoint")
+
+
+class NotebookFailedError(AccelOptError):
+    """One or more notebooks of a reproduction run raised; the message names each notebook and cell."""
+
+
+@dataclass(frozen=True)
+class NotebookSpec:
+    file: str      # e.g. "21_beam_vs_sampling.ipynb"
+    kind: str      # "reproduction" | "teaching"
+    title: str
+
+    @property
+    def name(self) -> str:
+        """The short name ``--only`` takes: the file stem without its number."""
+        return self.stem.split("_", 1)[1]
+
+    @property
+    def stem(self) -> str:
+        return self.file.removesuffix(".ipynb")
+
+
+NOTEBOOKS: tuple[NotebookSpec, ...] = (
+    NotebookSpec("01_nki_basics.ipynb", "teaching", "NKI basics: tiles, partitions, SBUF/PSUM, load-compute-store"),
+    NotebookSpec("02_memory_and_roofline.ipynb", "teaching", "The memory hierarchy and the roofline"),
+    NotebookSpec("03_matmul_step_by_step.ipynb", "teaching", "Optimizing a matmul step by step"),
+    NotebookSpec("04_fusion_and_overlap.ipynb", "teaching", "Fusion and engine overlap"),
+    NotebookSpec("05_agent_step_by_hand.ipynb", "teaching", "One agent step by hand with the magics"),
+    NotebookSpec("20_beam_vs_sampling.ipynb", "reproduction", "Beam search vs repeated sampling"),
+    NotebookSpec("21_memory_ablation.ipynb", "reproduction", "Optimization memory: on/off, ExpN and TopK"),
+    NotebookSpec("22_cost.ipynb", "reproduction", "Cost: open vs proprietary models"),
+    # after the search notebooks: these read the best kernels of the run stores those wrote
+    NotebookSpec("23_nkibench_table.ipynb", "reproduction", "NKIBench: % of peak, baselines and best, trn1 and trn2"),
+    NotebookSpec("24_human_experts.ipynb", "reproduction", "Mamba: human experts vs the agent"),
+    NotebookSpec("25_saturation.ipynb", "reproduction", "Where search saturates"),
+)
+
+
+@dataclass
+class Job:
+    spec: NotebookSpec
+    config: Path
+    params: dict[str, Any]
+    endpoint: str | None = None
+
+
+@dataclass
+class Outcome:
+    job: Job
+    ok: bool
+    seconds: float
+    executed: Path
+    error: str = ""
+    figures: list[dict[str, Any]] = field(default_factory=list)
+
+
+def find_checkout(start: str | Path | None = None) -> Path:
+    """The source checkout holding ``notebooks/`` and ``papermill_configs/`` (default: the one this
+    package was installed from)."""
+    root = Path(start) if start else Path(__file__).resolve().parents[2]
+    if not ((root / "notebooks").is_dir() and (root / "papermill_configs").is_dir()):
+        raise ConfigError(f"{root} is not an accelopt_nb source checkout (no notebooks/ and papermill_configs/); "
+                          "accelopt reproduce runs the checkout's notebooks: pass --checkout DIR")
+    return root
+
+
+def spec_of(notebook: str) -> NotebookSpec:
+    for spec in NOTEBOOKS:
+        if notebook in (spec.file, spec.stem, spec.name):
+            return spec
+    raise ConfigError(f"unknown notebook {notebook!r}; known: {', '.join(s.name for s in NOTEBOOKS)}")
+
+
+def load_job(path: str | Path) -> Job:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"papermill config not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"papermill config {path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict) or "notebook" not in data:
+        raise ConfigError(f"papermill config {path} must be a mapping with a 'notebook' key")
+    endpoint = data.get("endpoint")
+    if endpoint not in (None, "fake"):
+        raise ConfigError(f"{path}: endpoint must be 'fake' or absent, got {endpoint!r}")
+    params = {k: v for k, v in data.items() if k not in RUNNER_KEYS}
+    return Job(spec_of(str(data["notebook"])), path, params, endpoint)
+
+
+def plan(mode: str | None, *, only: Sequence[str] = (), configs: Sequence[str | Path] = (),
+         checkout: Path) -> list[Job]:
+    """The jobs to run: the given CONFIG files, else every notebook's ``<stem>_<mode>.yaml``."""
+    if configs:
+        jobs = [load_job(c) for c in configs]
+    else:
+        if mode not in MODES:
+            raise ConfigError(f"choose --smoke or --paper (or give CONFIG files), not {mode!r}")
+        jobs = []
+        for spec in NOTEBOOKS:
+            path = checkout / "papermill_configs" / f"{spec.stem}_{mode}.yaml"
+            if not path.is_file():
+                raise ConfigError(f"missing papermill config {path} for notebook {spec.file}")
+            jobs.append(load_job(path))
+    if only:
+        wanted = {spec_of(o).file for o in only}
+        jobs = [j for j in jobs if j.spec.file in wanted]
+    return jobs
+
+
+def reproduce(jobs: Sequence[Job], out: str | Path, *, checkout: Path, mode: str | None = None,
+              log: Callable[[str], None] = print) -> list[Outcome]:
+    """Execute ``jobs`` into ``out``; writes ``out/index.md``. Raises NotebookFailedError if any failed."""
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    outcomes = []
+    with ExitStack() as stack:
+        fake: dict[str, str] | None = None
+        for job in jobs:
+            if job.endpoint == "fake" and fake is None:
+                from accelopt_nb.reproduce.offline import fake_endpoint
+                fake = stack.enter_context(fake_endpoint())
+                log(f"offline fake model listening on {fake['base_url']} (NOT a real LLM)")
+            outcomes.append(_execute(job, out, checkout, fake if job.endpoint == "fake" else None, log))
+    write_index(outcomes, out, mode=mode, seconds=time.monotonic() - t0, checkout=checkout)
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        raise NotebookFailedError("; ".join(f"{o.job.spec.file}: {o.error}" for o in failed)
+                                  + f" (executed notebooks and index in {out})")
+    return outcomes
+
+
+def _execute(job: Job, out: Path, checkout: Path, fake: dict[str, str] | None,
+             log: Callable[[str], None]) -> Outcome:
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    from accelopt_nb.reproduce.figures import read_manifest
+
+    nb_dir = checkout / "notebooks"
+    out_dir = out / job.spec.stem
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob("figures.jsonl"):
+        stale.unlink()
+    params = {**job.params, "out_dir": str(out_dir), "runs_dir": str(out / "runs"), **(fake or {})}
+    source = nb_dir / job.spec.file
+    tmp = None
+    if job.spec.kind == "teaching":
+        tmp = tempfile.TemporaryDirectory(prefix="accelopt_answers_")
+        source = _with_reference_answers(source, Path(tmp.name))
+    executed = out_dir / job.spec.file
+    log(f"running {job.spec.file} ({job.config.name})")
+    t = time.monotonic()
+    error = ""
+    try:
+        papermill.execute_notebook(str(source), str(executed), parameters=params, cwd=str(nb_dir),
+                                   kernel_name="python3", progress_bar=False, log_output=False)
+    except PapermillExecutionError as exc:
+        # papermill numbers cells from 0 including the injected-parameters cell; people count from 1
+        error = f"cell {exc.cell_index + 1} (execution count {exc.exec_count}) raised {exc.ename}: {exc.evalue}"
+    except Exception as exc:  # a kernel that died or could not start is still this notebook's failure
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    seconds = time.monotonic() - t
+    log(f"  {'FAILED: ' + error if error else 'ok'} ({seconds:.1f} s)")
+    return Outcome(job, not error, seconds, executed, error, read_manifest(out_dir))
+
+
+def _with_reference_answers(source: Path, folder: Path) -> Path:
+    import nbformat
+
+    from accelopt_nb.teaching.answers import REFERENCE_ANSWERS
+    from accelopt_nb.teaching.notebook import fill_exercises
+
+    nb = fill_exercises(nbformat.read(source, as_version=4), REFERENCE_ANSWERS)
+    filled = folder / source.name
+    nbformat.write(nb, filled)
+    return filled
+
+
+# ------------------------------------------------------------------------------------------- index
+def write_index(outcomes: Sequence[Outcome], out: Path, *, mode: str | None, seconds: float,
+                checkout: Path) -> Path:
+    """``out/index.md``: what was made, from which notebook, with which model, prices and settings."""
+    from accelopt_nb.llm import PriceTable
+
+    table = PriceTable.default()
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    lines = [f"# accelopt reproduce{' --' + mode if mode else ''}", "",
+             f"- made: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, in {seconds:.0f} s on {os.cpu_count()} CPU(s)"
+             + (f", load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}" if load else ""),
+             f"- checkout: {checkout} ({_commit(checkout)})",
+             f"- notebooks: {sum(o.ok for o in outcomes)} of {len(outcomes)} ran to the end",
+             f"- prices: the dated table as of {table.as_of} (USD per 1M tokens), as recorded with each run", ""]
+    if any(o.job.endpoint == "fake" for o in outcomes):
+        from accelopt_nb.fake_model import FAKE_MODEL_LABEL
+        lines += [f"**Figures marked fake were made with the package's {FAKE_MODEL_LABEL}: they show that the "
+                  "machinery runs end to end, not what any model achieves.**", ""]
+    for o in outcomes:
+        spec = o.job.spec
+        lines += [f"## {spec.file}: {spec.title}", "",
+                  f"- {spec.kind} notebook, config `{o.job.config.name}`, "
+                  f"{'ok' if o.ok else 'FAILED: ' + o.error}, {o.seconds:.1f} s",
+                  f"- executed notebook: [{o.executed.relative_to(out)}]({o.executed.relative_to(out)})",
+                  f"- model: {_model_text(o)}"]
+        prices = _prices_text(o.job.params, table)
+        if prices:
+            lines.append(f"- prices: {prices}")
+        if spec.kind == "teaching":
+            lines.append("- exercises: run with the reference answers filled in")
+        lines.append(f"- settings: `{json.dumps(_settings(o.job.params), default=str)}`")
+        for f in o.figures:
+            rel = Path(f["dir"]).relative_to(out)
+            lines.append(f"- figure **{f['name']}**: {f.get('caption') or ''} "
+                         f"[png]({rel / f['png']}) [svg]({rel / f['svg']}) [csv]({rel / f['csv']})")
+        lines.append("")
+    path = out / "index.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _model_text(o: Outcome) -> str:
+    if o.job.endpoint == "fake":
+        from accelopt_nb.fake_model import FAKE_MODEL_LABEL
+        return FAKE_MODEL_LABEL
+    p = o.job.params
+    models = {a.get("model", {}).get("model_preset") or a.get("model", {}).get("model")
+              for a in p.get("arms") or [] if a.get("model")} - {None}
+    named = p.get("model_preset") or p.get("model")
+    return ", ".join(sorted(models | ({named} if named else set()))) or "none (simulator and performance model only)"
+
+
+def _prices_text(params: dict[str, Any], table: Any) -> str:
+    keys = {params.get("price")} | {(a.get("model") or {}).get("price") for a in params.get("arms") or []}
+    parts = []
+    for key in sorted(k for k in keys if k):
+        try:
+            price = table.get(key)
+            parts.append(f"{key} {price.input:g}/{price.output:g} in/out")
+        except AccelOptError:
+            parts.append(f"{key} (not in the shipped table)")
+    return ", ".join(parts)
+
+
+def _settings(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if k not in ("out_dir", "runs_dir", "base_url", "model_label")}
+
+
+def _commit(checkout: Path) -> str:
+    try:
+        return subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip() or "not a git checkout"
+    except (OSError, subprocess.SubprocessError):
+        return "git unavailable"

@@ -1,0 +1,50 @@
+"""Reading results out of experiment run stores (``root/<arm>/<problem>``, as written by
+:func:`accelopt_nb.experiments.run_arms`) without opening a search session."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+BEST_COLUMNS = ["arm", "problem", "run_id", "kernel_id", "iteration", "latency_us", "baseline_latency_us",
+                "speedup", "source"]
+
+
+def best_kernels(root: str | Path, arm: str | None = None) -> pd.DataFrame:
+    """Per problem, the fastest correct kernel found in any run under ``root`` (or under ``root/arm``)."""
+    from accelopt_nb.store import DEFAULT_FILENAME, RunStore
+
+    rows: list[dict[str, Any]] = []
+    pattern = f"{arm}/*/{DEFAULT_FILENAME}" if arm else f"*/*/{DEFAULT_FILENAME}"
+    for db in sorted(Path(root).glob(pattern)):
+        store = RunStore.open(db.parent)
+        try:
+            for run_id in store.run_ids():
+                rows.extend(_run_best(store, run_id, db.parent.parent.name))
+        finally:
+            store.close()
+    df = pd.DataFrame(rows, columns=BEST_COLUMNS)
+    if df.empty:
+        return df
+    return df.sort_values("latency_us").groupby("problem", as_index=False).head(1).sort_values("problem") \
+        .reset_index(drop=True)
+
+
+def _run_best(store: Any, run_id: str, arm: str) -> list[dict[str, Any]]:
+    kernels = store.kernels_df(run_id)
+    evals = store.evaluations_df(run_id)
+    if kernels.empty or evals.empty:
+        return []
+    ok = evals[(evals["correct"] == 1) & evals["latency_us"].notna()]
+    merged = ok.merge(kernels[["kernel_id", "problem_id", "iteration", "source", "origin"]], on="kernel_id")
+    out = []
+    for problem, g in merged.groupby("problem_id"):
+        base = g[g["origin"] == "baseline"]
+        best = g.sort_values("latency_us").iloc[0]
+        base_us = float(base["latency_us"].min()) if len(base) else float("nan")
+        out.append({"arm": arm, "problem": problem, "run_id": run_id, "kernel_id": best["kernel_id"],
+                    "iteration": int(best["iteration"]), "latency_us": float(best["latency_us"]),
+                    "baseline_latency_us": base_us, "speedup": base_us / float(best["latency_us"]),
+                    "source": best["source"]})
+    return out

@@ -1,0 +1,146 @@
+"""One paper-size search iteration (B·N·K = 144 candidates at the paper's shapes), old path vs new.
+
+    .venv/bin/python benchmarks/paper_iteration.py [--problems silu matmul] [--candidates 144]
+        [--arms old new-full new-multi] [--workers 2] [--llm-latency 0] [--json out.json]
+
+Against a local FAKE model (an OpenAI-compatible server on loopback) that answers at once (or
+after ``--llm-latency`` seconds) with distinct, valid kernels: the problem's baseline with a
+distinct module constant each, so no two kernels share a syntax tree. Planner calls are 72
+(= B·N of the paper), executor calls 144 (K = 2), in one iteration from the baseline.
+
+Arms, measured side by side in one run, each with its own empty evaluation cache:
+
+* ``old``: the v1 flow: plan, then execute, then evaluate every candidate at full fidelity
+  (``runtime.pipeline: false``, ``evaluation.fidelity: full``);
+* ``new-full``: pipelined (executor calls start as each plan arrives, each kernel is evaluated as
+  it arrives), every candidate at full fidelity;
+* ``new-multi``: pipelined, candidates screened, the beam confirmed at full fidelity (the paper
+  preset).
+
+The timed part is one ``Session.step()`` (plan → execute → evaluate → select → summarize); the
+baseline's own evaluation when the run opens is not counted. With ``--candidates`` below 144 the
+144-candidate time is **extrapolated** (printed as such): fixed part (LLM, select, summarize)
++ evaluation time × 144 / candidates.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import nkibench  # noqa: E402
+from accelopt_nb.fake_model.server import FakeOpenAIServer, Reply, Slow  # noqa: E402
+from accelopt_nb.search.launch import LaunchSpec, open_session  # noqa: E402
+
+ARMS = {"old": dict(pipeline=False, fidelity="full"), "new-full": dict(pipeline=True, fidelity="full"),
+        "new-multi": dict(pipeline=True, fidelity="multi")}
+PAPER_CANDIDATES = 144
+_KERNEL = re.compile(r"## The kernel to optimize\n```python\n(.*?)\n```", re.DOTALL)
+
+
+class DistinctKernels:
+    """FAKE planner/executor: plan n says "variant n"; executor answer = parent + a distinct constant."""
+
+    def __init__(self, latency_s: float) -> None:
+        self.latency_s = latency_s
+        self.n = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict):
+        with self._lock:
+            self.n += 1
+            n = self.n
+        system = body["messages"][0]["content"]
+        user = body["messages"][-1]["content"]
+        if "propose the next optimization step" in system:
+            reply = Reply(f"The kernel is fine as it is.\n\nPlan:\nVariant {n}: tag the module with a constant.")
+        elif "You implement that step" in system:
+            parent = _KERNEL.search(user).group(1)
+            reply = Reply(f"```python\n{parent}\n\n_VARIANT = {n}\n```")
+        else:
+            reply = Reply("No optimization found")
+        return Slow(self.latency_s, reply) if self.latency_s else reply
+
+
+def measure(problem: str, arm: str, candidates: int, workers: int, latency_s: float, root: Path) -> dict:
+    settings = ARMS[arm]
+    with FakeOpenAIServer(models=["fake-kernels"], responder=DistinctKernels(latency_s)) as srv:
+        spec = LaunchSpec(problem, run_dir=root / arm / problem, preset="paper",
+                          overrides={"iterations": 2, "plans_per_kernel": candidates // 2, "samples_per_plan": 2,
+                                     "evaluation.fidelity": settings["fidelity"]},
+                          model={"base_url": srv.url, "model": "fake-kernels", "price": "gpt-oss-120b@self-hosted"},
+                          pipeline=settings["pipeline"], eval_workers=workers, eval_cache=root / f"cache-{arm}")
+        t_open = time.perf_counter()
+        with open_session(spec) as s:
+            t0 = time.perf_counter()
+            s.step()
+            wall = time.perf_counter() - t0
+            kernels = s.iteration_kernels(0)
+            rows = [r for r in s.store.rows("steps", s.run_id) if r["iteration"] == 0]
+            phases = {r["step"]: _seconds(r) for r in rows}
+            statuses: dict[str, int] = {}
+            for k in kernels:
+                statuses[k.status or "none"] = statuses.get(k.status or "none", 0) + 1
+            confirmed = sum(1 for k in kernels if k.fidelity == "confirm")
+            out = {"problem": problem, "arm": arm, "candidates": len(kernels), "wall_s": wall,
+                   "open_s": t0 - t_open, "phases_s": phases, "statuses": statuses, "confirmed": confirmed,
+                   "llm_calls": srv.chat_requests, "beam": len(s.beam)}
+    # LLM, select and summarize do not grow with the evaluations; evaluation time scales with candidates.
+    eval_s = phases.get("evaluate", 0.0) if not settings["pipeline"] else wall - phases.get("select", 0.0) \
+        - phases.get("summarize", 0.0)
+    fixed = wall - eval_s
+    out["extrapolated_144_s"] = None if len(kernels) >= PAPER_CANDIDATES else \
+        fixed + eval_s * PAPER_CANDIDATES / max(1, len(kernels))
+    return out
+
+
+def _seconds(row: dict) -> float:
+    from datetime import datetime
+    if not (row.get("started_at") and row.get("finished_at")):
+        return 0.0
+    return (datetime.fromisoformat(row["finished_at"]) - datetime.fromisoformat(row["started_at"])).total_seconds()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--problems", nargs="+", default=["silu", "matmul"], choices=nkibench.list_problems())
+    ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    ap.add_argument("--candidates", type=int, default=PAPER_CANDIDATES, help="candidates (even; 144 = paper)")
+    ap.add_argument("--workers", type=int, default=2, help="parallel evaluations")
+    ap.add_argument("--llm-latency", type=float, default=0.0, help="seconds the fake model takes per answer")
+    ap.add_argument("--json", type=Path, help="write the measurements here")
+    args = ap.parse_args()
+    if args.candidates < 2 or args.candidates % 2:
+        ap.error("--candidates must be an even number >= 2 (K = 2 samples per plan)")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="accelopt-paper-iteration-") as tmp:
+        for problem in args.problems:
+            for arm in args.arms:
+                r = measure(problem, arm, args.candidates, args.workers, args.llm_latency, Path(tmp))
+                results.append(r)
+                ext = r["extrapolated_144_s"]
+                print(f"{problem:<8} {arm:<10} {r['candidates']:>4} candidates  {r['wall_s']:8.1f} s measured"
+                      + (f"  ~{ext:8.1f} s for 144 (extrapolated)" if ext is not None else "")
+                      + f"  statuses {r['statuses']}  confirmed {r['confirmed']}  phases "
+                      + ", ".join(f"{p} {s:.1f}" for p, s in r["phases_s"].items()), flush=True)
+    print("\nratios (same problem, same run):")
+    for problem in args.problems:
+        by_arm = {r["arm"]: r for r in results if r["problem"] == problem}
+        base = by_arm.get("old")
+        for arm, r in by_arm.items():
+            if base is not None and arm != "old":
+                print(f"  {problem}: old / {arm} = {base['wall_s'] / r['wall_s']:.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
