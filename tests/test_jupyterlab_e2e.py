@@ -139,13 +139,9 @@ def _drive(page, base: str, token: str) -> None:
     assert "choose a plan" in error.inner_text()
     panel.screenshot(path=str(ARTIFACTS / "panel_error_in_red.png"))
 
-    # ... writes it, leaving the other plan to the executor: that call is not in the cassette, the step fails, in red.
-    kernel = (NOTEBOOK.parent.parent / "tests" / "fakes" / "kernels" / "matmul_resident_rhs.py").read_text()
+    # ... writes it (no executor calls for the other plan), and evaluates it: busy while it runs.
+    kernel = (ROOT / "accelopt_nb" / "fake_model" / "kernels" / "matmul_resident_rhs.py").read_text()
     panel.locator("textarea").nth(1).fill("# unrolled by hand\n" + kernel)
-    button("submit kernel").click()
-    panel.locator(".accelopt-error", has_text="ReplayMissError").wait_for(timeout=60_000)
-    panel.screenshot(path=str(ARTIFACTS / "panel_failure_in_red.png"))
-    # ... so no executor calls this time; then evaluate: busy (buttons disabled, progress bar) while it runs.
     panel.locator("input[type=checkbox]").first.check()
     page.wait_for_timeout(1000)                          # let the checkbox reach the kernel before the click does
     button("submit kernel").click()
@@ -155,4 +151,13 @@ def _drive(page, base: str, token: str) -> None:
     panel.locator("text=/evaluate: \\d+ item/").wait_for(timeout=120_000)
     tab("diff")
     panel.screenshot(path=str(ARTIFACTS / "panel_after_evaluate_diff.png"))
+
+    # The agents take over: their calls are not in the cassette, so the step fails, loudly, in red.
+    failure = panel.locator(".accelopt-error, .accelopt-failure", has_text="no response for request").first
+    button("step").click()
+    panel.locator("text=/step: done|no response for request/").first.wait_for(timeout=120_000)
+    if not failure.count():
+        button("plan").click()
+    failure.wait_for(timeout=60_000)
+    panel.screenshot(path=str(ARTIFACTS / "panel_failure_in_red.png"))
     page.screenshot(path=str(ARTIFACTS / "notebook.png"))
