@@ -46,6 +46,18 @@ class MagicUsageError(ConfigError):
     """
 
 
+class AccelOptUsageError(UsageError):
+    """What the person sees when a %accelopt command fails: one line, no traceback.
+
+    Not IPython's plain ``UsageError``, which a Jupyter kernel reports with an empty error name and
+    value (papermill would then fail without the reason): ``_render_traceback_`` gives the one line
+    as the traceback, and the kernel reports the name and the message.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[31m{self}\x1b[0m"]
+
+
 class _HelpShown(Exception):
     """``--help`` was given: carries the help text instead of running the command."""
 
@@ -174,7 +186,7 @@ class AccelOptMagics(Magics):
             if "--debug" in line.split() or self._verbose():
                 raise
             prefix = "" if isinstance(exc, MagicUsageError) else f"{type(exc).__name__}: "
-            raise UsageError(prefix + str(exc)) from None
+            raise AccelOptUsageError(prefix + str(exc)) from None
 
     accelopt.__doc__ = __doc__
 
@@ -423,4 +435,4 @@ def load_ipython_extension(ipython) -> None:
         ipython.set_hook("complete_command", completer, str_key=key)
 
 
-__all__ = ["AccelOptMagics", "MagicUsageError", "PARSERS", "load_ipython_extension", "write_run_files"]
+__all__ = ["AccelOptMagics", "AccelOptUsageError", "MagicUsageError", "PARSERS", "load_ipython_extension", "write_run_files"]
