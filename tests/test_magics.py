@@ -60,6 +60,16 @@ def test_profile_shows_percent_of_peak_and_percent_fields(ip):
     assert repr(dma) not in html                 # not the raw float
 
 
+def test_library_objects_display_as_html_once_loaded(ip):
+    from accelopt_nb.evaluation import evaluate
+    from accelopt_nb.perf import Profile
+
+    result = evaluate("silu", nkibench.get_problem("silu").baseline_source(), preset="small", cache=False)
+    fmt = ip.display_formatter.formatters["text/html"]
+    assert "accelopt-result" in fmt(result) and "DMA active" in fmt(result)
+    assert Profile in fmt.type_printers
+
+
 def test_profile_reports_a_broken_cell_with_its_line(ip):
     source = nkibench.get_problem("silu").baseline_source().replace("nl.add(e, 1.0)", "nl.add(e, 1.0")
     view = ip.run_cell_magic("accelopt", "profile --problem silu", source)

@@ -375,3 +375,28 @@ def plot_progress(session: Any, ax=None):
     ax.legend(loc="best", fontsize=8)
     ax.figure.tight_layout()
     return ax.figure
+
+
+# ---- the library's own objects, shown richly once the extension is loaded --------------------------
+def profile_html(profile: Any) -> str:
+    """An estimated :class:`~accelopt_nb.perf.Profile` as a table (fractions as percentages)."""
+    rows = [{"metric": k, "value": v} for k, v in profile_rows(profile.to_dict())]
+    notes = "".join(f"<li>{esc(n)}</li>" for n in (profile.bottleneck or []))
+    return (f"<b>profile of {esc(profile.kernel_name)}</b> ({esc(profile.hw)})" + html_table(rows, ["metric", "value"])
+            + (f"<ul>{notes}</ul>" if notes else ""))
+
+
+def register_formatters(ipython: Any) -> None:
+    """HTML for evaluation results, profiles, sessions, reports and memory wherever they are displayed."""
+    from accelopt_nb.evaluation.result import EvalResult
+    from accelopt_nb.perf.profile import Profile
+    from accelopt_nb.search.memory import OptimizationMemory
+    from accelopt_nb.search.report import RunReport
+    from accelopt_nb.search.session import Session
+
+    html = ipython.display_formatter.formatters["text/html"]
+    html.for_type(EvalResult, lambda r: ResultView(r)._repr_html_())
+    html.for_type(Profile, profile_html)
+    html.for_type(Session, lambda s: session_view(s).html)
+    html.for_type(RunReport, lambda r: report_view(r).html)
+    html.for_type(OptimizationMemory, lambda m: memory_view(m).html)

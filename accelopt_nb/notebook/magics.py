@@ -426,6 +426,7 @@ def _with_outcome(shown: d.Shown, outcome: Any) -> d.Shown:
 def load_ipython_extension(ipython) -> None:
     magics = AccelOptMagics(ipython)
     ipython.register_magics(magics)
+    d.register_formatters(ipython)
 
     def completer(_shell, event) -> list[str]:
         prefix = event.symbol
