@@ -77,7 +77,7 @@ def test_busy_panel_disables_buttons_and_stop_loses_nothing(make_session):
         assert panel.busy and panel.run_button.disabled and panel.phase_buttons["plan"].disabled
         assert not panel.stop_button.disabled and "running run" in panel.message.value
         for _ in range(600):                                         # wait until the plan calls are in flight
-            if panel.progress.state.phase == "plan":
+            if ("plan", 0) in panel.progress.phases:
                 break
             time.sleep(0.05)
         panel.stop_button.click()
