@@ -20,8 +20,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from accelopt_nb.errors import ConfigError
-from accelopt_nb.search.launch import LaunchSpec, open_session
+from accelopt_nb.errors import AccelOptError, ConfigError
+from accelopt_nb.search.launch import LaunchSpec, model_config, open_session, preflight
 
 CURVE_COLUMNS = ["arm", "problem", "run_id", "iteration", "best_speedup", "best_pct_peak", "cum_tokens",
                  "cum_cost_usd"]
@@ -66,11 +66,10 @@ def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], r
     pool (``eval_workers``, default one per core) or a Dask cluster (``scheduler``). A run whose
     step failed outright (every LLM call of a step failed) or hit the spending cap is reported
     as not complete, and the batch goes on; re-running the batch resumes it. ``unpriced_ok=False``
-    refuses a model without a price (a cost experiment must not count it as free).
+    refuses a model without a price (a cost experiment must not count it as free). Every arm's
+    endpoint is checked before any run starts (``check_endpoint``).
     """
     from concurrent.futures import ThreadPoolExecutor
-
-    from accelopt_nb.errors import AccelOptError
 
     if parallel < 1:
         raise ConfigError(f"parallel must be >= 1, got {parallel}")
@@ -78,6 +77,16 @@ def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], r
     arms = [a if isinstance(a, Arm) else Arm.from_dict(a) for a in arms]
     problems = list(problems)
     jobs = [(a, p) for a in arms for p in problems]
+    if check_endpoint:  # fail in seconds, before any run starts, if an arm's endpoint is down
+        checked: set[tuple[str | None, str]] = set()
+        for arm in arms:
+            model = model_config(**_arm_model(arm, default_model))
+            if (model.base_url, model.model) not in checked:
+                try:
+                    preflight(model)
+                except AccelOptError as exc:
+                    raise type(exc)(f"arm {arm.name!r}: {exc}") from None
+                checked.add((model.base_url, model.model))
     evaluator = _shared_evaluator(eval_workers, scheduler)
     bar = None
     if progress:
@@ -88,7 +97,7 @@ def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], r
         arm, problem = job
         try:
             session = open_session(_arm_spec(arm, problem, root, default_model, evaluator, llm_concurrency,
-                                             unpriced_ok, check_endpoint))
+                                             unpriced_ok))
             with session:
                 try:
                     session.run()
@@ -116,13 +125,17 @@ def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], r
     return outcomes
 
 
-def _arm_spec(arm: Arm, problem: str, root: Path, default_model: Mapping[str, Any] | None, evaluator: Any,
-              llm_concurrency: int | None, unpriced_ok: bool, check_endpoint: bool) -> LaunchSpec:
+def _arm_model(arm: Arm, default_model: Mapping[str, Any] | None) -> dict[str, Any]:
     # an arm naming its own model preset owns its endpoint; otherwise it refines the default model
-    model = dict(arm.model) if "model_preset" in arm.model else {**dict(default_model or {}), **arm.model}
-    return LaunchSpec(problem, run_dir=root / arm.name / problem, model=model, preset=arm.preset,
-                      overrides=dict(arm.overrides), resume="auto", eval_executor=evaluator,
-                      llm_concurrency=llm_concurrency, unpriced_ok=unpriced_ok, check_endpoint=check_endpoint)
+    return dict(arm.model) if "model_preset" in arm.model else {**dict(default_model or {}), **arm.model}
+
+
+def _arm_spec(arm: Arm, problem: str, root: Path, default_model: Mapping[str, Any] | None, evaluator: Any,
+              llm_concurrency: int | None, unpriced_ok: bool) -> LaunchSpec:
+    # endpoints were checked once for the whole batch
+    return LaunchSpec(problem, run_dir=root / arm.name / problem, model=_arm_model(arm, default_model),
+                      preset=arm.preset, overrides=dict(arm.overrides), resume="auto", eval_executor=evaluator,
+                      llm_concurrency=llm_concurrency, unpriced_ok=unpriced_ok, check_endpoint=False)
 
 
 def _shared_evaluator(workers: int | None, scheduler: str | None) -> Any:

@@ -9,14 +9,12 @@ cost of committing a step.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-from accelopt_nb.fake_model.server import FakeOpenAIServer  # noqa: E402
-from accelopt_nb.llm import Ledger, LLMClient, ModelConfig  # noqa: E402
-from accelopt_nb.store import RunStore  # noqa: E402
+from accelopt_nb.fake_model.server import FakeOpenAIServer
+from accelopt_nb.llm import Ledger, LLMClient, ModelConfig
+from accelopt_nb.store import RunStore
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from accelopt_nb.agents import Executor, Planner, PromptSet, Summarizer, format_profile
-from accelopt_nb.agents.prompts import PeakInfo
+from accelopt_nb.agents.prompts import PeakInfo, reference_for_agents
 from accelopt_nb.evaluation import evaluate
 from accelopt_nb.search.memory import MemoryItem
 from accelopt_nb.search.problem import SearchProblem
@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--show-peak", action="store_true", help="include the optional %%-of-peak section")
     ap.add_argument("--fields", default="paper", choices=["paper", "extended", "all"])
     ap.add_argument("--prompts-dir", type=Path, help="custom template directory")
+    ap.add_argument("--prompt-set", default="paper", choices=["paper", "extended"], help="prompt set (default: paper)")
+    ap.add_argument("--show-adversarial", action="store_true", help="show the agents the adversarial generator")
     ap.add_argument("--out", type=Path, help="write planner.md, executor.md, summarizer.md here")
     args = ap.parse_args(argv)
 
@@ -56,13 +58,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.show_peak and problem.peak(args.hw):
         ms, bound = problem.peak(args.hw)
         peak = PeakInfo(percent=100 * ms / base.latency_ms, peak_ms=ms, bound=bound)
-    planner = Planner(prompts, hw=args.hw, dtypes=problem.dtypes, fields=args.fields).messages(
-        problem_name=problem.name, reference_source=problem.reference_source, kernel_source=problem.baseline_source,
+    reference = reference_for_agents(problem.reference_source, args.show_adversarial)  # as the search shows it
+    planner = Planner(prompts, hw=args.hw, dtypes=problem.dtypes, fields=args.fields,
+                      prompt_set=args.prompt_set).messages(
+        problem_name=problem.name, reference_source=reference, kernel_source=problem.baseline_source,
         profile_lines=format_profile(profile, fields=args.fields),
         memory_items=[] if args.no_memory else [DEMO_LESSON], peak=peak)
     executor = Executor(prompts, hw=args.hw, dtypes=problem.dtypes, tolerance=problem.tolerance,
-                        adversarial=problem.adversarial).messages(
-        problem_name=problem.name, reference_source=problem.reference_source, kernel_source=problem.baseline_source,
+                        adversarial=problem.adversarial and args.show_adversarial,
+                        prompt_set=args.prompt_set).messages(
+        problem_name=problem.name, reference_source=reference, kernel_source=problem.baseline_source,
         plan=args.plan)
     fast_src, fast_ms = problem.baseline_source, base.latency_ms
     if args.fast:

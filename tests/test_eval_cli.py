@@ -52,3 +52,10 @@ def test_usage_errors_exit_2(capsys):
     assert "no_such_problem" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["evaluate", str(HOSTILE / "good_scale.py")])   # neither --problem nor --task
+
+
+def test_fidelity_option_is_recorded(capsys):
+    rc = main(["evaluate", str(HOSTILE / "good_scale.py"), "--task", TASK, "--json", "--no-cache",
+               "--fidelity", "screen"])
+    data = json.loads(capsys.readouterr().out.strip())
+    assert rc == 0 and data["fidelity"] == "screen" and data["checked_preset"] == "task"

@@ -184,3 +184,36 @@ def test_pool_pins_one_neuron_core_per_job(fake_neuron, monkeypatch):
     assert {e["NEURON_RT_VISIBLE_CORES"] for e in env} == {"3"}
     assert {e["NEURON_RT_NUM_CORES"] for e in env} == {None}
     assert all(line.endswith("cores=3") for line in calls(fake_neuron, "capture"))
+
+
+# -- the profile contract ------------------------------------------------------------------------
+def test_bench_reads_the_neuron_backends_latency_and_percent_of_peak(fake_neuron, monkeypatch):
+    """`accelopt bench --backend neuron` turns a service result into a table row: the latency the
+    neuron backend measured must arrive as the row's latency_ms, with a % of peak."""
+    import nkibench
+    from accelopt_nb import bench
+
+    monkeypatch.setenv("NEURON_FAKE_TIMES", ",".join(["0.0020"] * 30))
+    opts = neuron_options(iters=2, warmup=1)
+    opts.seeds, opts.adversarial = (42,), False
+    r = evaluate(SCALE_TASK, GOOD, backend="neuron", options=opts, cache=False)
+    assert r.status is Status.CORRECT and r.latency_ms == pytest.approx(2.0)
+    assert r.profile["latency_ms"] == r.latency_ms and r.profile["source"] == "neuron"
+    case = bench.BenchCase(problem=nkibench.get_problem("silu"), kernel_source=GOOD, backend="neuron")
+    row = bench._row(case, bench._outcome(r, 0.0))
+    assert row["latency_ms"] == pytest.approx(2.0)
+    assert row["pct_peak"] is not None and row["pct_peak"] > 0
+
+
+def test_profile_record_keeps_one_latency_key_in_ms():
+    from accelopt_nb.evaluation.profile import ProfileRecord, profile_record
+
+    perf = profile_record({"latency": 0.5, "total_time": 0.0005, "bound": "memory",
+                           "hbm_read_bytes": 10}, source="simulator", hw="trn1")
+    hw = profile_record({"total_time": 0.002, "hbm_read_bytes": 10}, source="neuron", hw="trn2")
+    assert perf.latency_ms == 0.5 and hw.latency_ms == pytest.approx(2.0)
+    d = perf.to_dict()
+    assert "latency" not in d and d["latency_ms"] == 0.5 and d["bound"] == "memory"
+    assert d["hbm_read_bytes"] == 10 and d["expected_error"] is None
+    assert ProfileRecord.from_dict(d).to_dict() == d
+    assert profile_record({"latency_ms": float("nan")}, source="x", hw="trn1").latency_ms is None

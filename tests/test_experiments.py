@@ -64,3 +64,27 @@ def test_experiment_notebook_runs_arms_and_draws_the_figures(tmp_path, monkeypat
     assert sorted(curves["iteration"].unique()) == [0, 1]
     assert (curves["best_speedup"] >= 1.0).all() and (curves["cum_cost_usd"] > 0).all()
     assert pd.read_csv(fig / "summary.csv")["geomean_speedup"].max() > 1.0
+
+
+def test_arms_run_concurrently_and_a_failing_arm_is_reported_not_complete(tmp_path, monkeypatch):
+    from accelopt_nb.experiments import run_arms
+    from accelopt_nb.fake_model.server import FakeOpenAIServer, Fail
+    from accelopt_nb.reproduce.offline import fake_nki_model
+
+    monkeypatch.setenv("ACCELOPT_CACHE_DIR", str(tmp_path / "cache"))
+    model = fake_nki_model()
+
+    def responder(body):  # the "broken" arm's model answers nothing usable: every call fails
+        return Fail(400, "this model is broken") if body["model"] == "broken" else model.responder(body)
+
+    arms = [{"name": "good", "preset": "smoke", "overrides": {"iterations": 1}},
+            {"name": "bad", "preset": "smoke", "overrides": {"iterations": 1}, "model": {"model": "broken"}}]
+    with FakeOpenAIServer(models=["fake-nki", "broken"], responder=responder) as srv:
+        default = {"base_url": srv.url, "model": "fake-nki", "price": "gpt-oss-120b@self-hosted"}
+        outcomes = run_arms(arms, ["matmul"], tmp_path / "exp", default_model=default, progress=False,
+                            parallel=2, eval_workers=2)
+    by_arm = {o.arm: o for o in outcomes}
+    assert by_arm["good"].complete and by_arm["good"].iterations_done == 1
+    assert not by_arm["bad"].complete and "StepFailedError" in by_arm["bad"].error
+    curves = collect_curves(tmp_path / "exp")
+    assert set(curves["arm"]) == {"good"}  # the failed arm has no finished iteration to plot

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from fakes.fake_openai_server import FakeOpenAIServer, Reply, Slow, fake_openai_fixture
@@ -101,3 +100,13 @@ def test_a_cassette_replays_identical_requests_by_slot_not_by_scheduling(tmp_pat
         b2 = client.complete_sync("same prompt", role="executor", sample=0, slot="i0b0p1s0")
         a2 = client.complete_sync("same prompt", role="executor", sample=0, slot="i0b0p0s0")
     assert (a2.text, b2.text) == ("first", "second") and a2.replayed and b2.replayed
+
+
+def test_a_cassette_recorded_without_slots_still_replays(tmp_path):
+    tape = tmp_path / "old.jsonl"
+    with FakeOpenAIServer(models=[MODEL], responder=lambda body: Reply("recorded")) as srv:
+        with LLMClient(config_for(srv), cassette=Cassette(tape, "record")) as client:
+            client.complete_sync("prompt", role="executor", sample=1)  # no slot, as before slots existed
+        offline = config_for(srv).replace(base_url="http://127.0.0.1:9/v1")
+    with LLMClient(offline, cassette=Cassette(tape, "replay")) as client:
+        assert client.complete_sync("prompt", role="executor", sample=1, slot="silu/i0b0p0s1").text == "recorded"

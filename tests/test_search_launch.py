@@ -73,7 +73,10 @@ def test_stop_keeps_finished_work_and_resume_auto_finishes_without_the_last_summ
         # The summarizer ran after iteration 0, not after the last iteration (1 of T=2).
         summarize = [r for r in s2.store.rows("steps", run_id) if r["step"] == "summarize"]
         assert [r["info"]["skipped"] for r in sorted(summarize, key=lambda r: r["iteration"])] == [False, True]
-        assert report.iterations_done == 2 and "time per phase" in report.to_text()
+        text = report.to_text()
+        assert report.iterations_done == 2 and "time per phase" in text
+        assert "retries" in text and "unusable" in text and "evaluation (full fidelity): " in text
+        assert sum(report.statuses.values()) == report.kernels and report.phase_seconds["plan"] >= 0
         assert {e.kind for e in events} >= {"start", "call_done", "eval_done", "end"}
 
 
@@ -82,3 +85,15 @@ def test_a_cost_run_refuses_an_unpriced_model(tmp_path, files):
         with pytest.raises(ConfigError, match="has no price"):
             open_session(spec(tmp_path, files, srv.url, unpriced_ok=False,
                               model={"base_url": srv.url, "model": MODEL}))
+
+
+def test_run_arms_checks_every_endpoint_before_any_run(tmp_path):
+    from accelopt_nb.experiments import run_arms
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    arms = [{"name": "down", "preset": "smoke", "model": {"base_url": f"http://127.0.0.1:{port}/v1"}}]
+    with pytest.raises(EndpointUnreachableError, match="arm 'down'.*cannot reach"):
+        run_arms(arms, ["matmul"], tmp_path / "exp", default_model={"model": "m"}, progress=False)
+    assert not (tmp_path / "exp").exists()

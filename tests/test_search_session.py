@@ -320,3 +320,67 @@ def test_multi_fidelity_screens_every_candidate_and_confirms_the_beam(problem, t
     assert report.fidelity == "multi" and "multi fidelity" in report.to_text()
     client.close()
     s.close()
+
+
+def test_a_cassette_replays_kernel_by_kernel_even_when_requests_are_identical(problem, tmp_path, server):
+    """Four identical executor requests (same parent, same plan text) get different answers; the
+    replay, scheduled differently, still gives every kernel id its own recorded kernel."""
+    import itertools
+    import re
+
+    from fakes.fake_openai_server import Reply, Slow
+
+    from accelopt_nb.llm import Cassette
+
+    counter = itertools.count(1)
+
+    def responder(body):
+        system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
+        if "propose the next" in system:
+            return Reply("The kernel is DMA-bound.\n\nPlan:\nTag the module with a constant.")
+        if "You implement that step" in system:
+            parent = re.search(r"## The kernel to optimize\n```python\n(.*?)\n```", user, re.DOTALL).group(1)
+            n = next(counter)
+            reply = Reply(f"```python\n{parent}\n\n_VARIANT = {n}\n```")
+            # the first answers arrive last, so the recording order differs from the request order
+            return Slow(0.5, reply) if n <= 2 else reply
+        return Reply("No optimization found")
+
+    server.responder = responder
+    tape = tmp_path / "tape.jsonl"
+    runs = {}
+    cfg = small_config(iterations=1, plans_per_kernel=2, samples_per_plan=2)
+    for mode, url, concurrency in (("record", server.url, 4), ("replay", "http://127.0.0.1:9/v1", 1)):
+        run_dir = tmp_path / mode
+        store = RunStore.open(run_dir)
+        model = ModelConfig(model=MODEL, base_url=url, price="fake-price")
+        client = LLMClient(model, Ledger.for_store(store, mode, prices=PRICES), Cassette(tape, mode),
+                           concurrency=concurrency)
+        s = Session.create(problem, run_dir=run_dir, config=cfg, llm=client, run_id=mode,
+                           eval_cache=tmp_path / "cache")
+        s.run()
+        runs[mode] = {k.kernel_id: k.source for k in s.kernels.values()}
+        client.close()
+        s.close()
+    assert len({src for kid, src in runs["record"].items() if kid != "baseline"}) == 4  # four different kernels
+    assert runs["record"] == runs["replay"]
+
+
+def test_kernels_with_the_same_syntax_tree_are_evaluated_once_and_take_one_beam_slot(problem, tmp_path, server):
+    from fakes.fake_nki_llm import harmless_variation
+
+    model = FakeNKIModel(plans=["DOUBLE the tile width.", "HARMLESS: add a comment."],
+                         rewrites=[("DOUBLE", double_tile), ("HARMLESS", harmless_variation)])
+    server.responder = model.responder
+    s, client, _ = new_session(problem, tmp_path, server, config=small_config(iterations=2, samples_per_plan=2))
+    s.run(1)
+    kernels = s.iteration_kernels(0)
+    assert len(kernels) == 4 and all(k.evaluated for k in kernels)
+    logs = [r["result"]["log"] for r in s.store.rows("evaluations", "r1") if r["kernel_id"] != "baseline"]
+    copies = [log for log in logs if any("evaluated once" in line for line in log)]
+    assert len(copies) >= 1  # the two DOUBLE samples are the same kernel: one of them is a copy
+    # the comment-only variation has the baseline's tree: it never takes a second beam slot
+    trees = [s.kernels[k].hash for k in s.beam]
+    assert len(trees) == len(set(trees))
+    client.close()
+    s.close()

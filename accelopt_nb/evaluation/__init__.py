@@ -6,10 +6,13 @@
 
 Modules, in the order an evaluation flows through them:
 
-* :mod:`.static_check` refuses kernels that reach beyond NumPy, math and NKI;
-* :mod:`.sandbox` / :mod:`.worker` run the evaluation in a limited, separate process;
-* :mod:`.engine` runs the seeds and adversarial inputs and decides the status
-  (:mod:`.correctness` holds the checks), on :mod:`.simulator` or :mod:`.neuron` (hardware);
+* :mod:`.static_check` refuses kernels that reach beyond NumPy, math and NKI or rebind them;
+* :mod:`.sandbox` / :mod:`.worker` start the judge in a limited, separate process (or
+  :mod:`.pool` keeps warm ones);
+* :mod:`.engine` is the judge: it takes each input set from :mod:`.datacache`, has the kernel run
+  by :mod:`.runner` (a forked, limited child, the only process that executes it) on a backend
+  from :mod:`.backends` (simulator or neuron), checks the plain outputs itself
+  (:mod:`.correctness`) and decides the status; :mod:`.profile` is the profile contract;
 * :mod:`.api` ties these together (``evaluate``), :mod:`.cache` remembers results and
   :mod:`.executors` evaluates many kernels at once, locally or on Dask.
 
@@ -20,20 +23,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelopt_nb.evaluation.job import (EVALUATOR_VERSION, PAPER_SEEDS, EvalJob, EvalOptions,
-                                        NeuronOptions, ProblemRef)
+from accelopt_nb.evaluation.job import (EVALUATOR_VERSION, FIDELITIES, PAPER_SEEDS, EvalJob,
+                                        EvalOptions, Fidelity, NeuronOptions, ProblemRef)
 from accelopt_nb.evaluation.result import CheckResult, EvalResult, Status
 
 __all__ = [
-    "EVALUATOR_VERSION", "PAPER_SEEDS", "EvalJob", "EvalOptions", "NeuronOptions", "ProblemRef",
+    "EVALUATOR_VERSION", "FIDELITIES", "Fidelity", "PAPER_SEEDS", "EvalJob", "EvalOptions", "NeuronOptions", "ProblemRef",
     "CheckResult", "EvalResult", "Status", "evaluate", "evaluate_task_file", "make_job", "run_job",
     "EvalCache", "LocalPoolEvaluator", "DaskEvaluator", "evaluate_many", "check_kernel_source",
+    "ProfileRecord", "register_backend",
 ]
 
 _LAZY = {
     "evaluate": "api", "evaluate_task_file": "api", "make_job": "api", "run_job": "api",
     "EvalCache": "cache", "LocalPoolEvaluator": "executors", "DaskEvaluator": "executors",
     "evaluate_many": "executors", "check_kernel_source": "static_check",
+    "ProfileRecord": "profile", "register_backend": "backends",
 }
 
 

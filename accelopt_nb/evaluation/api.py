@@ -13,8 +13,9 @@ from typing import Any
 
 from accelopt_nb.errors import (AccelOptError, BackendUnavailableError, ConfigError,
                                 EvaluationError, KernelLoadError, KernelRejectedError, ProblemError)
+from accelopt_nb.evaluation.backends import backend_names
 from accelopt_nb.evaluation.cache import EvalCache
-from accelopt_nb.evaluation.job import (BACKENDS, EVALUATOR_VERSION, FIDELITIES, HARDWARE, EvalJob,
+from accelopt_nb.evaluation.job import (EVALUATOR_VERSION, FIDELITIES, HARDWARE, EvalJob,
                                         EvalOptions, Fidelity, default_limits)
 from accelopt_nb.evaluation.problems import resolve_problem
 from accelopt_nb.evaluation.result import EvalResult, Status
@@ -39,8 +40,8 @@ def make_job(problem_or_task: Any, kernel_source: str, *, backend: str = "simula
     """Validate the arguments and build a job (resolving the problem in the caller)."""
     if fidelity not in FIDELITIES:
         raise ConfigError(f"unknown fidelity {fidelity!r}; choose one of {', '.join(FIDELITIES)}")
-    if backend not in BACKENDS:
-        raise ConfigError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend not in backend_names():
+        raise ConfigError(f"unknown backend {backend!r}; choose one of {', '.join(backend_names())}")
     if hw not in HARDWARE:
         raise ConfigError(f"unknown hardware {hw!r}; choose one of {', '.join(HARDWARE)}")
     if options is not None and not options.seeds:
@@ -137,7 +138,8 @@ def run_job(job: EvalJob, worker: Any = None) -> EvalResult:
             result.message = "the evaluation ran out of memory"
         else:
             result.status = Status.CRASHED
-            result.message = f"the evaluation process crashed: {outcome.describe()}"
+            notes = f" ({'; '.join(outcome.notes)})" if outcome.notes else ""
+            result.message = f"the evaluation process crashed: {outcome.describe()}{notes}"
         if outcome.error:
             result.error = {"type": outcome.error.get("type"), "message": outcome.error.get("message"),
                             "api": None, "file": opts.kernel_filename, "line": None, "rule": None}

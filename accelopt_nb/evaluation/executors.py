@@ -89,6 +89,15 @@ def crashed_result(job: EvalJob, message: str, t0: float | None = None) -> EvalR
     return result
 
 
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message``, even for exceptions whose ``__str__`` itself fails."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - e.g. a KilledWorker built with a plain address
+        text = repr(getattr(exc, "args", ()))
+    return f"{type(exc).__name__}: {text}"
+
+
 def run_leased(job: EvalJob, leases: CoreLeases | None, worker: Any = None) -> EvalResult:
     """Run a job, pinning a neuron job to one leased NeuronCore."""
     if job.backend != "neuron" or leases is None:
@@ -108,7 +117,7 @@ def run_guarded(job: EvalJob, leases: CoreLeases | None, worker: Any = None) -> 
     except INFRA_ERRORS:
         raise
     except Exception as exc:  # noqa: BLE001 - one job's failure is one job's result
-        return crashed_result(job, f"the evaluation failed: {type(exc).__name__}: {exc}", t0)
+        return crashed_result(job, f"the evaluation failed: {describe_exception(exc)}", t0)
 
 
 class LocalPoolEvaluator:
@@ -316,7 +325,7 @@ def evaluate_many(jobs: Iterable[EvalJob], executor: Evaluator | None = None, *,
             except INFRA_ERRORS:
                 raise
             except Exception as exc:  # noqa: BLE001 - lost worker, KilledWorker, ...
-                result = crashed_result(job, f"the evaluation was lost: {type(exc).__name__}: {exc}")
+                result = crashed_result(job, f"the evaluation was lost: {describe_exception(exc)}")
             yield done(job, result)
             for twin in twins.pop(job.label or "", []):
                 copy = EvalResult.from_dict(result.to_dict())

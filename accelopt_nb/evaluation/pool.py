@@ -42,7 +42,7 @@ class WarmWorker:
             env=worker_env(self.dir, None, ()), start_new_session=True)
         self.jobs = 0
         ready = self._read_line(START_TIMEOUT_S)
-        if ready is None or json.loads(ready).get("kind") != "ready":
+        if not ready or json.loads(ready).get("kind") != "ready":
             self.close()
             raise RuntimeError(f"the evaluation worker did not start: {self._stderr_tail()}")
 
@@ -51,18 +51,20 @@ class WarmWorker:
         return self.proc.poll() is None
 
     def run(self, target: str, payload: Any, timeout_s: float) -> SandboxOutcome:
+        """Call ``target(payload)`` in the worker (``timeout_s``: its answer's backstop)."""
         t0 = time.monotonic()
         self.jobs += 1
         try:
             assert self.proc.stdin is not None
-            self.proc.stdin.write((json.dumps({"target": target, "payload": payload}) + "\n").encode())
+            request = {"target": target, "payload": payload}
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             pass
         line = self._read_line(timeout_s)
         wall = time.monotonic() - t0
-        if line is None:
-            timed_out = self.alive
+        if not line:            # None: no answer in time; b"": the worker closed its end (died)
+            timed_out = line is None
             self.close()
             kind = "timeout" if timed_out else "crashed"
             return SandboxOutcome(kind=kind, returncode=self.proc.returncode, wall_time_s=wall,
@@ -74,6 +76,7 @@ class WarmWorker:
                               wall_time_s=wall)
 
     def _read_line(self, timeout_s: float) -> bytes | None:
+        """One line; b"" at end of stream, None when ``timeout_s`` passes first."""
         out = self.proc.stdout
         assert out is not None
         deadline = time.monotonic() + timeout_s
@@ -88,7 +91,7 @@ class WarmWorker:
                 return None
             chunk = os.read(fd, 1 << 16)
             if not chunk:
-                return None
+                return b""
             buf += chunk
         return buf
 

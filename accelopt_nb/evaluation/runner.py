@@ -63,19 +63,7 @@ class ForkRunner:
     def __init__(self, job: Any, workdir: Path, limits: RunnerLimits) -> None:
         self.limits = limits
         self.budget_s = float(limits.timeout_s)
-        parent, child = socket.socketpair()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the runner: never returns
-            parent.close()
-            code = 1
-            try:
-                code = _child_main(child, job, Path(workdir), limits)
-            finally:
-                os._exit(code)
-        child.close()
-        self.pid, self.sock = pid, parent
+        self.pid, self.sock = _fork(job, Path(workdir), limits)
         self._buf = b""
         self.returncode: int | None = None
 
@@ -144,10 +132,27 @@ class ForkRunner:
         self.sock.close()
 
 
+def _fork(job: Any, workdir: Path, limits: RunnerLimits) -> tuple[int, socket.socket]:
+    parent, child = socket.socketpair()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the runner: never returns
+        code = 1
+        try:
+            parent.close()
+            code = _child_main(child, job, workdir, limits)
+        finally:
+            os._exit(code)
+    child.close()
+    return pid, parent
+
+
 class InProcessRunner:
     """The same requests served in this process: no isolation, for trusted kernels only."""
 
     def __init__(self, job: Any, workdir: Path, limits: RunnerLimits | None = None) -> None:
+        Path(workdir).mkdir(parents=True, exist_ok=True)
         self.server = _Server(job, Path(workdir))
 
     def request(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -167,9 +172,17 @@ def _child_main(sock: socket.socket, job: Any, workdir: Path, limits: RunnerLimi
     except OSError:
         pass
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # Hold nothing of the parent's but this socket: a worker's protocol pipes stay the worker's
+    # (its death must reach the pool as end-of-stream, whatever runners are alive).
+    keep = sock.fileno()
+    os.closerange(3, keep)
+    os.closerange(keep + 1, 1 << 16)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    f = sock.makefile("rb")
     workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)
-    # The kernel's prints must not reach the worker's protocol stream.
+    # The kernel's prints go to a file.
     out = os.open(workdir / "runner_output.txt", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(out, 1)
     os.dup2(out, 2)
@@ -180,7 +193,6 @@ def _child_main(sock: socket.socket, job: Any, workdir: Path, limits: RunnerLimi
     cpu = int(limits.timeout_s) + 30
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
     server = _Server(job, workdir)
-    f = sock.makefile("rb")
     for line in f:
         msg = json.loads(line)
         if msg.get("op") == "exit":

@@ -79,6 +79,11 @@ def serve(preload: list[str]) -> int:
     _limit_resources(None, None)
     for name in preload:
         __import__(name)
+    # Move everything imported so far out of the collector's reach: a forked runner's collections
+    # then never touch (and copy-on-write duplicate) the parent's pages.
+    import gc
+    gc.collect()
+    gc.freeze()
     proto.write(json.dumps({"kind": "ready", "pid": os.getpid()}) + "\n")
     proto.flush()
     for line in sys.stdin:

@@ -117,18 +117,23 @@ class Cassette:
     def records(self) -> bool:
         return self.mode in ("record", "auto")
 
-    def lookup(self, key: str, request: Mapping[str, Any]) -> CassetteEntry | None:
-        """The next recorded response for ``key``; None on a miss in ``auto`` mode.
-
-        In ``replay`` mode a miss raises ReplayMissError naming the request.
+    def lookup(self, key: str, request: Mapping[str, Any], *,
+               fallback: str | None = None) -> CassetteEntry | None:
+        """The next recorded response for ``key`` (or, failing that, for ``fallback``: the key
+        the request had before calls carried slots, so older cassettes still replay); None on
+        a miss in ``auto`` mode. In ``replay`` mode a miss raises ReplayMissError naming the request.
         """
         with self._lock:
+            for k in (key, fallback):
+                if k is None:
+                    continue
+                entries = self._entries.get(k, [])
+                i = self._cursor[k]
+                if i < len(entries):
+                    self._cursor[k] = i + 1
+                    self.hits += 1
+                    return entries[i]
             entries = self._entries.get(key, [])
-            i = self._cursor[key]
-            if i < len(entries):
-                self._cursor[key] = i + 1
-                self.hits += 1
-                return entries[i]
             self.misses += 1
         if self.mode == "replay":
             seen = f" (recorded {len(entries)} time(s), all used)" if entries else ""

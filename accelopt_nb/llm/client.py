@@ -229,7 +229,8 @@ class LLMClient:
         cassette = self.cassette
         if cassette is not None and cassette.replays:
             self._check_budget(state)
-            entry = cassette.lookup(key, request)
+            legacy = request_key(request, sample=sample, retry=retry) if slot is not None else None
+            entry = cassette.lookup(key, request, fallback=legacy)
             if entry is not None:
                 return _Response(entry.response, parse_chat_response(entry.response), entry.latency_s,
                                  entry.attempts, list(entry.transport_failures), replayed=True)

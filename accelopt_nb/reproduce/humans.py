@@ -21,7 +21,8 @@ TUTORIAL_STEPS = (("mamba_v1", "human v1 (tutorial)"), ("mamba_v2", "human v2 (t
 COLUMNS = ["kernel", "kind", "l2_error", "correct", "latency_ms", "pct_peak", "speedup", "bound", "spill_mb"]
 
 
-def _batched(inputs: list) -> list:
+def batched_inputs(inputs: list) -> list:
+    """The NKIBench mamba inputs with the leading batch dimension (of 1) the tutorial kernels take."""
     delta, u, a, b, c = inputs
     return [delta[None], u[None], a, b[None], c[None]]
 
@@ -56,9 +57,9 @@ def mamba_progression(hw: str = "trn1", agent_source: str | None = None, *,
     ref = check.forward(*inputs)
     rows = []
     for label, kind, kern, needs_batch in _kernels(agent_source):
-        args = _batched(inputs) if needs_batch else check.to_nki(inputs)
+        args = batched_inputs(inputs) if needs_batch else check.to_nki(inputs)
         err = l2_relative_error(simulate(kern, *args).outputs[0].reshape(ref.shape), ref)
-        trace = simulate(kern, *(_batched(big_inputs) if needs_batch else big.to_nki(big_inputs)),
+        trace = simulate(kern, *(batched_inputs(big_inputs) if needs_batch else big.to_nki(big_inputs)),
                          options=SimOptions(trace_only=True)).trace
         prof = estimate(trace, hw=hw)
         rows.append({"kernel": label, "kind": kind, "l2_error": err, "correct": bool(err < prob.tolerance),

@@ -81,8 +81,9 @@ def plot_table(table: pd.DataFrame, sink: Any, *, preset: str) -> Any:
     for ax, hw in zip(axes, hws):
         g = table[table["hw"] == hw].reset_index(drop=True)
         x = np.arange(len(g))
-        series = [("baseline (this toolkit)", g["baseline_pct_peak"], "#8c8c8c"),
-                  ("best of run store (this toolkit)", g["best_pct_peak"], "#4c72b0")]
+        series = [("baseline (this toolkit)", g["baseline_pct_peak"], "#8c8c8c")]
+        if (table["best_pct_peak"] != table["baseline_pct_peak"]).any():   # else no store had a better kernel
+            series.append(("best of run store (this toolkit)", g["best_pct_peak"], "#4c72b0"))
         if g["paper_baseline_pct_peak"].notna().any():
             series += [("paper baseline (measured)", g["paper_baseline_pct_peak"], "#e0b080"),
                        ("paper best (measured)", g["paper_best_pct_peak"], "#dd8452")]

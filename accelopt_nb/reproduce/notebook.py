@@ -9,6 +9,9 @@ import pandas as pd
 from accelopt_nb.errors import ConfigError
 from accelopt_nb.reproduce.figures import FigureSink
 
+# The title label of a figure drawn from baselines only (no run store had agent kernels for it).
+NO_AGENT = "no agent kernels in the run store (no model involved)"
+
 
 def figure_sink(out_dir: str | Path, notebook: str, *, model_label: str | None = None,
                 model: str | None = None) -> FigureSink:

@@ -155,7 +155,10 @@ def reproduce(jobs: Sequence[Job], out: str | Path, *, checkout: Path, mode: str
                 from accelopt_nb.reproduce.offline import fake_endpoint
                 fake = stack.enter_context(fake_endpoint())
                 log(f"offline fake model listening on {fake['base_url']} (NOT a real LLM)")
-            outcomes.append(_execute(job, out, checkout, fake if job.endpoint == "fake" else None, log))
+            # one folder per notebook; a notebook run with several configs gets one per config
+            twice = sum(j.spec.file == job.spec.file for j in jobs) > 1
+            folder = out / (f"{job.spec.stem}-{job.config.stem}" if twice else job.spec.stem)
+            outcomes.append(_execute(job, folder, out, checkout, fake if job.endpoint == "fake" else None, log))
     write_index(outcomes, out, mode=mode, seconds=time.monotonic() - t0, checkout=checkout)
     failed = [o for o in outcomes if not o.ok]
     if failed:
@@ -164,7 +167,7 @@ def reproduce(jobs: Sequence[Job], out: str | Path, *, checkout: Path, mode: str
     return outcomes
 
 
-def _execute(job: Job, out: Path, checkout: Path, fake: dict[str, str] | None,
+def _execute(job: Job, out_dir: Path, out: Path, checkout: Path, fake: dict[str, str] | None,
              log: Callable[[str], None]) -> Outcome:
     import papermill
     from papermill.exceptions import PapermillExecutionError
@@ -172,7 +175,6 @@ def _execute(job: Job, out: Path, checkout: Path, fake: dict[str, str] | None,
     from accelopt_nb.reproduce.figures import read_manifest
 
     nb_dir = checkout / "notebooks"
-    out_dir = out / job.spec.stem
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in out_dir.glob("figures.jsonl"):
         stale.unlink()

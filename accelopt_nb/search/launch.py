@@ -110,9 +110,17 @@ def preflight(model: "ModelConfig") -> str:
     return message
 
 
-def open_session(spec: LaunchSpec) -> "Session":
+def open_session(spec: LaunchSpec | str, run_dir: str | Path | None = None, **legacy: Any) -> "Session":
     """Open the run described by ``spec`` (see the module docstring); the session owns and closes
-    the LLM client and any evaluator made here."""
+    the LLM client and any evaluator made here.
+
+    The older form ``open_session(problem, run_dir, model=..., preset=..., overrides=...,
+    run_id=..., resume=bool, cap_usd=...)`` is still accepted and mapped onto a spec (no endpoint
+    check, ``resume=True`` meaning ``auto``)."""
+    if not isinstance(spec, LaunchSpec):
+        spec = _legacy_spec(spec, run_dir, **legacy)
+    elif run_dir is not None or legacy:
+        raise ConfigError("open_session(spec) takes a LaunchSpec alone")
     from accelopt_nb.agents.prompts import PromptSet
     from accelopt_nb.llm import Cassette, Ledger, LLMClient, PriceTable
     from accelopt_nb.search.config import SearchConfig
@@ -211,3 +219,12 @@ def open_session(spec: LaunchSpec) -> "Session":
     if owned_executor is not None:
         session.on_close.append(owned_executor.shutdown)
     return session
+
+
+def _legacy_spec(problem: str, run_dir: str | Path | None, *, model: Any, preset: str | Path = "smoke",
+                 overrides: Mapping[str, Any] | None = None, run_id: str | None = None, resume: bool = False,
+                 cap_usd: float | None = None, prices: Any = None, progress: Any = None, eval_cache: Any = True,
+                 eval_executor: Any = None) -> LaunchSpec:
+    return LaunchSpec(problem, run_dir=run_dir, model=model, preset=preset, overrides=dict(overrides or {}),
+                      run_id=run_id, resume="auto" if resume else "new", cap_usd=cap_usd, prices=prices,
+                      progress=progress, eval_cache=eval_cache, eval_executor=eval_executor, check_endpoint=False)

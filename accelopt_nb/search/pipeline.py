@@ -87,13 +87,28 @@ class Front:
             hit.label = label
             done.set_result(hit)
             return done
-        fut = self._executor().submit(job)
+        from accelopt_nb.evaluation.executors import INFRA_ERRORS, crashed_result
 
-        def remember(f: Future) -> None:
-            if cache is not None and f.exception() is None:
-                cache.put(job, f.result())
-        fut.add_done_callback(remember)
-        return fut
+        inner = self._executor().submit(job)
+        out: Future = Future()
+
+        def settle(f: Future) -> None:
+            exc = f.exception()
+            if exc is None:
+                result = f.result()
+                if cache is not None:
+                    cache.put(job, result)
+                out.set_result(result)
+            elif isinstance(exc, INFRA_ERRORS):  # unknown problem, no toolchain: stop the run
+                out.set_exception(exc)
+            else:  # a lost worker is the kernel's evaluation crashing, not the run's
+                out.set_result(crashed_result(job, f"the evaluation was lost: {type(exc).__name__}: {exc}"))
+        inner.add_done_callback(settle)
+        return out
+
+    def _same_kernel_key(self, source: str) -> str:
+        from accelopt_nb.evaluation.executors import normalized_source_key
+        return f"{normalized_source_key(source)}|{self.candidate_fidelity}"
 
     def evaluate_one(self, label: str, source: str, fidelity: str = "full") -> "EvalResult":
         result = self._submit(label, source, fidelity).result()
@@ -262,6 +277,20 @@ class Front:
         running: set[str] = set()
         llm_running = llm_future is not None
         ev = stats.get("evaluate")
+        # Kernels with the same normalized AST are evaluated once; the others get a copy.
+        twins: dict[str, list[str]] = {}        # leader kernel id -> kernels waiting on its result
+        leader_of: dict[str, str] = {}          # normalized key -> leader kernel id
+        known: dict[str, "EvalResult"] = {}     # normalized key -> result
+
+        def record(kid: str, result: "EvalResult") -> None:
+            view = s.state.record_evaluation(kid, result)
+            assert ev is not None
+            ev.calls += 1
+            statuses[view.status or "?"] = statuses.get(view.status or "?", 0) + 1
+            if not view.correct:
+                ev.failed += 1
+            s._emit("evaluate", t, "eval_done", done=ev.calls, total=expected_evals, failed=ev.failed)
+
         while llm_running or running or not events.empty():
             what, item = events.get()
             if what == "llm_done":
@@ -269,20 +298,24 @@ class Front:
             elif what == "kernel":
                 if s.stop_requested:
                     continue  # counted as missing below
-                running.add(item)
-                fut = self._submit(item, s.kernels[item].source)
-                fut.add_done_callback(lambda f, kid=item: events.put(("result", (kid, f))))
+                key = self._same_kernel_key(s.kernels[item].source)
+                if key in known:
+                    record(item, _copy_of(known[key], item, leader_of[key], s.kernels[item].source))
+                elif key in leader_of:
+                    twins.setdefault(leader_of[key], []).append(item)
+                else:
+                    leader_of[key] = item
+                    running.add(item)
+                    fut = self._submit(item, s.kernels[item].source)
+                    fut.add_done_callback(lambda f, kid=item: events.put(("result", (kid, f))))
             elif what == "result":
                 kid, fut = item
                 running.discard(kid)
                 result = fut.result()  # an infrastructure error (unknown problem, no toolchain) propagates
-                view = s.state.record_evaluation(kid, result)
-                assert ev is not None
-                ev.calls += 1
-                statuses[view.status or "?"] = statuses.get(view.status or "?", 0) + 1
-                if not view.correct:
-                    ev.failed += 1
-                s._emit("evaluate", t, "eval_done", done=ev.calls, total=expected_evals, failed=ev.failed)
+                record(kid, result)
+                known[self._same_kernel_key(s.kernels[kid].source)] = result
+                for twin in twins.pop(kid, []):
+                    record(twin, _copy_of(result, twin, kid, s.kernels[twin].source))
 
         fatal: BaseException | None = None
         if llm_future is not None:
@@ -325,6 +358,18 @@ class Front:
         finally:
             if fatal is not None:
                 raise fatal
+
+
+def _copy_of(result: "EvalResult", kid: str, leader: str, source: str) -> "EvalResult":
+    import hashlib
+
+    from accelopt_nb.evaluation import EvalResult
+
+    copy = EvalResult.from_dict(result.to_dict())
+    copy.label = kid
+    copy.kernel_sha256 = hashlib.sha256(source.encode()).hexdigest()
+    copy.log.append(f"[search] same normalized kernel as {leader}: evaluated once")
+    return copy
 
 
 def _profile_with_latency(kernel: KernelView) -> dict[str, Any]:

@@ -48,8 +48,8 @@ from accelopt_nb.llm.completion import Completion
 from accelopt_nb.search.beam import select_beam
 from accelopt_nb.search.config import SearchConfig
 from accelopt_nb.search.events import ProgressEvent, ProgressFn, StepStats
-from accelopt_nb.search.memory import MemoryItem, OptimizationMemory, memory_item_from_pair, select_rewrites
-from accelopt_nb.search.memory import RewriteRecord
+from accelopt_nb.search.memory import (MemoryItem, OptimizationMemory, RewriteRecord, memory_item_from_pair,
+                                        select_rewrites)
 from accelopt_nb.search.pipeline import Front, Requests
 from accelopt_nb.search.problem import SearchProblem
 from accelopt_nb.search.state import (BASELINE_ID, BASELINE_ITERATION, PHASES, KernelView, PlanView, RunState,
@@ -284,6 +284,7 @@ class Session:
         """Mark the step done, or leave it open when calls are missing or all of them failed."""
         self.last_step = stats
         self.step_stats.append(stats)
+        stats.seconds = time.monotonic() - self.state.started.get(stats.phase, time.monotonic())
         info = {**info, "stats": stats.to_dict()}
         if stats.stopped or stats.missing:
             self.state.mark_failed(stats.phase, info)

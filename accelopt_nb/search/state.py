@@ -8,6 +8,7 @@ so the session, the CLI and the notebooks agree on it.
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -101,6 +102,7 @@ class RunState:
         self.beam: list[str] = [BASELINE_ID]  # kernel ids, fastest first
         self.iteration = 0
         self.next_phase = PHASES[0]
+        self.started: dict[str, float] = {}  # phase -> monotonic start time of its latest attempt
 
     @property
     def scope(self) -> str:
@@ -175,6 +177,7 @@ class RunState:
 
     # ------------------------------------------------------------------ step markers
     def mark_started(self, phase: str) -> None:
+        self.started[phase] = time.monotonic()
         self.store.mark_step(self.run_id, self.iteration, phase, "started", scope=self.scope)
 
     def mark_failed(self, phase: str, info: Mapping[str, Any]) -> None:

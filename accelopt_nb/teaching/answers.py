@@ -27,13 +27,16 @@ def kernel(a, b):
     "1.3": "psum_free_fp32 = 512\n",
     "2.1": "my_peak_ms = 1e3 * max(vec_flops / hw_peaks.vec_flops, mm_flops / hw_peaks.mm_flops,\n"
            "                      hbm_bytes / hw_peaks.hbm_bandwidth)\n",
-    "2.2": 'my_bound = "memory"\n',
+    "2.2": 'memory_s = hbm_bytes / hw_peaks.hbm_bandwidth\n'
+           'my_bound = "memory" if memory_s >= max(vec_flops / hw_peaks.vec_flops, mm_flops / hw_peaks.mm_flops) '
+           'else "compute"\n',
     "3.1": 'from accelopt_nb.kernels import kernel_path\n'
            'my_matmul = load_kernel(kernel_path("matmul_tutorial"), name="matmul_blocked_free")\n',
     "3.2": 'rhs_loads_per_tile = M // 128\n',
     "4.1": 'from accelopt_nb.kernels import kernel_path\n'
            'fused_source = kernel_path("silu_fused").read_text()\n',
-    "4.2": 'busiest_engine_v3 = "vector"\n',
+    "4.2": 'engines = ["tensor", "vector", "scalar", "gpsimd"]\n'
+           'busiest_engine_v3 = steps.set_index("kernel").loc["mamba_v3", engines].astype(float).idxmax()\n',
     "5.1": 'from accelopt_nb.kernels import kernel_path\n'
            'get_ipython().run_cell_magic("accelopt", f"kernel {plan_id} --only", kernel_path("silu_fused").read_text())\n',
 }

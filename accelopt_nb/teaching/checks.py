@@ -135,9 +135,9 @@ def _psum_free(answer: int) -> tuple[bool, str]:
 
 # -------------------------------------------------------------------------------- 02 memory and roofline
 @_exercise("2.1")
-def _silu_peak(answer_ms: float) -> tuple[bool, str]:
+def _roofline_ms(answer_ms: float, problem: str = "silu", preset: str = "small", hw: str = "trn1") -> tuple[bool, str]:
     import nkibench
-    peak = nkibench.get_problem("silu").peak("small", "trn1")
+    peak = nkibench.get_problem(problem).peak(preset, hw)
     if abs(float(answer_ms) - peak.ms) <= 0.01 * peak.ms:
         return True, f"{peak.ms * 1e3:.3f} us: the largest of the three roofline terms ({peak.bound})"
     return False, (f"{float(answer_ms):.6f} ms; the roofline is the max of vec FLOPs / vec FLOP/s, mm FLOPs / "
@@ -145,11 +145,14 @@ def _silu_peak(answer_ms: float) -> tuple[bool, str]:
 
 
 @_exercise("2.2")
-def _silu_bound(answer: str) -> tuple[bool, str]:
+def _bound(answer: str, problem: str = "silu", preset: str = "small", hw: str = "trn1") -> tuple[bool, str]:
     import nkibench
-    peak = nkibench.get_problem("silu").peak("small", "trn1")
-    if str(answer).strip().lower() in (peak.bound, "mem", "hbm") and peak.bound == "memory":
-        return True, "memory-bound: 8 bytes per element against 3 FLOPs, far below the machine balance"
+    peak = nkibench.get_problem(problem).peak(preset, hw)
+    right = "memory" if peak.bound == "memory" else "compute"
+    given = str(answer).strip().lower()
+    if given == right or (right == "memory" and given in ("mem", "hbm")):
+        return True, (f"{right}-bound: the {peak.bound} roof is the lowest ceiling "
+                      f"({peak.hbm_bytes:.3g} bytes against {peak.vec_flops + peak.mm_flops:.3g} FLOPs)")
     return False, f"{answer!r}: compare the three roofline terms of exercise 2.1"
 
 
