@@ -58,6 +58,8 @@ def test_profile_shows_percent_of_peak_and_percent_fields(ip):
     dma = view.result.profile["dma_active_time_percent"]
     assert f"{100 * dma:.1f}%" in html          # a fraction shown as a percentage, rounded
     assert repr(dma) not in html                 # not the raw float
+    from accelopt_nb.notebook.display import profile_rows
+    assert ("latency", f"{view.result.latency_ms:.4g} ms") in profile_rows(view.result.profile)
 
 
 def test_library_objects_display_as_html_once_loaded(ip):

@@ -98,7 +98,7 @@ def table_view(title: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[
 
 # ---- evaluation results and profiles -------------------------------------------------------------
 _PROFILE_ROWS = (
-    ("latency", "latency", "ms"), ("bound", "bound", None),
+    ("latency_ms", "latency", "ms"), ("latency", "latency", "ms"), ("bound", "bound", None),
     ("hbm_read_bytes", "HBM read", "bytes"), ("hbm_write_bytes", "HBM write", "bytes"),
     ("sbuf_read_bytes", "SBUF read", "bytes"), ("sbuf_write_bytes", "SBUF write", "bytes"),
     ("hardware_flops", "hardware FLOPs", None), ("mm_arithmetic_intensity", "arithmetic intensity", None),
@@ -124,7 +124,7 @@ def profile_rows(profile: Mapping[str, Any]) -> list[tuple[str, str]]:
     out = []
     for key, label, unit in _PROFILE_ROWS:
         v = profile.get(key)
-        if v is None:
+        if v is None or (key == "latency" and "latency_ms" in profile):  # the evaluation's key, or Profile's
             continue
         if unit == "pct":
             text = f"{100.0 * float(v):.1f}%"
