@@ -147,6 +147,7 @@ def _drive(page, base: str, token: str) -> None:
     button("submit kernel").click()
     panel.locator("text=/execute: \\d+ item/").wait_for(timeout=60_000)
     button("evaluate").click()
+    panel.locator("text=running evaluate").wait_for(timeout=30_000)         # busy: buttons off, bar running
     panel.screenshot(path=str(ARTIFACTS / "panel_mid_run.png"))
     panel.locator("text=/evaluate: \\d+ item/").wait_for(timeout=120_000)
     tab("diff")
