@@ -9,5 +9,5 @@ __version__ = "0.1.0"
 
 def load_ipython_extension(ipython) -> None:
     """``%load_ext accelopt_nb``: register the ``%accelopt`` magics (IPython is imported only here)."""
-    from accelopt_nb.magics import load_ipython_extension as _load
+    from accelopt_nb.notebook.magics import load_ipython_extension as _load
     _load(ipython)

@@ -1,21 +1,28 @@
 """`%accelopt` magics in a real IPython shell (no notebook server), against the fake model server."""
 from __future__ import annotations
 
+import json
+import socket
+import time
+
 import pytest
 
 IPython = pytest.importorskip("IPython")
 from fakes.fake_nki_llm import FakeNKIModel, matmul_resident_rhs  # noqa: E402
-from fakes.fake_openai_server import FakeOpenAIServer  # noqa: E402
+from fakes.fake_openai_server import Fail, FakeOpenAIServer, Reply  # noqa: E402
+from IPython.core.error import UsageError  # noqa: E402
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 
 import nkibench  # noqa: E402
-from accelopt_nb.magics import MagicUsageError  # noqa: E402
+from accelopt_nb.notebook.magics import MagicUsageError  # noqa: E402
+from accelopt_nb.notebook.stepcell import StepSettings  # noqa: E402
+from accelopt_nb.errors import ConfigError  # noqa: E402
 
 
 @pytest.fixture
 def ip(tmp_path, monkeypatch):
-    """An IPython shell with history off, the extension loaded, and errors raised (jupysql's recipe)."""
+    """An IPython shell with history off and the extension loaded (jupysql's recipe)."""
     monkeypatch.setenv("ACCELOPT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
     cfg = Config()
@@ -26,77 +33,189 @@ def ip(tmp_path, monkeypatch):
     InteractiveShell.clear_instance()
 
 
-def test_profile_a_kernel_written_in_a_cell(ip):
+def _magics(ip):
+    return ip.magics_manager.registry["AccelOptMagics"]
+
+
+def _open(ip, url, run_dir, extra=""):
+    return ip.run_line_magic("accelopt", f"open matmul --preset smoke --shape-preset small --base-url {url} "
+                                         f"--model fake-nki --price gpt-oss-120b@groq --run-dir {run_dir} {extra}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- without a session ------------------------------------------------------------------------------
+def test_profile_shows_percent_of_peak_and_percent_fields(ip):
     source = nkibench.get_problem("silu").baseline_source()
-    shown = ip.run_cell_magic("accelopt", "profile --problem silu --preset small", source)
-    result = shown.value
-    assert result.status.value == "correct" and result.latency_ms > 0
-    assert "status: correct" in shown.text and "hbm_read_bytes" in shown.text
-    assert "text/html" in shown._repr_mimebundle_()
+    view = ip.run_cell_magic("accelopt", "profile --problem silu --preset small", source)
+    assert view.result.correct and view.pct_peak is not None and 0 < view.pct_peak <= 100
+    text, html = repr(view), view._repr_html_()
+    assert "% of peak" in text and "-bound" in text
+    dma = view.result.profile["dma_active_time_percent"]
+    assert f"{100 * dma:.1f}%" in html          # a fraction shown as a percentage, rounded
+    assert repr(dma) not in html                 # not the raw float
+    from accelopt_nb.notebook.display import profile_rows
+    assert ("latency", f"{view.result.latency_ms:.4g} ms") in profile_rows(view.result.profile)
+
+
+def test_library_objects_display_as_html_once_loaded(ip):
+    from accelopt_nb.evaluation import evaluate
+    from accelopt_nb.perf import Profile
+
+    result = evaluate("silu", nkibench.get_problem("silu").baseline_source(), preset="small", cache=False)
+    fmt = ip.display_formatter.formatters["text/html"]
+    assert "accelopt-result" in fmt(result) and "DMA active" in fmt(result)
+    assert Profile in fmt.type_printers
 
 
 def test_profile_reports_a_broken_cell_with_its_line(ip):
     source = nkibench.get_problem("silu").baseline_source().replace("nl.add(e, 1.0)", "nl.add(e, 1.0")
-    shown = ip.run_cell_magic("accelopt", "profile --problem silu", source)
-    assert shown.value.status.value == "build_failed" and shown.value.line is not None
+    view = ip.run_cell_magic("accelopt", "profile --problem silu", source)
+    assert view.result.status.value == "build_failed" and view.result.line is not None
+    assert "#b00020" in view._repr_html_() and f"line {view.result.line}" in view._repr_html_()
 
 
-def test_usage_errors_are_clear(ip):
-    with pytest.raises(MagicUsageError, match="unknown %accelopt subcommand"):
+def test_help_docstring_and_usage_errors_are_one_line(ip, capsys):
+    assert "%accelopt help" in ip.find_line_magic("accelopt").__doc__
+    assert "--timeline" in ip.run_line_magic("accelopt", "help profile").text
+    assert "YAML" in ip.run_line_magic("accelopt", "step --help").text
+    assert "subcommands" in ip.run_line_magic("accelopt", "").text
+    with pytest.raises(UsageError, match="unknown %accelopt subcommand 'frobnicate'"):
         ip.run_line_magic("accelopt", "frobnicate")
-    with pytest.raises(MagicUsageError, match="--problem"):
+    with pytest.raises(UsageError, match="--problem"):
         ip.run_cell_magic("accelopt", "profile", "def kernel(): pass")
-    with pytest.raises(MagicUsageError, match="no open session"):
+    with pytest.raises(UsageError, match="no open session"):
         ip.run_line_magic("accelopt", "step")
+    ip.run_cell("%accelopt step")                 # what a person sees: one line, no traceback
+    seen = capsys.readouterr()
+    lines = (seen.out + seen.err).strip().splitlines()
+    assert len(lines) == 1 and "no open session: start one with %accelopt open PROBLEM" in lines[0]
+    with pytest.raises(MagicUsageError):          # --debug keeps the real exception
+        ip.run_line_magic("accelopt", "step --debug")
 
 
+def test_tab_completion(ip):
+    m = _magics(ip)
+    assert "leaderboard" in m.complete("%accelopt ") and "profile" in m.complete("%%accelopt ")
+    assert "matmul" in m.complete("%accelopt open ")
+    assert "silu" in m.complete("%%accelopt profile --problem ")
+    assert "--timeline" in m.complete("%%accelopt profile --ti")
+    assert m.complete("%accelopt step ") == ["plan", "execute", "evaluate", "select", "summarize"]
+    from IPython.core.completer import provisionalcompleter
+    with provisionalcompleter():
+        completions = [c.text for c in ip.Completer.completions("%accelopt lea", len("%accelopt lea"))]
+    assert "leaderboard" in completions
+
+
+def test_step_cell_settings_are_validated():
+    s = StepSettings.from_yaml("phase: plan\nN: 3\nplan: Keep B resident.\n")
+    assert s.phase == "plan" and s.N == 3 and s.plans == ["Keep B resident."]
+    with pytest.raises(ConfigError, match="unknown setting"):
+        StepSettings.from_yaml("phase: plan\nbeam: 3\n")
+    with pytest.raises(ConfigError, match="N must be a positive integer"):
+        StepSettings.from_yaml("N: 0\n")
+    with pytest.raises(ConfigError, match="plans belong to the plan phase"):
+        StepSettings.from_yaml("phase: execute\nplans: [x]\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        StepSettings.from_yaml("phase: [plan\n")
+
+
+# ---- failures are loud -----------------------------------------------------------------------------------
+def test_open_against_a_dead_endpoint_fails_in_seconds(ip, tmp_path):
+    start = time.monotonic()
+    with pytest.raises(UsageError, match="EndpointUnreachableError: cannot reach the LLM endpoint"):
+        _open(ip, f"http://127.0.0.1:{_free_port()}/v1", tmp_path / "run")
+    assert time.monotonic() - start < 15
+    assert not (tmp_path / "run").exists()       # nothing was started
+
+
+@pytest.mark.slow
+def test_a_step_whose_calls_fail_says_so_in_red(ip, tmp_path):
+    calls = {"n": 0}
+
+    def responder(body):
+        calls["n"] += 1
+        return Fail(400, "model overloaded") if calls["n"] % 2 else Reply("**Plan:** widen the tiles to 1024.")
+
+    with FakeOpenAIServer(models=["fake-nki"], responder=responder) as srv:
+        _open(ip, srv.url, tmp_path / "run")
+        shown = ip.run_line_magic("accelopt", "step plan")
+        assert "FAILED: 1 LLM call(s) failed" in shown.text and "model overloaded" in shown.text
+        assert "accelopt-failure" in shown.html and "#b00020" in shown.html
+        # a step whose calls all fail is an error, in one line, and is not marked done
+        srv.responder = lambda body: Fail(400, "model overloaded")
+        with pytest.raises(UsageError, match="StepFailedError: execute step of iteration 0: all 1 LLM calls failed"):
+            ip.run_line_magic("accelopt", "step execute")
+        assert ip.user_ns["accelopt_session"].next_phase == "execute"
+
+
+# ---- a whole session by hand ---------------------------------------------------------------------------
 @pytest.mark.slow
 def test_drive_a_session_step_by_step_with_human_input(ip, tmp_path):
     model = FakeNKIModel(plans=["Keep B resident in SBUF: RESIDENT."], rewrites=[("RESIDENT", matmul_resident_rhs)])
     with FakeOpenAIServer(models=["fake-nki"], responder=model.responder) as srv:
-        shown = ip.run_line_magic("accelopt", f"open matmul --preset smoke --shape-preset small "
-                                              f"--base-url {srv.url} --model fake-nki --price gpt-oss-120b@groq "
-                                              f"--run-dir {tmp_path / 'run'}")
+        shown = _open(ip, srv.url, tmp_path / "run")
         session = ip.user_ns["accelopt_session"]
         assert shown.value is session and "baseline" in shown.text
-        # the person plays the planner for iteration 0 ...
-        plans = ip.run_cell_magic("accelopt", "plan", "Hoist B (RESIDENT).\n---\nKeep B resident in SBUF: RESIDENT.")
-        assert len(plans.value) == 2 and model.calls["planner"] == 0
+        # the person plays the planner for iteration 0, in a step cell that records N ...
+        plans = ip.run_cell_magic("accelopt", "step", "phase: plan\nN: 1\nplans:\n  - Hoist B (RESIDENT).\n"
+                                                      "  - 'Keep B resident in SBUF: RESIDENT.'\n")
+        assert len(plans.value) == 2 and model.calls["planner"] == 0 and "FAILED" not in plans.text
+        assert session.config.plans_per_kernel == 2          # the step's settings held for that step only
+        assert "Hoist B" in ip.run_line_magic("accelopt", "plans").text
         first = plans.value["plan_id"].iloc[0]
         # ... writes the kernel for the first plan; the executor LLM writes the second plan's
         kernels = ip.run_cell_magic("accelopt", f"kernel {first}", matmul_resident_rhs("")).value
-        assert len(kernels) >= 2 and model.calls["executor"] >= 1
+        assert len(kernels) == 2 and model.calls["executor"] == 1
         evaluated = ip.run_line_magic("accelopt", "step evaluate").value
         assert (evaluated["status"] == "correct").any()
         ip.run_line_magic("accelopt", "step select")
-        ip.run_line_magic("accelopt", "step summarize")
-        status = ip.run_line_magic("accelopt", "status").text
-        assert "x)" in status and session.best.kernel_id != "baseline"
-        report = ip.run_line_magic("accelopt", "run").value                   # finish the smoke preset
-        assert report.speedup > 1.0 and report.iterations_done >= 1
-        assert ip.run_line_magic("accelopt", "memory").value is not None
+        ip.run_cell_magic("accelopt", "step", "phase: summarize\nlessons:\n  - title: Resident B\n"
+                                              "    summary: Load **B** once.\n")
+        assert "<strong>B</strong>" in ip.run_line_magic("accelopt", "memory").html   # Markdown rendered
+        board = ip.run_line_magic("accelopt", "leaderboard")
+        assert board.value["speedup"].iloc[0] > 1.0 and "x" in board.text and "%" in board.text
+        diff = ip.run_line_magic("accelopt", "diff")
+        page = diff._repr_html_()
+        assert "baseline" in repr(diff) and ("diff_add" in page or "diff_chg" in page)
+        with pytest.raises(UsageError, match="no kernel 'nope'"):
+            ip.run_line_magic("accelopt", "diff baseline nope")
+        with pytest.raises(UsageError, match="the next step is plan"):
+            ip.run_line_magic("accelopt", "step select")
+        saved = ip.run_line_magic("accelopt", f"memory save {tmp_path / 'mem.json'}")
+        assert json.loads((tmp_path / "mem.json").read_text()) and "saved 1" in saved.text
+        ip.run_line_magic("accelopt", f"memory load {tmp_path / 'mem.json'}")
+        assert len(session.memory) == 1
+        report = ip.run_line_magic("accelopt", "run")          # finish the smoke preset
+        assert report.value.speedup > 1.0 and report.value.iterations_done == 2
+        assert (tmp_path / "run" / f"best_kernel-{session.run_id}.py").read_text() == report.value.best_source
+        assert json.loads((tmp_path / "run" / f"report-{session.run_id}.json").read_text())["speedup"] > 1.0
+        import matplotlib
+        matplotlib.use("Agg")
+        ip.run_line_magic("accelopt", "plot")
+
+
+def test_experiment_arms_check_their_endpoint_before_any_run(tmp_path):
+    from accelopt_nb.experiments import run_arms
+
+    dead = {"base_url": f"http://127.0.0.1:{_free_port()}/v1", "model": "m", "price": "gpt-oss-120b@groq"}
+    start = time.monotonic()
+    with pytest.raises(Exception, match="cannot reach the LLM endpoint"):
+        run_arms([{"name": "beam"}], ["matmul"], tmp_path / "exp", default_model=dead, progress=False)
+    assert time.monotonic() - start < 15 and not (tmp_path / "exp").exists()
 
 
 @pytest.mark.slow
-def test_panel_buttons_drive_the_session(ip, tmp_path):
-    pytest.importorskip("ipywidgets")
-    model = FakeNKIModel(plans=["Keep B resident in SBUF: RESIDENT."], rewrites=[("RESIDENT", matmul_resident_rhs)])
-    with FakeOpenAIServer(models=["fake-nki"], responder=model.responder) as srv:
-        ip.run_line_magic("accelopt", f"open matmul --preset smoke --shape-preset small --base-url {srv.url} "
-                                      f"--model fake-nki --price gpt-oss-120b@groq --run-dir {tmp_path / 'run'}")
-        panel = ip.run_line_magic("accelopt", "panel")
-        session = panel.session
-        assert not panel.phase_buttons["plan"].disabled and panel.phase_buttons["execute"].disabled
-        panel.plans_text.value = "Keep B resident (RESIDENT)."
-        panel.plans_button.click()                                   # the person plays the planner
-        assert session.next_phase == "execute" and model.calls["planner"] == 0
-        assert list(panel.plan_choice.options) == [p.plan_id for p in session.iteration_plans()]
-        panel.kernel_button.click()                                  # no kernel written yet: refused, shown
-        assert session.next_phase == "execute" and "choose a plan" in panel.message.value
-        panel.plan_choice.value = panel.plan_choice.options[0]
-        panel.kernel_text.value = matmul_resident_rhs("")
-        panel.kernel_button.click()                                  # ... and the executor
-        for phase in ("evaluate", "select", "summarize"):
-            panel.phase_buttons[phase].click()
-        assert session.iteration == 1 and session.best.kernel_id != "baseline"
-        assert "x over the baseline" in panel.status.value
+def test_papermill_run_without_a_model_fails_with_the_reason(tmp_path):
+    papermill = pytest.importorskip("papermill")
+    from pathlib import Path
+    notebooks = Path(__file__).resolve().parent.parent / "notebooks"
+    with pytest.raises(papermill.PapermillExecutionError, match="cannot reach the LLM endpoint"):
+        papermill.execute_notebook(str(notebooks / "10_search_experiments.ipynb"), str(tmp_path / "out.ipynb"),
+                                   cwd=str(tmp_path), kernel_name="python3", progress_bar=False,
+                                   parameters={"base_url": f"http://127.0.0.1:{_free_port()}/v1",
+                                               "root": str(tmp_path / "runs"), "out_dir": str(tmp_path / "fig")})

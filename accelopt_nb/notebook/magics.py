@@ -1,0 +1,439 @@
+"""IPython magics ``%accelopt`` / ``%%accelopt``: profile kernels and drive an AccelOpt session.
+
+Load with ``%load_ext accelopt_nb``. ``%accelopt help [SUBCOMMAND]`` (or ``SUBCOMMAND --help``)
+shows the options of each subcommand::
+
+    %%accelopt profile --problem P [--preset small] [--timeline]   evaluate the cell's kernel
+    %accelopt open PROBLEM --base-url URL --model NAME | --model-preset P   [--resume] [--cassette F]
+    %accelopt step [plan|execute|evaluate|select|summarize]        one phase, or the rest of the iteration
+    %%accelopt step                  (cell: this step's settings in YAML, see `help step`)
+    %%accelopt plan                  (cell: your plan(s); a line of --- separates several)
+    %%accelopt kernel PLAN_ID [--only]   (cell: your kernel for that plan)
+    %accelopt run [-T N]             finish the run (or go to iteration N); writes best kernel + report
+    %accelopt status | beam | leaderboard | plans [ITER] | diff A B | plot | report
+    %accelopt memory [save PATH | load PATH]
+    %accelopt panel                  buttons, progress and views for the same steps (ipywidgets)
+
+Errors are one line (add ``--debug``, or ``%xmode verbose``, for the traceback). A step that
+loses LLM calls says so in red, with the first reason. The open session is also bound to
+``accelopt_session`` in the notebook's namespace.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+from typing import Any, Callable
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+
+from accelopt_nb.errors import AccelOptError, ConfigError
+from accelopt_nb.notebook import display as d
+from accelopt_nb.notebook.progress import LiveProgress, StepOutcome
+from accelopt_nb.notebook.stepcell import StepSettings, run_step
+
+SESSION_NAME = "accelopt_session"
+PHASES = ("plan", "execute", "evaluate", "select", "summarize")
+
+
+class MagicUsageError(ConfigError):
+    """A %accelopt command that does not parse, or that the session's state refuses.
+
+    The magic re-raises it (and every other AccelOptError) as IPython's own ``UsageError``, which
+    IPython shows as one line without a traceback; ``--debug`` or ``%xmode verbose`` keep the original.
+    """
+
+
+class AccelOptUsageError(UsageError):
+    """What the person sees when a %accelopt command fails: one line, no traceback.
+
+    Not IPython's plain ``UsageError``, which a Jupyter kernel reports with an empty error name and
+    value (papermill would then fail without the reason): ``_render_traceback_`` gives the one line
+    as the traceback, and the kernel reports the name and the message.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[31m{self}\x1b[0m"]
+
+
+class _HelpShown(Exception):
+    """``--help`` was given: carries the help text instead of running the command."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would exit the kernel
+        raise MagicUsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+    def print_help(self, file=None):
+        raise _HelpShown(self.format_help())
+
+    def exit(self, status=0, message=None):
+        raise MagicUsageError(message or f"{self.prog}: exit {status}")
+
+
+def _parser(prog: str, description: str) -> _Parser:
+    p = _Parser(prog=f"%accelopt {prog}", description=description, add_help=True)
+    p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    return p
+
+
+# ---- the subcommands' parsers: one place for their options, their help and their completion ------------
+def _p_profile() -> _Parser:
+    p = _parser("profile", "Evaluate the cell's NKI kernel on an NKIBench problem: correctness, latency, % of peak, "
+                           "profile; --timeline draws the engine timeline.")
+    p.add_argument("--problem", required=True, help="NKIBench problem name")
+    p.add_argument("--preset", default="small", help="shape preset (small or paper)")
+    p.add_argument("--hw", default="trn1", choices=("trn1", "trn2"))
+    p.add_argument("--backend", default="simulator", choices=("simulator", "neuron"))
+    p.add_argument("--no-adversarial", action="store_true", help="skip the adversarial input checks")
+    p.add_argument("--timeline", action="store_true", help="draw the engine timeline (simulator)")
+    return p
+
+
+def _p_open() -> _Parser:
+    p = _parser("open", "Open (or --resume) a search session; the endpoint is checked first.")
+    p.add_argument("problem", help="NKIBench problem name")
+    p.add_argument("--run-dir", type=Path, help="run store directory (default runs/PROBLEM)")
+    p.add_argument("--preset", default="smoke", help="search preset (smoke, paper, or a YAML file)")
+    p.add_argument("--shape-preset", choices=("small", "paper"))
+    p.add_argument("--base-url")
+    p.add_argument("--model")
+    p.add_argument("--model-preset")
+    p.add_argument("--api-key-env")
+    p.add_argument("--price", help="price-table key for the ledger")
+    p.add_argument("--cap-usd", type=float)
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--run-id")
+    p.add_argument("--cassette", type=Path, help="record/replay LLM traffic to this JSONL file")
+    p.add_argument("--cassette-mode", choices=("record", "replay", "auto"), default="auto")
+    p.add_argument("--skip-check", action="store_true", help="do not check the endpoint first")
+    return p
+
+
+def _p_step() -> _Parser:
+    p = _parser("step", "Run one phase, or what remains of the current iteration. As a cell magic the body holds "
+                        "this step's settings in YAML: phase, B, N, K, model_preset, temperature, plans (your "
+                        "plans), kernels ({plan_id: source}), lessons ([{title, summary}]), llm (false: no LLM "
+                        "calls for what you did not write). Settings apply to this step only.")
+    p.add_argument("phase", nargs="?", choices=PHASES)
+    return p
+
+
+def _simple(name: str, description: str, setup: Callable[[_Parser], None] | None = None) -> Callable[[], _Parser]:
+    def build() -> _Parser:
+        p = _parser(name, description)
+        if setup is not None:
+            setup(p)
+        return p
+    return build
+
+
+PARSERS: dict[str, Callable[[], _Parser]] = {
+    "profile": _p_profile,
+    "open": _p_open,
+    "step": _p_step,
+    "plan": _simple("plan", "Play the planner: the cell holds your plan(s), a line of --- between several."),
+    "kernel": _simple("kernel", "Play the executor: the cell holds your kernel for PLAN_ID; the executor writes "
+                                "the other plans' kernels unless --only.",
+                      lambda p: (p.add_argument("plan_id"), p.add_argument("--only", action="store_true",
+                                                                           help="no executor calls"))),
+    "run": _simple("run", "Run to the config's T iterations (or -T N); writes the best kernel and the report.",
+                   lambda p: p.add_argument("-T", "--iterations", type=int)),
+    "status": _simple("status", "Where the session is: iteration, next step, baseline and best."),
+    "beam": _simple("beam", "The current beam's kernels."),
+    "leaderboard": _simple("leaderboard", "Every evaluated kernel, fastest first, with speedup and % of peak.",
+                           lambda p: p.add_argument("--top", type=int)),
+    "plans": _simple("plans", "The planner's text and reasoning for each plan of an iteration.",
+                     lambda p: p.add_argument("iteration", nargs="?", type=int)),
+    "diff": _simple("diff", "Two kernels side by side (default: baseline vs best).",
+                    lambda p: (p.add_argument("a", nargs="?"), p.add_argument("b", nargs="?"))),
+    "plot": _simple("plot", "Best speedup per iteration of this session."),
+    "memory": _simple("memory", "Show the optimization memory, or save/load it as JSON.",
+                      lambda p: (p.add_argument("action", nargs="?", choices=("show", "save", "load"),
+                                                default="show"), p.add_argument("path", nargs="?", type=Path))),
+    "report": _simple("report", "The run's report; writes best_kernel-RUN.py and report-RUN.json like the CLI.",
+                      lambda p: p.add_argument("--no-files", action="store_true")),
+    "panel": _simple("panel", "Buttons, live progress and views for driving the session (ipywidgets)."),
+    "help": _simple("help", "Help on %accelopt or one subcommand.",
+                    lambda p: p.add_argument("subcommand", nargs="?")),
+}
+
+
+def write_run_files(session: Any, report: Any) -> dict[str, Path]:
+    """The best kernel and the JSON report next to the run store, named as the CLI names them."""
+    run_dir = Path(session.store.path).parent
+    best = run_dir / f"best_kernel-{report.run_id}.py"
+    best.write_text(report.best_source)
+    rep = run_dir / f"report-{report.run_id}.json"
+    rep.write_text(json.dumps(report.to_dict(), indent=2, default=str))
+    return {"best kernel": best, "report": rep}
+
+
+@magics_class
+class AccelOptMagics(Magics):
+    def __init__(self, shell=None) -> None:
+        super().__init__(shell)
+        self.session: Any = None
+        self.panel: Any = None
+
+    @line_cell_magic
+    def accelopt(self, line: str, cell: str | None = None):
+        try:
+            return self._dispatch(line, cell)
+        except AccelOptError as exc:
+            if "--debug" in line.split() or self._verbose():
+                raise
+            prefix = "" if isinstance(exc, MagicUsageError) else f"{type(exc).__name__}: "
+            raise AccelOptUsageError(prefix + str(exc)) from None
+
+    accelopt.__doc__ = __doc__
+
+    def _dispatch(self, line: str, cell: str | None):
+        try:
+            argv = shlex.split(line)
+        except ValueError as exc:
+            raise MagicUsageError(f"%accelopt: cannot split the line: {exc}") from None
+        if not argv:
+            return d.Shown(__doc__.split("Load with", 1)[0].strip() + "\n\n" + self._usage())
+        sub, rest = argv[0], argv[1:]
+        if sub in ("--help", "-h"):
+            sub, rest = "help", []
+        if sub not in PARSERS:
+            raise MagicUsageError(f"unknown %accelopt subcommand {sub!r}; one of: {', '.join(PARSERS)}")
+        try:
+            args = PARSERS[sub]().parse_args(rest)
+        except _HelpShown as shown:
+            return d.Shown(str(shown), f"<pre>{d.esc(shown)}</pre>")
+        return getattr(self, f"_cmd_{sub}")(args, cell)
+
+    def _verbose(self) -> bool:
+        tb = getattr(self.shell, "InteractiveTB", None)
+        return getattr(tb, "mode", "") == "Verbose"
+
+    @staticmethod
+    def _usage() -> str:
+        return "subcommands: " + ", ".join(PARSERS)
+
+    def _cmd_help(self, args, cell) -> d.Shown:
+        if args.subcommand is None:
+            text = __doc__
+        elif args.subcommand in PARSERS:
+            text = PARSERS[args.subcommand]().format_help()
+        else:
+            raise MagicUsageError(f"no help for {args.subcommand!r}; subcommands: {', '.join(PARSERS)}")
+        return d.Shown(text, f"<pre>{d.esc(text)}</pre>")
+
+    # ---- kernels without a session ----------------------------------------------------------------
+    def _cmd_profile(self, args, cell: str | None):
+        from accelopt_nb.evaluation import EvalOptions, evaluate
+        from accelopt_nb.search.problem import SearchProblem
+
+        if not cell or not cell.strip():
+            raise MagicUsageError("%%accelopt profile takes the kernel source as the cell body")
+        result = evaluate(args.problem, cell, backend=args.backend, hw=args.hw, preset=args.preset,
+                          options=EvalOptions(adversarial=not args.no_adversarial, kernel_filename="<cell>"),
+                          cache=False)
+        problem = SearchProblem.from_nkibench(args.problem, args.preset)
+        peak = problem.peak(args.hw)
+        view = d.ResultView(result, problem.percent_of_peak(result.latency_ms, args.hw) if result.correct else None,
+                            *(peak or (None, None)))
+        if args.timeline and result.profile:
+            from IPython.display import display
+            display(view)
+            fig = self._timeline(args.problem, args.preset, args.hw, cell)
+            import matplotlib.pyplot as plt
+            display(fig)
+            plt.close(fig)  # shown once, not again by the inline backend
+            return None
+        return view
+
+    @staticmethod
+    def _timeline(problem: str, preset: str, hw: str, source: str):
+        import nkibench
+
+        from accelopt_nb.perf import estimate
+        from accelopt_nb.sim import SimOptions, load_kernel, simulate
+
+        task = nkibench.get_problem(problem).task(preset)
+        trace = simulate(load_kernel(source=source), *task.to_nki(task.get_inputs(seed=0)),
+                         options=SimOptions(trace_only=True)).trace
+        d.use_style()
+        return estimate(trace, hw=hw).timeline()
+
+    # ---- sessions ----------------------------------------------------------------------------------
+    def _cmd_open(self, args, cell) -> d.Shown:
+        from accelopt_nb.notebook.session import open_for_notebook
+
+        if not args.model_preset and not (args.base_url and args.model):
+            raise MagicUsageError("%accelopt open needs --model-preset, or --base-url and --model")
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+        self.session = open_for_notebook(args, progress=LiveProgress())
+        if self.shell is not None:
+            self.shell.user_ns[SESSION_NAME] = self.session
+        return d.session_view(self.session)
+
+    def _need_session(self) -> Any:
+        if self.session is None:
+            raise MagicUsageError("no open session: start one with %accelopt open PROBLEM --base-url URL --model NAME")
+        return self.session
+
+    def _drive(self, action: Callable[[Any], Any]) -> tuple[Any, Any]:
+        """Run a session action with live progress; returns (its result, the failures it left)."""
+        from IPython.display import display
+
+        s = self._need_session()
+        progress = LiveProgress()
+        if progress.widget is not None:
+            display(progress.widget)
+        mark = len(s.step_stats)
+        previous, s.progress = s.progress, progress
+        try:
+            out = action(s)
+        finally:
+            s.progress = previous
+            if self.panel is not None:
+                self.panel.refresh()  # a panel shown elsewhere follows what the magic did
+        return out, StepOutcome.since(s, mark)
+
+    def _cmd_step(self, args, cell: str | None):
+        settings = StepSettings.from_yaml(cell) if cell is not None and cell.strip() else StepSettings()
+        if args.phase is not None:
+            if settings.phase not in (None, args.phase):
+                raise MagicUsageError(f"%%accelopt step {args.phase}: the cell says phase {settings.phase!r}")
+            settings.phase = args.phase
+        out, outcome = self._drive(lambda s: run_step(s, settings))
+        if settings.phase is None:
+            return d.session_view(self.session, outcome)
+        return _with_outcome(d.views_table(settings.phase, out), outcome)
+
+    def _cmd_plan(self, args, cell: str | None):
+        manual = None
+        if cell is not None and cell.strip():
+            manual = [part.strip() for part in cell.split("\n---\n") if part.strip()]
+        out, outcome = self._drive(lambda s: s.plan(manual=manual))
+        return _with_outcome(d.views_table("plan", out), outcome)
+
+    def _cmd_kernel(self, args, cell: str | None):
+        if not cell or not cell.strip():
+            raise MagicUsageError("usage: %%accelopt kernel PLAN_ID, with the kernel source as the cell body")
+        out, outcome = self._drive(lambda s: s.execute(manual={args.plan_id: cell}, llm=not args.only))
+        return _with_outcome(d.views_table("execute", out), outcome)
+
+    def _cmd_run(self, args, cell):
+        report, outcome = self._drive(lambda s: s.run(args.iterations))
+        return _with_outcome(d.report_view(report, write_run_files(self.session, report)), outcome)
+
+    def _cmd_report(self, args, cell) -> d.Shown:
+        from accelopt_nb.search.report import build_report
+        report = build_report(self._need_session())
+        return d.report_view(report, None if args.no_files else write_run_files(self.session, report))
+
+    def _cmd_status(self, args, cell) -> d.Shown:
+        return d.session_view(self._need_session())
+
+    def _cmd_beam(self, args, cell) -> d.Shown:
+        return d.views_table("beam", self._need_session().beam_kernels())
+
+    def _cmd_leaderboard(self, args, cell) -> d.Shown:
+        return d.leaderboard(self._need_session(), args.top)
+
+    def _cmd_plans(self, args, cell) -> d.Shown:
+        s = self._need_session()
+        it = args.iteration
+        if it is None:  # the latest iteration that has plans
+            it = max((p.iteration for p in s.plans.values()), default=s.iteration)
+        return d.plans_view(s, it)
+
+    def _cmd_diff(self, args, cell) -> d.KernelDiff:
+        s = self._need_session()
+        a = args.a or "baseline"
+        b = args.b or s.best.kernel_id
+        for k in (a, b):
+            if k not in s.kernels:
+                raise MagicUsageError(f"no kernel {k!r} in this run; e.g. {', '.join(sorted(s.kernels)[:6])}")
+        return d.KernelDiff(a, s.kernels[a].source, b, s.kernels[b].source)
+
+    def _cmd_plot(self, args, cell):
+        import matplotlib.pyplot as plt
+        from IPython.display import display
+        fig = d.plot_progress(self._need_session())
+        display(fig)
+        plt.close(fig)
+
+    def _cmd_memory(self, args, cell) -> d.Shown:
+        from accelopt_nb.search.memory import OptimizationMemory
+
+        s = self._need_session()
+        if args.action == "show":
+            return d.memory_view(s.memory)
+        if args.path is None:
+            raise MagicUsageError(f"%accelopt memory {args.action} needs a PATH")
+        if args.action == "save":
+            path = s.memory.save(args.path)
+            return d.Shown(f"saved {len(s.memory)} memory items to {path}", value=path)
+        loaded = OptimizationMemory.load(args.path, capacity=s.memory.capacity)
+        s.memory.clear()
+        s.memory.add(list(loaded))
+        return d.memory_view(s.memory)
+
+    def _cmd_panel(self, args, cell):
+        from accelopt_nb.notebook.panel import SessionPanel
+        self.panel = SessionPanel(self._need_session())
+        return self.panel
+
+    # ---- tab completion ---------------------------------------------------------------------------
+    def complete(self, line: str) -> list[str]:
+        """Candidates for the word being typed after ``%accelopt`` (subcommands, problems, kernel and plan ids)."""
+        words = line.split()
+        if line.endswith(" "):
+            words.append("")
+        words = words[1:]  # drop %accelopt / %%accelopt
+        if len(words) <= 1:
+            return sorted(PARSERS)
+        sub, prev = words[0], words[-2]
+        s = self.session
+        if sub == "help":
+            return sorted(PARSERS)
+        if (sub == "open" and len(words) == 2) or prev == "--problem":
+            import nkibench
+            return sorted(nkibench.list_problems())
+        if sub == "step":
+            return list(PHASES)
+        if sub == "kernel" and s is not None:
+            return [p.plan_id for p in s.iteration_plans()]
+        if sub == "diff" and s is not None:
+            return sorted(s.kernels)
+        if sub == "memory":
+            return ["show", "save", "load"]
+        if words[-1].startswith("-"):
+            p = PARSERS.get(sub)
+            if p is not None:
+                return sorted(o for a in p()._actions for o in a.option_strings if o.startswith("--"))
+        return []
+
+
+def _with_outcome(shown: d.Shown, outcome: Any) -> d.Shown:
+    """Put a step's failures above its result, in red, where nobody can miss them."""
+    if not outcome.problem:
+        return shown
+    return d.Shown(outcome.text() + "\n" + shown.text, outcome.html() + (shown.html or ""), shown.value)
+
+
+def load_ipython_extension(ipython) -> None:
+    magics = AccelOptMagics(ipython)
+    ipython.register_magics(magics)
+    d.register_formatters(ipython)
+
+    def completer(_shell, event) -> list[str]:
+        prefix = event.symbol
+        return [c for c in magics.complete(event.line) if c.startswith(prefix)]
+
+    for key in ("%accelopt", "%%accelopt"):
+        ipython.set_hook("complete_command", completer, str_key=key)
+
+
+__all__ = ["AccelOptMagics", "AccelOptUsageError", "MagicUsageError", "PARSERS", "load_ipython_extension", "write_run_files"]

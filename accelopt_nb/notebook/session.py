@@ -1,0 +1,26 @@
+"""Opening a session from ``%accelopt open``: the options become a :class:`LaunchSpec`.
+
+``open_session`` checks the endpoint first (a dead one raises ``EndpointUnreachableError`` in
+seconds, with the reason); a cassette in replay mode needs no endpoint.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def open_for_notebook(args: argparse.Namespace, progress: Any = None) -> Any:
+    """A session from ``%accelopt open``'s options (see the magic's help)."""
+    from accelopt_nb.search.launch import LaunchSpec, open_session
+
+    model = {"base_url": args.base_url, "model": args.model, "model_preset": args.model_preset,
+             "api_key_env": args.api_key_env, "price": args.price}
+    overrides = {"evaluation.shape_preset": args.shape_preset} if args.shape_preset else {}
+    return open_session(LaunchSpec(args.problem, run_dir=args.run_dir, model=model, preset=args.preset,
+                                   overrides=overrides, run_id=args.run_id,
+                                   resume="auto" if args.resume else "new", cap_usd=args.cap_usd,
+                                   cassette=args.cassette, cassette_mode=args.cassette_mode,
+                                   check_endpoint=not args.skip_check, progress=progress))
+
+
+__all__ = ["open_for_notebook"]

@@ -1,0 +1,34 @@
+"""The magics-and-panel walkthrough runs top to bottom offline, replaying its cassette (fake model)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = ROOT / "notebooks" / "11_magics_and_panel.ipynb"
+RERECORD = "the walkthrough's cassette is stale: re-record it with `python scripts/record_walkthrough_cassette.py`"
+
+
+@pytest.mark.slow
+def test_walkthrough_replays_offline(tmp_path, monkeypatch):
+    papermill = pytest.importorskip("papermill")
+    monkeypatch.setenv("ACCELOPT_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "out.ipynb"
+    try:
+        papermill.execute_notebook(str(NOTEBOOK), str(out), cwd=str(NOTEBOOK.parent), kernel_name="python3",
+                                   progress_bar=False, parameters={"run_dir": str(tmp_path / "run")})
+    except papermill.PapermillExecutionError as exc:
+        if "ReplayMissError" in str(exc):
+            pytest.fail(f"{RERECORD}\n{exc.evalue}")
+        raise
+    nb = json.loads(out.read_text())
+    outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
+    html = "".join("".join(o.get("data", {}).get("text/html", "")) for o in outputs)
+    assert "% of peak" in html and "leaderboard of matmul" in html and "accelopt-diff" in html
+    assert "throughput-bound)" in html                                          # the bound of % of peak
+    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 2          # timeline and progress plot
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)  # the panel
+    assert "FAILED" not in html and "accelopt-failure" not in html
+    assert list((tmp_path / "run").glob("best_kernel-*.py")) and list((tmp_path / "run").glob("report-*.json"))
