@@ -90,7 +90,7 @@ def _vector_cycles(ins: Instruction, hw: HWConfig) -> float:
             return max(mn, n)
         if half and alu in ADD_MUL_SUB:
             return max(mn, n / hw.vector_bf16_tensor_tensor_speedup)
-        cyc = 2 * n
+        cyc = hw.tensor_tensor_cycles_per_elem * n
         return max(mn, cyc / hw.vector_bf16_tensor_tensor_speedup if half else cyc)
     if op in ("tensor_scalar", "tensor_copy", "copy", "activation", "nc_stream_shuffle"):
         if half:  # NC-v3 performance mode (ARCH2); the speedups are 1.0 on NC-v2
@@ -110,7 +110,7 @@ def _vector_cycles(ins: Instruction, hw: HWConfig) -> float:
     if op == "tensor_tensor_scan":
         return max(mn, 2 * n)
     if op == "reciprocal":
-        return max(mn, 8 * n)
+        return max(mn, hw.reciprocal_cycles_per_elem * n)
     if op == "bn_aggr":
         return max(mn, 13 * n / 3)
     if op == "tensor_scalar_reduce":

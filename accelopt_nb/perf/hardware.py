@@ -49,6 +49,8 @@ class HWConfig:
     dependent_overhead_cycles: float
     gpsimd_fixed_cycles: float
     dynamic_copy_cycles: float
+    tensor_tensor_cycles_per_elem: float
+    reciprocal_cycles_per_elem: float
     vector_bf16_copy_speedup: float
     vector_bf16_copy_psum_speedup: float
     vector_bf16_tensor_tensor_speedup: float
