@@ -42,7 +42,7 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
                   "SHARED gives 8N for VectorE reciprocal, not measured in the 2.26 docs"),
     FreeParameter("dma_engine_bandwidth", 8.0e9, 27.2e9,
                   "DMABW 17 B/ns achievable of DMAOV 27.2 theoretical per engine"),
-    FreeParameter("dependent_overhead_cycles", 0.0, 300.0,
+    FreeParameter("dependent_overhead_cycles", 25.0, 300.0,
                   "ARCH1 'about 100 cycles' for a dependent instruction"),
 )
 
@@ -62,8 +62,23 @@ class Calibration:
         return load_hw(self.base, self.overrides)
 
 
-def _ratios(traces: Sequence[Trace], measured_s: Sequence[float], hw: HWConfig) -> np.ndarray:
-    return np.array([estimate(t, hw).total_time / m for t, m in zip(traces, measured_s)])
+class LatencyCache:
+    """Model latency per (trace, parameter values): leave-one-out fits walk mostly the same grid."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple, float] = {}
+
+    def latency(self, trace: Trace, hw: HWConfig, values: Mapping[str, float]) -> float:
+        key = (id(trace), tuple(sorted(values.items())))
+        t = self._seen.get(key)
+        if t is None:
+            t = self._seen[key] = estimate(trace, hw).total_time
+        return t
+
+
+def _ratios(traces: Sequence[Trace], measured_s: Sequence[float], hw: HWConfig, values: Mapping[str, float],
+            cache: LatencyCache) -> np.ndarray:
+    return np.array([cache.latency(t, hw, values) / m for t, m in zip(traces, measured_s)])
 
 
 def rms_log_error(ratios: Sequence[float]) -> float:
@@ -72,8 +87,8 @@ def rms_log_error(ratios: Sequence[float]) -> float:
 
 
 def fit(traces: Sequence[Trace], measured_s: Sequence[float], *, base: "str | Path" = "trn1",
-        params: Sequence[FreeParameter] = FREE_PARAMETERS, passes: int = 2, steps: int = 9,
-        progress: Callable[[str], None] | None = None) -> Calibration:
+        params: Sequence[FreeParameter] = FREE_PARAMETERS, passes: int = 3, steps: int = 9,
+        progress: Callable[[str], None] | None = None, cache: LatencyCache | None = None) -> Calibration:
     """Fit ``params`` so that the model's latency of each trace matches ``measured_s`` (seconds)."""
     if len(traces) != len(measured_s) or not traces:
         raise ConfigError(f"calibrate: need one measured latency per kernel (got {len(traces)} kernels, "
@@ -82,9 +97,10 @@ def fit(traces: Sequence[Trace], measured_s: Sequence[float], *, base: "str | Pa
         raise ConfigError("calibrate: measured latencies must be positive")
     base_hw = load_hw(base)
     current = {p.key: float(getattr(base_hw, p.key)) for p in params}
+    cache = cache if cache is not None else LatencyCache()
 
     def error(values: Mapping[str, float]) -> tuple[float, np.ndarray]:
-        r = _ratios(traces, measured_s, base_hw.replace(**values))
+        r = _ratios(traces, measured_s, base_hw.replace(**values), values, cache)
         return rms_log_error(r), r
 
     before, r_before = error(current)
@@ -107,6 +123,26 @@ def fit(traces: Sequence[Trace], measured_s: Sequence[float], *, base: "str | Pa
                 progress(f"pass {sweep + 1} {p.key} = {current[p.key]:.4g}: RMS log error {best:.4f}")
     changed = {k: v for k, v in current.items() if v != getattr(base_hw, k)}
     return Calibration(str(base), changed, before, best, r_before.tolist(), r_best.tolist())
+
+
+def leave_one_out(traces: Sequence[Trace], measured_s: Sequence[float], *, base: "str | Path" = "trn1",
+                  progress: Callable[[str], None] | None = None, **fit_kw: Any) -> list[float]:
+    """Held-out ratio model/measured of each kernel, the model fitted on all the others."""
+    cache = LatencyCache()
+    out = []
+    for k in range(len(traces)):
+        rest = [i for i in range(len(traces)) if i != k]
+        cal = fit([traces[i] for i in rest], [measured_s[i] for i in rest], base=base, cache=cache, **fit_kw)
+        hw = cal.hw()
+        out.append(cache.latency(traces[k], hw, {**_values(hw, fit_kw.get("params", FREE_PARAMETERS))})
+                   / measured_s[k])
+        if progress:
+            progress(f"left out {k + 1}/{len(traces)}: model/measured {out[-1]:.3f}")
+    return out
+
+
+def _values(hw: HWConfig, params: Sequence[FreeParameter]) -> dict[str, float]:
+    return {p.key: float(getattr(hw, p.key)) for p in params}
 
 
 def expected_error_factor(ratios: Sequence[float]) -> float:
@@ -149,5 +185,6 @@ def read_profile_latency(path: "str | Path") -> float:
     raise ConfigError(f"profile {path}: no positive 'total_time' (s) or 'latency' (ms) field")
 
 
-__all__ = ["Calibration", "FREE_PARAMETERS", "FreeParameter", "expected_error_factor", "fit",
+__all__ = ["Calibration", "FREE_PARAMETERS", "FreeParameter", "LatencyCache", "expected_error_factor", "fit",
+           "leave_one_out",
            "read_profile_latency", "rms_log_error", "write_hw_yaml"]

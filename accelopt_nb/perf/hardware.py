@@ -77,6 +77,9 @@ class HWConfig:
     profiler_peak_flops: float
     profiler_hbm_bandwidth: float
     fp32_matmul_flops_factor: float
+    # the model's expected latency error on this hardware (a fraction: 0.15 = ±15%), from the
+    # held-out validation of benchmarks/perf_fidelity.py (or a calibration's leave-one-out)
+    model_error: float
     # derived lookup tables (not YAML keys)
     _eff_x: np.ndarray = field(init=False, repr=False, compare=False)
     _eff_y: np.ndarray = field(init=False, repr=False, compare=False)
