@@ -30,19 +30,20 @@ from accelopt_nb.sim.trace import Trace
 @dataclass(frozen=True)
 class FreeParameter:
     key: str            # HWConfig field
+    documented: float   # the value the documents give (nki_hw_facts.md)
     lo: float           # plausible range (the fit never leaves it)
     hi: float
     why: str            # what the documents say, and why the number is free
 
 
 FREE_PARAMETERS: tuple[FreeParameter, ...] = (
-    FreeParameter("tensor_tensor_cycles_per_elem", 0.75, 3.0,
+    FreeParameter("tensor_tensor_cycles_per_elem", 2.0, 0.75, 3.0,
                   "ISA26 gives 2N for fp32 tensor_tensor; SBUF read ports (MEMH) allow 1-2 cycles per element"),
-    FreeParameter("reciprocal_cycles_per_elem", 1.0, 10.0,
+    FreeParameter("reciprocal_cycles_per_elem", 8.0, 1.0, 10.0,
                   "SHARED gives 8N for VectorE reciprocal, not measured in the 2.26 docs"),
-    FreeParameter("dma_engine_bandwidth", 8.0e9, 27.2e9,
+    FreeParameter("dma_engine_bandwidth", 17.0e9, 8.0e9, 27.2e9,
                   "DMABW 17 B/ns achievable of DMAOV 27.2 theoretical per engine"),
-    FreeParameter("dependent_overhead_cycles", 25.0, 300.0,
+    FreeParameter("dependent_overhead_cycles", 100.0, 25.0, 300.0,
                   "ARCH1 'about 100 cycles' for a dependent instruction"),
 )
 
@@ -57,9 +58,10 @@ class Calibration:
     error_after: float
     ratios_before: list[float] = field(default_factory=list)
     ratios_after: list[float] = field(default_factory=list)
+    base_config: HWConfig | None = field(default=None, repr=False)
 
     def hw(self) -> HWConfig:
-        return load_hw(self.base, self.overrides)
+        return load_hw(self.base_config or self.base, self.overrides)
 
 
 class LatencyCache:
@@ -76,6 +78,11 @@ class LatencyCache:
         return t
 
 
+def documented_overrides(params: Sequence[FreeParameter] = FREE_PARAMETERS) -> dict[str, float]:
+    """The free parameters at their documented values (the model before any fit)."""
+    return {p.key: p.documented for p in params}
+
+
 def _ratios(traces: Sequence[Trace], measured_s: Sequence[float], hw: HWConfig, values: Mapping[str, float],
             cache: LatencyCache) -> np.ndarray:
     return np.array([cache.latency(t, hw, values) / m for t, m in zip(traces, measured_s)])
@@ -86,7 +93,7 @@ def rms_log_error(ratios: Sequence[float]) -> float:
     return float(np.sqrt(np.mean(np.log(r) ** 2))) if len(r) else 0.0
 
 
-def fit(traces: Sequence[Trace], measured_s: Sequence[float], *, base: "str | Path" = "trn1",
+def fit(traces: Sequence[Trace], measured_s: Sequence[float], *, base: "str | Path | HWConfig" = "trn1",
         params: Sequence[FreeParameter] = FREE_PARAMETERS, passes: int = 3, steps: int = 9,
         progress: Callable[[str], None] | None = None, cache: LatencyCache | None = None) -> Calibration:
     """Fit ``params`` so that the model's latency of each trace matches ``measured_s`` (seconds)."""
@@ -122,10 +129,11 @@ def fit(traces: Sequence[Trace], measured_s: Sequence[float], *, base: "str | Pa
             if progress:
                 progress(f"pass {sweep + 1} {p.key} = {current[p.key]:.4g}: RMS log error {best:.4f}")
     changed = {k: v for k, v in current.items() if v != getattr(base_hw, k)}
-    return Calibration(str(base), changed, before, best, r_before.tolist(), r_best.tolist())
+    name = base.name if isinstance(base, HWConfig) else str(base)
+    return Calibration(name, changed, before, best, r_before.tolist(), r_best.tolist(), base_hw)
 
 
-def leave_one_out(traces: Sequence[Trace], measured_s: Sequence[float], *, base: "str | Path" = "trn1",
+def leave_one_out(traces: Sequence[Trace], measured_s: Sequence[float], *, base: "str | Path | HWConfig" = "trn1",
                   progress: Callable[[str], None] | None = None, **fit_kw: Any) -> list[float]:
     """Held-out ratio model/measured of each kernel, the model fitted on all the others."""
     cache = LatencyCache()
@@ -185,6 +193,7 @@ def read_profile_latency(path: "str | Path") -> float:
     raise ConfigError(f"profile {path}: no positive 'total_time' (s) or 'latency' (ms) field")
 
 
-__all__ = ["Calibration", "FREE_PARAMETERS", "FreeParameter", "LatencyCache", "expected_error_factor", "fit",
+__all__ = ["Calibration", "FREE_PARAMETERS", "FreeParameter", "LatencyCache", "documented_overrides",
+           "expected_error_factor", "fit",
            "leave_one_out",
            "read_profile_latency", "rms_log_error", "write_hw_yaml"]

@@ -144,9 +144,27 @@ def _gpsimd_cycles(ins: Instruction, hw: HWConfig) -> float:
     return hw.gpsimd_fixed_cycles + per_elem * n
 
 
-def compute_cost(ins: Instruction, hw: HWConfig) -> ComputeCost:
-    """Cost of a TensorE / VectorE / ScalarE / GpSimdE instruction."""
-    engine = ins.engine
+# ScalarE computes func(x * scale + bias) with a scalar or per-partition scale and bias, so a
+# tensor_scalar made of multiplies and adds, or a copy, can run there as well (ISA26 §2.5).
+SCALAR_AFFINE = frozenset({"multiply", "mul", "add", "subtract", "sub"})
+
+
+def placement_choices(ins: Instruction) -> tuple[str, ...]:
+    """Engines the compiler may run this instruction on (the kernel left the engine to it)."""
+    a = ins.attrs
+    if ins.engine != "vector" or not (a.get("compiler_engine") or ins.api == "nl.copy"):
+        return (ins.engine,)
+    if ins.op == "tensor_copy":
+        return ("vector", "scalar")
+    if ins.op == "tensor_scalar" and str(a.get("alu", "")).lower() in SCALAR_AFFINE and \
+            (a.get("alu1") is None or str(a.get("alu1")).lower() in SCALAR_AFFINE):
+        return ("vector", "scalar")
+    return (ins.engine,)
+
+
+def compute_cost(ins: Instruction, hw: HWConfig, engine: str | None = None) -> ComputeCost:
+    """Cost of a TensorE / VectorE / ScalarE / GpSimdE instruction (on ``engine`` if given)."""
+    engine = engine or ins.engine
     if engine == "tensor":
         if ins.op == "nc_transpose" or ins.op == "transpose":
             cyc = tensor_transpose_cycles(ins, hw)
@@ -175,4 +193,5 @@ def matmul_flops(ins: Instruction) -> float:
     return 2.0 * k * m * n
 
 
-__all__ = ["ComputeCost", "compute_cost", "matmul_cycles", "matmul_flops", "tensor_transpose_cycles"]
+__all__ = ["ComputeCost", "compute_cost", "matmul_cycles", "matmul_flops", "placement_choices",
+           "tensor_transpose_cycles"]
