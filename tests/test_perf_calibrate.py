@@ -14,10 +14,10 @@ from accelopt_nb.perf import estimate, load_hw
 from accelopt_nb.perf.calibrate import FREE_PARAMETERS, read_profile_latency
 
 FIXTURES = Path(__file__).parent / "fixtures" / "perf_calibration"
-KERNELS = [FIXTURES / f"{n}.py" for n in ("stream_mul", "stream_recip", "stream_copy", "dep_chain")]
+KERNELS = [FIXTURES / f"{n}.py" for n in ("stream_mul", "stream_recip", "stream_copy", "dep_chain", "matmul_fp32")]
 TASK = FIXTURES / "task.py"
 # a machine that differs from the shipped trn1 in every free parameter
-PERTURBED = {"tensor_tensor_cycles_per_elem": 1.3, "reciprocal_cycles_per_elem": 4.5,
+PERTURBED = {"tensor_tensor_cycles_per_elem": 1.3, "reciprocal_cycles_per_elem": 4.5, "matmul_fp32_factor": 5.0,
              "dma_engine_bandwidth": 12.5e9, "dependent_overhead_cycles": 170.0}
 
 

@@ -70,7 +70,7 @@ class HWConfig:
     dma_efficiency: tuple[tuple[float, float], ...]
     dma_transpose_efficiency: float | None
     hbm_bandwidth: float
-    elide_redundant_loads: bool     # toolchain keeps re-loaded HBM data on chip (reuse.py)
+    elide_redundant_work: bool      # toolchain keeps reloaded / recomputed values on chip (reuse.py)
     compiler_engine_placement: bool  # toolchain puts engine-unspecified copies / affine ops on Vector or Scalar
     # engine conflicts
     vector_gpsimd_share_sbuf_port: bool

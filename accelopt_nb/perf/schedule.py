@@ -29,7 +29,7 @@ from accelopt_nb.perf.deps import NONE, DependencyTracker
 from accelopt_nb.perf.dma import BandwidthLedger, QueueAssigner, TransferShape, transfer_rate, transfer_shape
 from accelopt_nb.perf.hardware import HWConfig
 from accelopt_nb.perf.memory import MemoryPlan, TimedPool, plan_memory
-from accelopt_nb.perf.reuse import redundant_loads
+from accelopt_nb.perf.reuse import redundant_instructions
 from accelopt_nb.sim.trace import Trace
 
 COMPUTE_ENGINES = ("tensor", "vector", "scalar", "gpsimd")
@@ -55,7 +55,7 @@ class Schedule:
     start: np.ndarray          # seconds, per instruction
     end: np.ndarray            # completion (what dependants wait for)
     busy_end: np.ndarray       # end of the engine/queue occupancy (DMA: last byte moved)
-    row: np.ndarray            # 0..3 compute engines, 4 + q for DMA queue q, -1 elided (kept on chip)
+    row: np.ndarray            # 0..3 compute engines, 4 + q for DMA queue q, -1 elided (reuse.py)
     overhead: np.ndarray       # fixed-overhead seconds included in the duration
     spill_events: list[SpillEvent]
     memory: MemoryPlan
@@ -183,7 +183,7 @@ def schedule(trace: Trace, hw: HWConfig) -> Schedule:
 
     alias_sources = set(alias_prev.values())
     folded = _folded_psum_zeroing(trace)
-    reused = redundant_loads(trace, hw, plan.peak_demand["sbuf"]) if hw.elide_redundant_loads else {}
+    reused = redundant_instructions(trace, hw, plan.peak_demand["sbuf"]) if hw.elide_redundant_work else {}
     place = hw.compiler_engine_placement
     spills_at, reloads_at, starts = plan.spills_at, plan.reloads_at, plan.starts
     access_ranges, ends = plan.access_ranges, plan.ends
@@ -235,9 +235,10 @@ def schedule(trace: Trace, hw: HWConfig) -> Schedule:
             s = e = ready
             row[i] = _ENGINE_ROW.get(engine, 0)
             busy_end[i] = e
-        elif i in reused:                     # the data is still on chip: no transfer
+        elif i in reused:                     # the result is still on chip: nothing runs
             s = e = max(ready, end[reused[i]])
-            transfers[i] = transfer_shape(ins)._replace(nbytes=0, hbm_read=0, hbm_write=0, touches_hbm=False)
+            if engine == "dma":
+                transfers[i] = transfer_shape(ins)._replace(nbytes=0, hbm_read=0, hbm_write=0, touches_hbm=False)
             row[i] = -1
             busy_end[i] = e
         elif engine == "dma":
