@@ -153,7 +153,7 @@ def test_cli_profile_names_a_missing_task(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_fidelity_benchmark_meets_its_targets():
-    """Every published tutorial step ordered as published, each speedup within 25% (benchmarks/perf_fidelity.py)."""
+    """Every published tutorial step within 15% of its published speedup (benchmarks/perf_fidelity.py)."""
     import importlib.util
     import sys
     spec = importlib.util.spec_from_file_location("perf_fidelity", ROOT / "benchmarks" / "perf_fidelity.py")
@@ -163,9 +163,10 @@ def test_fidelity_benchmark_meets_its_targets():
         spec.loader.exec_module(mod)
     finally:
         sys.modules.pop("perf_fidelity", None)
-    out = mod.run("trn1", None)
-    assert out["all_ordered"] and out["all_within_25"], out["steps"]
-    assert out["spearman"] > 0.9
+    from accelopt_nb.perf import load_hw
+    out = mod.run_tutorials({"before": load_hw("trn1", mod.BEFORE), "after": load_hw("trn1")})
+    assert out["all_within"], out["steps"]
+    assert all(s["after"] > 1 for s in out["steps"])          # every step is a speedup, as published
 
 
 @pytest.mark.slow
