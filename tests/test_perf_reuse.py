@@ -92,3 +92,17 @@ def test_every_profile_carries_the_model_error():
     text = format_profile(p)
     assert p.estimate_note in text.splitlines()[2]          # the latency line
     assert estimate(b.trace, overrides={"model_error": 0.3}).estimate_note.endswith("±30%)")
+
+
+def test_bench_table_and_agent_profile_text_say_estimated():
+    from accelopt_nb.agents import format_profile as agent_profile
+    from accelopt_nb.bench import format_table, run_bench
+
+    df = run_bench(["silu"], preset="small", trace_only=True, progress=False)
+    note = f"estimated (trn1 model, ±{100 * TRN1.model_error:.0f}%)"
+    assert df.iloc[0]["estimate_note"] == note
+    assert format_table(df).splitlines()[-1] == f"latency and %peak are {note}"
+    b = _reloading_kernel(weight_cols=512, iterations=2)
+    lines = agent_profile(estimate(b.trace).to_dict())
+    assert lines[-1] == f"note: latency and utilizations are {note}"
+    assert not any("estimated" in line for line in agent_profile({"latency": 1.0, "hbm_read_bytes": 10}))
