@@ -297,8 +297,8 @@ def plot(out: dict, path: Path) -> None:
             model = np.array([r[f"{name}_{key}"] for r in rows])
             held = np.array([r["half"] == "test" for r in rows])
             ax.scatter(meas[~held], model[~held], marker=marker, color=color, label=f"{name} (fit half)")
-            ax.scatter(meas[held], model[held], marker=marker, facecolors="none" if marker == "o" else color,
-                       edgecolors=color, color=color, alpha=0.6, label=f"{name} (held out)")
+            hollow = dict(facecolors="none", edgecolors=color) if marker == "o" else dict(color=color)
+            ax.scatter(meas[held], model[held], marker=marker, alpha=0.6, label=f"{name} (held out)", **hollow)
         lo, hi = meas.min() / 2, meas.max() * 2
         ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
         ax.plot([lo, hi], [lo * 1.5, hi * 1.5], "k:", lw=0.6)
