@@ -50,7 +50,7 @@ ENGINE_FIELDS = {"tensor_active": "tensor_engine_active_time_percent",
                  "dma_active": "dma_active_time_percent"}
 
 COLUMNS = ["problem", "preset", "hw", "backend", "status", "correct", "max_rel_error", "tolerance",
-           "latency_ms", "peak_ms", "bound", "pct_peak", "profile_bound", *ENGINE_FIELDS,
+           "latency_ms", "peak_ms", "bound", "pct_peak", "profile_bound", "estimate_note", *ENGINE_FIELDS,
            "hbm_read_bytes", "hbm_write_bytes", "hbm_bytes", "min_hbm_bytes", "traffic_efficiency",
            "spill_save_bytes", "spill_reload_bytes", "instructions", "checks", "wall_s", "message"]
 
@@ -241,7 +241,7 @@ def _row(case: BenchCase, outcome: CaseOutcome) -> dict[str, Any]:
         "max_rel_error": outcome.max_error, "tolerance": case.tolerance, "latency_ms": latency_ms,
         "peak_ms": peak.ms if peak else None, "bound": peak.bound if peak else None,
         "pct_peak": 100.0 * peak.ms / latency_ms if peak and latency_ms else None,
-        "profile_bound": prof.get("bound"),
+        "profile_bound": prof.get("bound"), "estimate_note": prof.get("estimate_note"),
         **{col: prof.get(f) for col, f in ENGINE_FIELDS.items()},
         "hbm_read_bytes": read, "hbm_write_bytes": write, "hbm_bytes": hbm,
         "min_hbm_bytes": peak.hbm_bytes if peak else None,
@@ -376,6 +376,9 @@ def format_table(df: pd.DataFrame) -> str:
         verdict = (f"{s['correct']}/{checked} correct" if checked else "trace-only: correctness not checked")
         lines.append(f"geometric mean % of peak over {s['profiled']} problem(s): {s['geomean_pct_peak']:.1f}"
                      f"   ({verdict})")
+    notes = sorted({n for n in df.get("estimate_note", pd.Series(dtype=object)).dropna()})
+    if notes:   # latencies from the performance model, not a Trainium
+        lines.append(f"latency and %peak are {' / '.join(notes)}")
     return "\n".join(lines)
 
 

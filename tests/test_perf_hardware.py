@@ -24,7 +24,8 @@ def test_presets_load_with_documented_numbers():
 @pytest.mark.parametrize("name", ["trn1", "trn2"])
 def test_every_number_cites_a_source(name):
     """Each key line in the shipped YAML carries a comment naming its nki_hw_facts.md source."""
-    keys = {"ARCH1", "ARCH2", "NC2", "NC3", "ISA26", "PERF", "ALLOC", "DMABW", "DMAOV", "SCHEMA", "TRN2", "§"}
+    keys = {"ARCH1", "ARCH2", "NC2", "NC3", "ISA26", "PERF", "ALLOC", "DMABW", "DMAOV", "SCHEMA", "TRN2", "§",
+            "perf_model.md"}   # derived from the measured table: the derivation is in docs/perf_model.md
     text = (HW_DIR / f"{name}.yaml").read_text().splitlines()
     for line in text:
         m = re.match(r"^([a-z_0-9]+):\s*(\S.*)$", line)

@@ -37,16 +37,22 @@ def test_simulated_add_kernel(run_kernel, rng):
     assert p.bound in ("memory", "dma")
 
 
-def _mm(name, M=256, K=1024, N=2048):
+def _mm(name, M=256, K=1024, N=2048, **overrides):
     bf = ml_dtypes.bfloat16
     kern = load_kernel(KERNELS / "matmul_tutorial.py", name=name)
     res = simulate(kern, np.empty((K, M), bf), np.empty((K, N), bf), options=SimOptions(trace_only=True))
-    return estimate(res.trace)
+    return estimate(res.trace, overrides=overrides or None)
 
 
 def test_matmul_tutorial_steps_rank_in_published_order():
-    tiled, hoisted, blocked = _mm("matmul_tiled"), _mm("matmul_hoisted"), _mm("matmul_blocked_free")
+    # as written (every reload executed): the published order
+    as_written = {"elide_redundant_work": False}
+    tiled, hoisted, blocked = (_mm(n, **as_written) for n in ("matmul_tiled", "matmul_hoisted", "matmul_blocked_free"))
     assert tiled.latency > hoisted.latency > blocked.latency
+    # at this small shape all of lhsT (4 KiB per partition) stays on chip, so the toolchain's reuse
+    # gives the tiled kernel what hoisting gives by hand (at the tutorial's shape it cannot, 64 MB)
+    kept = _mm("matmul_tiled")
+    assert kept.hbm_read_bytes == _mm("matmul_hoisted").hbm_read_bytes < tiled.hbm_read_bytes
     assert tiled.hardware_flops == hoisted.hardware_flops == blocked.hardware_flops == 2 * 256 * 1024 * 2048
     assert tiled.hbm_read_bytes > hoisted.hbm_read_bytes > blocked.hbm_read_bytes
     assert tiled.mm_arithmetic_intensity < blocked.mm_arithmetic_intensity
@@ -153,7 +159,7 @@ def test_cli_profile_names_a_missing_task(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_fidelity_benchmark_meets_its_targets():
-    """Every published tutorial step ordered as published, each speedup within 25% (benchmarks/perf_fidelity.py)."""
+    """Every published tutorial step within 15% of its published speedup (benchmarks/perf_fidelity.py)."""
     import importlib.util
     import sys
     spec = importlib.util.spec_from_file_location("perf_fidelity", ROOT / "benchmarks" / "perf_fidelity.py")
@@ -163,9 +169,10 @@ def test_fidelity_benchmark_meets_its_targets():
         spec.loader.exec_module(mod)
     finally:
         sys.modules.pop("perf_fidelity", None)
-    out = mod.run("trn1", None)
-    assert out["all_ordered"] and out["all_within_25"], out["steps"]
-    assert out["spearman"] > 0.9
+    from accelopt_nb.perf import load_hw
+    out = mod.run_tutorials({"before": load_hw("trn1", mod.BEFORE), "after": load_hw("trn1")})
+    assert out["all_within"], out["steps"]
+    assert all(s["after"] > 1 for s in out["steps"])          # every step is a speedup, as published
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ def test_value_checks_say_right_and_wrong():
     assert check("1.1", 128).right and not check("1.1", 64).right
     assert check("1.3", 512).right and not check("1.3", 2048).right
     assert check("2.2", "memory").right and not check("2.2", "compute").right
-    assert check("3.2", 16).right and not check("3.2", 4).right
+    assert check("3.2", 32).right and not check("3.2", 4).right   # M = 4096
     assert "WRONG (exercise 1.1)" in str(check("1.1", 64))
 
 

@@ -112,7 +112,10 @@ def format_profile(profile: Mapping[str, Any], order: str = "fixed", rng: random
         rng.shuffle(keys)
     elif order != "fixed":
         raise ConfigError(f"profile order must be 'fixed' or 'shuffled', got {order!r}")
-    return [f"{k}: {_fmt(profile[k])}" for k in keys]
+    lines = [f"{k}: {_fmt(profile[k])}" for k in keys]
+    if profile.get("estimate_note"):   # simulator profiles: latency and utilizations carry the model's error bar
+        lines.append(f"note: latency and utilizations are {profile['estimate_note']}")
+    return lines
 
 
 def _fmt(v: Any) -> str:

@@ -90,7 +90,7 @@ def _vector_cycles(ins: Instruction, hw: HWConfig) -> float:
             return max(mn, n)
         if half and alu in ADD_MUL_SUB:
             return max(mn, n / hw.vector_bf16_tensor_tensor_speedup)
-        cyc = 2 * n
+        cyc = hw.tensor_tensor_cycles_per_elem * n
         return max(mn, cyc / hw.vector_bf16_tensor_tensor_speedup if half else cyc)
     if op in ("tensor_scalar", "tensor_copy", "copy", "activation", "nc_stream_shuffle"):
         if half:  # NC-v3 performance mode (ARCH2); the speedups are 1.0 on NC-v2
@@ -110,7 +110,7 @@ def _vector_cycles(ins: Instruction, hw: HWConfig) -> float:
     if op == "tensor_tensor_scan":
         return max(mn, 2 * n)
     if op == "reciprocal":
-        return max(mn, 8 * n)
+        return max(mn, hw.reciprocal_cycles_per_elem * n)
     if op == "bn_aggr":
         return max(mn, 13 * n / 3)
     if op == "tensor_scalar_reduce":
@@ -144,9 +144,27 @@ def _gpsimd_cycles(ins: Instruction, hw: HWConfig) -> float:
     return hw.gpsimd_fixed_cycles + per_elem * n
 
 
-def compute_cost(ins: Instruction, hw: HWConfig) -> ComputeCost:
-    """Cost of a TensorE / VectorE / ScalarE / GpSimdE instruction."""
-    engine = ins.engine
+# ScalarE computes func(x * scale + bias) with a scalar or per-partition scale and bias, so a
+# tensor_scalar made of multiplies and adds, or a copy, can run there as well (ISA26 §2.5).
+SCALAR_AFFINE = frozenset({"multiply", "mul", "add", "subtract", "sub"})
+
+
+def placement_choices(ins: Instruction) -> tuple[str, ...]:
+    """Engines the compiler may run this instruction on (the kernel left the engine to it)."""
+    a = ins.attrs
+    if ins.engine != "vector" or not (a.get("compiler_engine") or ins.api == "nl.copy"):
+        return (ins.engine,)
+    if ins.op == "tensor_copy":
+        return ("vector", "scalar")
+    if ins.op == "tensor_scalar" and str(a.get("alu", "")).lower() in SCALAR_AFFINE and \
+            (a.get("alu1") is None or str(a.get("alu1")).lower() in SCALAR_AFFINE):
+        return ("vector", "scalar")
+    return (ins.engine,)
+
+
+def compute_cost(ins: Instruction, hw: HWConfig, engine: str | None = None) -> ComputeCost:
+    """Cost of a TensorE / VectorE / ScalarE / GpSimdE instruction (on ``engine`` if given)."""
+    engine = engine or ins.engine
     if engine == "tensor":
         if ins.op == "nc_transpose" or ins.op == "transpose":
             cyc = tensor_transpose_cycles(ins, hw)
@@ -175,4 +193,5 @@ def matmul_flops(ins: Instruction) -> float:
     return 2.0 * k * m * n
 
 
-__all__ = ["ComputeCost", "compute_cost", "matmul_cycles", "matmul_flops", "tensor_transpose_cycles"]
+__all__ = ["ComputeCost", "compute_cost", "matmul_cycles", "matmul_flops", "placement_choices",
+           "tensor_transpose_cycles"]

@@ -49,6 +49,8 @@ class HWConfig:
     dependent_overhead_cycles: float
     gpsimd_fixed_cycles: float
     dynamic_copy_cycles: float
+    tensor_tensor_cycles_per_elem: float
+    reciprocal_cycles_per_elem: float
     vector_bf16_copy_speedup: float
     vector_bf16_copy_psum_speedup: float
     vector_bf16_tensor_tensor_speedup: float
@@ -68,6 +70,8 @@ class HWConfig:
     dma_efficiency: tuple[tuple[float, float], ...]
     dma_transpose_efficiency: float | None
     hbm_bandwidth: float
+    elide_redundant_work: bool      # toolchain keeps reloaded / recomputed values on chip (reuse.py)
+    compiler_engine_placement: bool  # toolchain puts engine-unspecified copies / affine ops on Vector or Scalar
     # engine conflicts
     vector_gpsimd_share_sbuf_port: bool
     vector_scalar_share_psum: bool
@@ -75,6 +79,9 @@ class HWConfig:
     profiler_peak_flops: float
     profiler_hbm_bandwidth: float
     fp32_matmul_flops_factor: float
+    # the model's expected latency error on this hardware (a fraction: 0.15 = ±15%), from the
+    # held-out validation of benchmarks/perf_fidelity.py (or a calibration's leave-one-out)
+    model_error: float
     # derived lookup tables (not YAML keys)
     _eff_x: np.ndarray = field(init=False, repr=False, compare=False)
     _eff_y: np.ndarray = field(init=False, repr=False, compare=False)

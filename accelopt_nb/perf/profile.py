@@ -63,6 +63,9 @@ class Profile:
     bottleneck: list[str]
     sbuf_peak_demand_bytes_per_partition: int
     psum_peak_demand_bytes_per_partition: int
+    hbm_reload_elided_bytes: int            # redundant loads the toolchain keeps on chip (reuse.py)
+    model_error: float                      # expected latency error (fraction), HWConfig.model_error
+    estimate_note: str                      # "estimated (trn1 model, ±15%)": say it with every derived figure
     schedule: Schedule | None = field(default=None, repr=False, compare=False)
     trace: Trace | None = field(default=None, repr=False, compare=False)
 
@@ -111,6 +114,20 @@ def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     return float(np.sum(block_end - s[idx]))
 
 
+def estimate_note(hw_name: str, model_error: float) -> str:
+    """How every figure derived from a model latency is labelled for people and agents."""
+    return f"estimated ({hw_name} model, ±{100 * model_error:.0f}%)"
+
+
+def note_of(profile: "Profile | Mapping[str, Any] | None") -> str | None:
+    """The estimate label of a profile or its dict; None for a measured (neuron-profile) one."""
+    if profile is None:
+        return None
+    p = profile.to_dict() if isinstance(profile, Profile) else profile
+    note = p.get("estimate_note")
+    return str(note) if note else None
+
+
 def _fmt_bytes(n: float) -> str:
     for unit, div in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if n >= div:
@@ -127,7 +144,10 @@ def build_profile(trace: Trace, sched: Schedule) -> Profile:
     mm_count = 0
     tensor_tr_time = 0.0
     fp32_mm_time = 0.0
+    elided_rows = sched.row < 0
     for ins in instrs:
+        if elided_rows[ins.index]:       # redundant work the toolchain keeps on chip (reuse.py)
+            continue
         for r in ins.reads:
             nb = r.nbytes
             if r.buffer == "sbuf":
@@ -161,6 +181,11 @@ def build_profile(trace: Trace, sched: Schedule) -> Profile:
         elif any(r.buffer == "psum" for r in ins.reads) and any(w.buffer == "sbuf" for w in ins.writes):
             ps_to_sb += sum(r.nbytes for r in ins.reads if r.buffer == "psum")
 
+    elided = 0
+    for i in np.flatnonzero(sched.row < 0):
+        ins = instrs[int(i)]
+        if ins.engine == "dma":
+            elided += sum(r.nbytes for r in ins.reads if r.buffer == "hbm")
     save = sum(ev.nbytes for ev in sched.spill_events if ev.kind == "spill_save")
     reload = sum(ev.nbytes for ev in sched.spill_events if ev.kind == "spill_reload")
     hbm_r += reload
@@ -214,6 +239,8 @@ def build_profile(trace: Trace, sched: Schedule) -> Profile:
         bound=bound, bottleneck=why,
         sbuf_peak_demand_bytes_per_partition=plan.peak_demand["sbuf"],
         psum_peak_demand_bytes_per_partition=plan.peak_demand["psum"],
+        hbm_reload_elided_bytes=int(elided), model_error=hw.model_error,
+        estimate_note=estimate_note(hw.name, hw.model_error),
         schedule=sched, trace=trace)
 
 
@@ -300,7 +327,7 @@ def format_profile(profile: "Profile | Mapping[str, Any]") -> str:
         if v is None:
             continue
         if key == "latency":
-            text = f"{v:.4f} ms"
+            text = f"{v:.4f} ms" + (f"  {p['estimate_note']}" if p.get("estimate_note") else "")
         elif key in _BYTES:
             text = _fmt_bytes(v)
         elif key in _FRACTIONS:
@@ -316,10 +343,12 @@ def format_profile(profile: "Profile | Mapping[str, Any]") -> str:
                      else key, text))
     width = max((len(k) for k, _ in rows), default=0)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    if p.get("estimate_note"):
+        lines.append(f"latency, utilizations and speedups are {p['estimate_note']}")
     if p.get("bottleneck"):
         lines.append("bottleneck:")
         lines.extend(f"  - {w}" for w in p["bottleneck"])
     return "\n".join(lines)
 
 
-__all__ = ["Profile", "build_profile", "format_profile"]
+__all__ = ["Profile", "build_profile", "estimate_note", "format_profile", "note_of"]

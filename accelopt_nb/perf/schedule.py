@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from accelopt_nb.perf.costs import compute_cost
+from accelopt_nb.perf.costs import compute_cost, placement_choices
 from accelopt_nb.perf.deps import NONE, DependencyTracker
 from accelopt_nb.perf.dma import BandwidthLedger, QueueAssigner, TransferShape, transfer_rate, transfer_shape
 from accelopt_nb.perf.hardware import HWConfig
 from accelopt_nb.perf.memory import MemoryPlan, TimedPool, plan_memory
+from accelopt_nb.perf.reuse import redundant_instructions
 from accelopt_nb.sim.trace import Trace
 
 COMPUTE_ENGINES = ("tensor", "vector", "scalar", "gpsimd")
@@ -54,7 +55,7 @@ class Schedule:
     start: np.ndarray          # seconds, per instruction
     end: np.ndarray            # completion (what dependants wait for)
     busy_end: np.ndarray       # end of the engine/queue occupancy (DMA: last byte moved)
-    row: np.ndarray            # 0..3 compute engines, 4 + q for DMA queue q
+    row: np.ndarray            # 0..3 compute engines, 4 + q for DMA queue q, -1 elided (reuse.py)
     overhead: np.ndarray       # fixed-overhead seconds included in the duration
     spill_events: list[SpillEvent]
     memory: MemoryPlan
@@ -182,6 +183,8 @@ def schedule(trace: Trace, hw: HWConfig) -> Schedule:
 
     alias_sources = set(alias_prev.values())
     folded = _folded_psum_zeroing(trace)
+    reused = redundant_instructions(trace, hw, plan.peak_demand["sbuf"]) if hw.elide_redundant_work else {}
+    place = hw.compiler_engine_placement
     spills_at, reloads_at, starts = plan.spills_at, plan.reloads_at, plan.starts
     access_ranges, ends = plan.access_ranges, plan.ends
     for i, ins in enumerate(instrs):
@@ -232,6 +235,12 @@ def schedule(trace: Trace, hw: HWConfig) -> Schedule:
             s = e = ready
             row[i] = _ENGINE_ROW.get(engine, 0)
             busy_end[i] = e
+        elif i in reused:                     # the result is still on chip: nothing runs
+            s = e = max(ready, end[reused[i]])
+            if engine == "dma":
+                transfers[i] = transfer_shape(ins)._replace(nbytes=0, hbm_read=0, hbm_write=0, touches_hbm=False)
+            row[i] = -1
+            busy_end[i] = e
         elif engine == "dma":
             shape = transfer_shape(ins)
             transfers[i] = shape
@@ -243,24 +252,30 @@ def schedule(trace: Trace, hw: HWConfig) -> Schedule:
             row[i] = 4 + q
             busy_end[i] = data_end
         else:
-            k = _ENGINE_ROW.get(engine)
-            if k is None:
-                raise ValueError(f"instruction {i} ({ins.op}) runs on unknown engine {engine!r}")
-            cost = compute_cost(ins, hw)
-            s = max(ready, engine_free[k])
-            uses_sbuf = uses_psum = False
-            if share_sbuf and (engine == "vector" or engine == "gpsimd"):
-                uses_sbuf = any(rg.buffer == "sbuf" for rg in reads) or any(rg.buffer == "sbuf" for rg in writes)
-                if uses_sbuf and sbuf_port > s:
-                    s = sbuf_port
-            if share_psum and (engine == "vector" or engine == "scalar"):
-                uses_psum = any(rg.buffer == "psum" for rg in reads) or any(rg.buffer == "psum" for rg in writes)
-                if uses_psum and psum_port > s:
-                    s = psum_port
-            over = cost.overhead_s
-            if k and raw > NONE and raw >= engine_free[k] - _EPS:
-                over += dep_over[engine]
-            e = s + cost.busy_s + over
+            best = None
+            for engine in (placement_choices(ins) if place else (engine,)):
+                k = _ENGINE_ROW.get(engine)
+                if k is None:
+                    raise ValueError(f"instruction {i} ({ins.op}) runs on unknown engine {engine!r}")
+                cost = compute_cost(ins, hw, engine)
+                s = max(ready, engine_free[k])
+                uses_sbuf = uses_psum = False
+                if share_sbuf and (engine == "vector" or engine == "gpsimd"):
+                    uses_sbuf = any(rg.buffer == "sbuf" for rg in reads) or any(rg.buffer == "sbuf" for rg in writes)
+                    if uses_sbuf and sbuf_port > s:
+                        s = sbuf_port
+                if share_psum and (engine == "vector" or engine == "scalar"):
+                    uses_psum = any(rg.buffer == "psum" for rg in reads) or any(rg.buffer == "psum" for rg in writes)
+                    if uses_psum and psum_port > s:
+                        s = psum_port
+                over = cost.overhead_s
+                if k and raw > NONE and raw >= engine_free[k] - _EPS:
+                    over += dep_over[engine]
+                e = s + cost.busy_s + over
+                # the compiler's choice: the engine that finishes it first (the default on a tie)
+                if best is None or e < best[1] - _EPS:
+                    best = (s, e, k, over, uses_sbuf, uses_psum)
+            s, e, k, over, uses_sbuf, uses_psum = best
             engine_free[k] = e
             if uses_sbuf:
                 sbuf_port = e

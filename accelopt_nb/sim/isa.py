@@ -348,7 +348,8 @@ def tensor_scalar(data, op0, operand0, reverse0: bool = False, op1=None, operand
         out_data = out_data.astype(np.float32)
     out = _ops.new_result(rt, api, x.shape, out_dtype, "sbuf", out_data, written, m)
     _ops.emit_for(rt, out, eng, "tensor_scalar", api, ops_, {"alu": n0, "alu1": n1, "num_inputs": 1,
-                                                             "psum_input": x.buffer == "psum"})
+                                                             "psum_input": x.buffer == "psum",
+                                                             "compiler_engine": engine in (None, unknown_engine)})
     return out
 
 
@@ -498,7 +499,8 @@ def iota(expr, dtype, *, mask=None, **kwargs) -> Tensor:
 def tensor_copy(src, *, dtype=None, mask=None, engine=None, **kwargs) -> Tensor:
     api = "nisa.tensor_copy"
     eng = _engine(engine, "vector", ("vector", "scalar", "gpsimd"), api)
-    return _ops.elementwise(api, eng, "tensor_copy", lambda x: x, [src], dtype=dtype, mask=mask)
+    return _ops.elementwise(api, eng, "tensor_copy", lambda x: x, [src], dtype=dtype, mask=mask,
+                            attrs={"compiler_engine": engine in (None, unknown_engine)})
 
 
 def bn_stats(data, *, dtype=None, mask=None, **kwargs) -> Tensor:
