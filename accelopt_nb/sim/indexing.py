@@ -151,3 +151,97 @@ def ds(start: int, size: int) -> slice:
     """A dynamic slice ``[start, start + size)``."""
     start = int(start)
     return slice(start, start + int(size))
+
+
+# ---- fast paths for compiler-style index expressions ---------------------------------------------
+# Kernels written the way the NKI compiler prints them index every access with affine ``nl.arange``
+# expressions (``t[i, 128 * j + nl.arange(128)[:, None], nl.arange(512)[None, :]]``) and pass masks
+# built from them. NumPy advanced indexing of such keys copies and gathers element by element; the same
+# elements form a (strided) box that basic indexing reaches as a view. These helpers recognise that
+# form and summarise broadcast masks without expanding them; callers keep the general path for anything
+# else, so both give identical values and trace regions.
+
+def basic_key(key: tuple, shape: tuple[int, ...]) -> tuple | None:
+    """The basic (int/slice) key that selects the same elements as an advanced ``key``, or None.
+
+    ``key`` is a normalized key (ints, slices, int64 arrays) with at least one array. The answer is
+    not None when every array is an in-bounds arithmetic progression (step > 0) along at most one
+    broadcast axis, and the varying axes increase with the tensor axes: then ``t[basic]`` holds the
+    elements of ``t[key]`` in the same order, and ``t[basic].reshape(adv_shape)`` equals ``t[key]``.
+    Gathers, transposed or diagonal accesses and out-of-bounds indices (legal under a mask) give None.
+    """
+    nd = max(k.ndim for k in key if isinstance(k, np.ndarray))
+    out: list[Any] = []
+    last_axis = -1
+    for k, size in zip(key, shape):
+        if not isinstance(k, np.ndarray):
+            if isinstance(k, slice):
+                return None  # normalize_key turns full slices next to arrays into arrays
+            out.append(k)
+            continue
+        if k.size == 0:
+            return None
+        varying = [d for d, n in enumerate(k.shape) if n > 1]
+        flat = k.reshape(-1)
+        start = int(flat[0])
+        if not varying:
+            if not 0 <= start < size:
+                return None
+            out.append(start)
+            continue
+        if len(varying) > 1:
+            return None
+        axis = nd - k.ndim + varying[0]  # position in the right-aligned broadcast shape
+        if axis <= last_axis:
+            return None
+        last_axis = axis
+        step = int(flat[1]) - start
+        last = start + step * (flat.size - 1)
+        if step <= 0 or start < 0 or last >= size or int(flat[-1]) != last:
+            return None
+        if flat.size > 2 and not np.array_equal(flat, np.arange(start, last + 1, step)):
+            return None
+        out.append(slice(start, last + 1, step))
+    return tuple(out)
+
+
+def compact(m: np.ndarray) -> np.ndarray:
+    """The distinct part of a broadcast array: one element along every zero-stride axis."""
+    if not any(s == 0 and n > 1 for s, n in zip(m.strides, m.shape)):
+        return m
+    return m[tuple(slice(0, 1) if s == 0 else slice(None) for s in m.strides)]
+
+
+def mask_all(m: np.ndarray) -> bool:
+    """``m.all()`` without expanding a broadcast mask."""
+    return bool(compact(m).all())
+
+
+def mask_count(m: Any, shape: tuple[int, ...]) -> int:
+    """``count_nonzero(broadcast_to(m, shape))`` without expanding the broadcast."""
+    b = np.broadcast_to(m, shape)  # a view; raises like the expanded form for incompatible shapes
+    c = compact(b)
+    reps = 1
+    for n, k in zip(b.shape, c.shape):
+        reps *= n // k if k else 1
+    return int(np.count_nonzero(c)) * reps
+
+
+def mask_rows_cols(m: Any, shape: tuple[int, ...]) -> tuple[int, int]:
+    """Partitions (axis 0) and flattened free positions that a mask broadcast to ``shape`` keeps any of.
+
+    Equals ``(count_nonzero(b.any(axis=1)), count_nonzero(b.any(axis=0)))`` for
+    ``b = broadcast_to(m, shape).reshape(shape[0], -1)``.
+    """
+    b = np.broadcast_to(m, shape)
+    if not shape:
+        return int(bool(b)), int(bool(b))
+    c = compact(b)
+    free = tuple(range(1, c.ndim))
+    row_any = c.any(axis=free) if free else c
+    rows = int(np.count_nonzero(row_any)) * (shape[0] // c.shape[0] if c.shape[0] else 1)
+    col_any = c.any(axis=0)
+    reps = 1
+    for n, k in zip(shape[1:], col_any.shape):
+        reps *= n // k if k else 1
+    return rows, int(np.count_nonzero(col_any)) * reps

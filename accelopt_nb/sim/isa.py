@@ -11,6 +11,7 @@ from accelopt_nb.sim import dtypes as _dt
 from accelopt_nb.sim import ops as _ops
 from accelopt_nb.sim.functions import ACTIVATIONS, ALU, REDUCE, op_name
 from accelopt_nb.sim.indexing import IndexExpr, Mask
+from accelopt_nb.sim.indexing import mask_rows_cols as _mask_rows_cols
 from accelopt_nb.sim.runtime import GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX, current
 from accelopt_nb.sim.tensor import Operand, Tensor, as_view, combine_written, operand, read, write
 
@@ -157,7 +158,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
     out = _ops.new_result(rt, _api, (m, n), out_dtype, "psum", data, written, m_mask)
     n_eff = n
     if m_mask is not None:
-        n_eff = int(np.count_nonzero(np.broadcast_to(m_mask, (m, n)).any(axis=0)))
+        n_eff = _mask_rows_cols(m_mask, (m, n))[1]
     _ops.emit_for(rt, out, "tensor", "nc_matmul", _api, [st, mv],
                   {"k": k, "m": m, "n": n_eff, "dtype": _dt.name(st.dtype), "moving_dtype": _dt.name(mv.dtype),
                    "is_transpose": bool(is_transpose), "stationary_onezero": bool(is_stationary_onezero),

@@ -14,7 +14,7 @@ from math import prod as _prod
 
 from accelopt_nb.errors import LoopCarriedDependencyError, OpaqueTensorError
 from accelopt_nb.sim import dtypes as dt
-from accelopt_nb.sim.indexing import IndexExpr, Mask
+from accelopt_nb.sim.indexing import IndexExpr, Mask, basic_key, compact, mask_all, mask_count
 from accelopt_nb.sim.runtime import PMAX, Runtime, current
 from accelopt_nb.sim.trace import Region, TensorInfo
 
@@ -296,16 +296,20 @@ def _full_slices_to_arrays(t: Tensor, norm: list[Any]) -> list[Any]:
     return out
 
 
+_UNSET = object()
+
+
 class View(_Opaque):
     """A region of a tensor, produced by indexing. Holds no data."""
 
-    __slots__ = ("tensor", "key", "shape", "advanced", "_region", "_accum_pending")
+    __slots__ = ("tensor", "key", "shape", "advanced", "_region", "_accum_pending", "_basic")
 
     def __init__(self, tensor: Tensor, key: tuple) -> None:
         self.tensor = tensor
         self.key = key
         self.advanced = any(isinstance(k, np.ndarray) for k in key)
         self._region = None
+        self._basic: Any = _UNSET
         self._accum_pending = False
         if self.advanced:
             shape = np.broadcast_shapes(*[k.shape for k in key if isinstance(k, np.ndarray)])
@@ -318,6 +322,16 @@ class View(_Opaque):
         if tensor.on_chip and len(shape) == 1:
             shape = (shape[0], 1)  # a 1-D on-chip access keeps its partition axis: treat as [P, 1]
         self.shape = tuple(int(s) for s in shape)
+
+    @property
+    def basic(self) -> tuple | None:
+        """For an advanced view, the basic key reaching the same elements as a NumPy view (or None).
+
+        Only the data path uses it; shape, regions and indexing rules stay those of ``key``.
+        """
+        if self._basic is _UNSET:
+            self._basic = basic_key(self.key, self.tensor.shape) if self.advanced else None
+        return self._basic
 
     @property
     def dtype(self):
@@ -404,7 +418,7 @@ class View(_Opaque):
                 hi.append(k + 1)
         elements = int(_prod(self.shape)) if self.shape else 1
         if mask is not None:
-            elements = int(np.count_nonzero(np.broadcast_to(mask, self.shape)))
+            elements = mask_count(mask, self.shape)
         block = 0
         if t.par_axis:
             if all(hi[i] - lo[i] == 1 for i in range(t.par_axis)):
@@ -486,7 +500,10 @@ def read(view: View, mask: np.ndarray | None, api: str) -> tuple[np.ndarray | No
     if t._data is None:
         return None, None
     shape = view.shape
-    if view.advanced:
+    basic = view.basic
+    if basic is not None:
+        data, written = _read_basic(t, basic, _adv_shape(view), mask)
+    elif view.advanced:
         if mask is not None:
             m = np.broadcast_to(mask, _adv_shape(view))
             arrays = [np.where(m, a, 0) for a in _full_arrays(view, m.shape)]
@@ -515,6 +532,22 @@ def read(view: View, mask: np.ndarray | None, api: str) -> tuple[np.ndarray | No
     return data, written
 
 
+def _read_basic(t: Tensor, basic: tuple, adv_shape: tuple[int, ...],
+                mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """``read`` of an advanced view through its equivalent basic key (a view instead of a gather)."""
+    data = t._data[basic]
+    written = None if t._written is None else t._written[basic]
+    if mask is not None:
+        m = np.broadcast_to(mask, adv_shape)
+        if not mask_all(m):
+            # the general path reads masked-off elements at index 0 of every axis: same values here
+            data = data.copy()
+            np.copyto(data, t._data[(0,) * t._data.ndim], where=~m.reshape(data.shape))
+    if written is not None:
+        written = written.copy()  # the general path's gather never aliased the tensor's validity
+    return data, written
+
+
 def _adv_shape(view: View) -> tuple[int, ...]:
     return np.broadcast_shapes(*[k.shape for k in view.key if isinstance(k, np.ndarray)])
 
@@ -537,6 +570,9 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
     if view.advanced:
         adv_shape = _adv_shape(view)
         vals = vals.reshape(adv_shape) if vals.shape != adv_shape else vals
+        if view.basic is not None:
+            _write_basic(t, view.basic, vals, written, shape, adv_shape, mask, store_dtype, accumulate)
+            return
         if mask is not None:
             m = np.broadcast_to(mask, adv_shape)
             arrays = [a[m] for a in _full_arrays(view, adv_shape)]
@@ -575,6 +611,29 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
     _store(t, key, vals, written, store_dtype, accumulate)
 
 
+def _write_basic(t: Tensor, basic: tuple, vals: np.ndarray, written: np.ndarray | None, shape: tuple[int, ...],
+                 adv_shape: tuple[int, ...], mask: np.ndarray | None, store_dtype, accumulate: bool) -> None:
+    """``write`` of an advanced view through its equivalent basic key; same stores as the gather/scatter path."""
+    sub = t._data[basic]
+    vals = vals.reshape(sub.shape)
+    w_src = None if written is None else np.broadcast_to(written, shape).reshape(sub.shape)
+    m = None if mask is None else np.broadcast_to(mask, adv_shape)
+    if m is None or mask_all(m):
+        _store(t, basic, vals, w_src, store_dtype, accumulate)
+        return
+    m = m.reshape(sub.shape)
+    if accumulate:
+        prev = sub.astype(np.float32)
+        if t._written is not None:
+            prev = np.where(t._written[basic], prev, 0.0)
+        new = dt.cast(prev + vals, t.dtype)
+    else:
+        new = dt.cast(np.asarray(vals), t.dtype) if not t._raw else vals
+    np.copyto(sub, new, where=m, casting="unsafe")
+    if t._written is not None:
+        np.copyto(t._written[basic], True if w_src is None else w_src, where=m)
+
+
 def _store(t: Tensor, key: tuple, vals: np.ndarray, written: np.ndarray | None, store_dtype, accumulate: bool) -> None:
     if accumulate:
         prev = t._data[key].astype(np.float32)
@@ -601,13 +660,22 @@ def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: 
     if t._stamps is None:
         t._stamps = np.zeros(t.shape, dtype=np.int32)  # epochs stay far below 2**31
     key = view.key
-    if view.advanced and mask is not None:
+    where = None  # the masked part of a basic-key box
+    if view.basic is not None:
+        key = view.basic
+        if mask is not None:
+            m = np.broadcast_to(mask, _adv_shape(view))
+            if not mask_all(m):
+                where = m.reshape(t._stamps[key].shape)
+    elif view.advanced and mask is not None:
         m = np.broadcast_to(mask, _adv_shape(view))
         key = tuple(a[m] for a in _full_arrays(view, m.shape))
     try:
         stamps = t._stamps[key]
     except IndexError:
         return  # out-of-bounds writes are reported by the data path
+    if where is not None:
+        stamps = stamps[where]
     if stamps.size and int(stamps.max()) >= frames[0].inst_epoch:
         for f in frames:
             hit = (stamps >= f.inst_epoch) & (stamps < f.iter_epoch)
@@ -618,7 +686,10 @@ def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: 
                     rt.warn(f"{api}: {msg}")
                     break
                 raise rt.rule_error(api, msg, LoopCarriedDependencyError.rule, LoopCarriedDependencyError)
-    t._stamps[key] = rt.epoch
+    if where is not None:
+        np.copyto(t._stamps[key], rt.epoch, where=where)
+    else:
+        t._stamps[key] = rt.epoch
 
 
 # ---- operands ------------------------------------------------------------------------------
