@@ -14,6 +14,7 @@ from math import prod as _prod
 
 from accelopt_nb.errors import LoopCarriedDependencyError, OpaqueTensorError
 from accelopt_nb.sim import dtypes as dt
+from accelopt_nb.sim.conflicts import Box, WriteLog, box_of
 from accelopt_nb.sim.indexing import IndexExpr, Mask, basic_key, compact, mask_all, mask_count
 from accelopt_nb.sim.runtime import PMAX, Runtime, current
 from accelopt_nb.sim.trace import Region, TensorInfo
@@ -657,17 +658,25 @@ def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: 
     if not frames:
         return
     t = view.tensor
-    if t._stamps is None:
-        t._stamps = np.zeros(t.shape, dtype=np.int32)  # epochs stay far below 2**31
+    basic = view.basic if view.advanced else view.key
+    partial = None  # the masked part of a basic-key box
+    if view.advanced and basic is not None and mask is not None:
+        m = np.broadcast_to(mask, _adv_shape(view))
+        if not mask_all(m):
+            partial = m
+    if not isinstance(t._stamps, np.ndarray):
+        box = None if basic is None or partial is not None else box_of(basic)
+        if box is not None and rt.options.affine_write_conflicts == "error":
+            _box_conflict_check(rt, t, box, frames, api)
+            return
+        t._stamps = np.zeros(t.shape, dtype=np.int32) if t._stamps is None else t._stamps.stamps(t.shape)
     key = view.key
-    where = None  # the masked part of a basic-key box
-    if view.basic is not None:
-        key = view.basic
-        if mask is not None:
-            m = np.broadcast_to(mask, _adv_shape(view))
-            if not mask_all(m):
-                where = m.reshape(t._stamps[key].shape)
-    elif view.advanced and mask is not None:
+    where = None
+    if basic is not None:
+        key = basic
+        if partial is not None:
+            where = partial.reshape(t._stamps[key].shape)
+    elif mask is not None:
         m = np.broadcast_to(mask, _adv_shape(view))
         key = tuple(a[m] for a in _full_arrays(view, m.shape))
     try:
@@ -680,16 +689,33 @@ def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: 
         for f in frames:
             hit = (stamps >= f.inst_epoch) & (stamps < f.iter_epoch)
             if hit.any():
-                msg = (f"'{t.name}' is assigned at the same location in different iterations of an affine_range "
-                       f"(now iteration {f.iteration}); the hardware may run them in any order")
                 if rt.options.affine_write_conflicts == "warn":
-                    rt.warn(f"{api}: {msg}")
+                    rt.warn(f"{api}: {_conflict_message(t, f)}")
                     break
-                raise rt.rule_error(api, msg, LoopCarriedDependencyError.rule, LoopCarriedDependencyError)
+                raise rt.rule_error(api, _conflict_message(t, f), LoopCarriedDependencyError.rule,
+                                    LoopCarriedDependencyError)
     if where is not None:
         np.copyto(t._stamps[key], rt.epoch, where=where)
     else:
         t._stamps[key] = rt.epoch
+
+
+def _box_conflict_check(rt: Runtime, t: Tensor, box: Box, frames: list, api: str) -> None:
+    """The same check on a tensor whose writes so far were all boxes (see ``conflicts``)."""
+    if t._stamps is None:
+        t._stamps = WriteLog(len(t.shape))
+    epochs = t._stamps.meeting_epochs(box, frames[0].inst_epoch)
+    if epochs.size:
+        for f in frames:
+            if ((epochs >= f.inst_epoch) & (epochs < f.iter_epoch)).any():
+                raise rt.rule_error(api, _conflict_message(t, f), LoopCarriedDependencyError.rule,
+                                    LoopCarriedDependencyError)
+    t._stamps.add(box, rt.epoch)
+
+
+def _conflict_message(t: Tensor, f: Any) -> str:
+    return (f"'{t.name}' is assigned at the same location in different iterations of an affine_range "
+            f"(now iteration {f.iteration}); the hardware may run them in any order")
 
 
 # ---- operands ------------------------------------------------------------------------------
