@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from accelopt_nb.sim.indexing import broadcast_reps, compact
+
 Box = tuple[tuple[int, int, int], ...]  # per axis (first, last + 1, step), tight
 
 
@@ -31,6 +33,41 @@ def box_of(key: tuple) -> Box | None:
                 return None
             last = start + step * ((stop - 1 - start) // step)
             out.append((start, last + 1, step))
+        else:
+            out.append((k, k + 1, 1))
+    return tuple(out)
+
+
+EMPTY: Box = ((0, 0, 1),)  # marker: a write that keeps no element
+
+
+def masked_box(key: tuple, mask: np.ndarray) -> Box | None:
+    """The box of the elements a mask keeps of the box a basic ``key`` selects; None if they form no box.
+
+    ``mask`` has the shape of ``t[key]`` (one axis per slice of ``key``). Returns :data:`EMPTY` when
+    the mask keeps nothing.
+    """
+    c = compact(mask)
+    kept = int(np.count_nonzero(c))
+    if kept == 0:
+        return EMPTY
+    kept *= broadcast_reps(c.shape, mask.shape)
+    spans = []
+    size = 1
+    for d in range(c.ndim):
+        others = tuple(x for x in range(c.ndim) if x != d)
+        idx = np.flatnonzero(c.any(axis=others) if others else c)
+        first, last = (0, mask.shape[d] - 1) if c.shape[d] == 1 else (int(idx[0]), int(idx[-1]))
+        spans.append((first, last))
+        size *= last - first + 1
+    if size != kept:
+        return None
+    out = []
+    spans_left = iter(spans)
+    for k in key:
+        if isinstance(k, slice):
+            first, last = next(spans_left)
+            out.append((k.start + k.step * first, k.start + k.step * last + 1, k.step))
         else:
             out.append((k, k + 1, 1))
     return tuple(out)

@@ -11,6 +11,15 @@ from typing import Any
 import numpy as np
 
 
+def _const(x: Any) -> int | None:
+    """``x`` as a plain int when it is an integer constant (for affine bookkeeping), else None."""
+    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+        return int(x)
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    return None
+
+
 def _arr(x: Any) -> Any:
     if isinstance(x, IndexExpr):
         return x.values
@@ -20,17 +29,25 @@ def _arr(x: Any) -> Any:
 
 
 class IndexExpr:
-    """An affine index expression evaluated to a broadcastable int64 array."""
+    """An affine index expression evaluated to a broadcastable int64 array.
 
-    __slots__ = ("values",)
+    ``aff`` = (start, step) when the values are known to be ``start + step * k`` along their only
+    axis longer than 1 (``nl.arange`` and int arithmetic on it); None when unknown. It lets the
+    data path address compiler-style accesses as slices without inspecting the values.
+    """
+
+    __slots__ = ("values", "aff")
     __array_priority__ = 100  # make ndarray operators defer to ours
 
-    def __init__(self, values: np.ndarray) -> None:
+    def __init__(self, values: np.ndarray, aff: tuple[int, int] | None = None) -> None:
         self.values = np.asarray(values, dtype=np.int64)
+        self.aff = aff
 
     # shape manipulation used as nl.arange(n)[:, None]
     def __getitem__(self, key: Any) -> "IndexExpr":
-        return IndexExpr(self.values[key])
+        parts = key if isinstance(key, tuple) else (key,)
+        keeps_order = all(k is None or k is Ellipsis or (isinstance(k, slice) and k == slice(None)) for k in parts)
+        return IndexExpr(self.values[key], self.aff if keeps_order else None)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -50,22 +67,27 @@ class IndexExpr:
     def __array__(self, dtype=None, copy=None):
         return self.values if dtype is None else self.values.astype(dtype)
 
-    def _bin(self, other: Any, fn) -> "IndexExpr":
+    def _bin(self, other: Any, fn, aff_fn=None) -> "IndexExpr":
         if isinstance(other, float) and not float(other).is_integer():
             raise TypeError("index expressions only support integer arithmetic")
-        return IndexExpr(fn(self.values, _arr(other)))
+        aff = None
+        if aff_fn is not None and self.aff is not None:
+            c = _const(other)
+            if c is not None:
+                aff = aff_fn(self.aff, c)
+        return IndexExpr(fn(self.values, _arr(other)), aff)
 
-    def __add__(self, o): return self._bin(o, np.add)
-    def __radd__(self, o): return self._bin(o, lambda a, b: b + a)
-    def __sub__(self, o): return self._bin(o, np.subtract)
-    def __rsub__(self, o): return self._bin(o, lambda a, b: b - a)
-    def __mul__(self, o): return self._bin(o, np.multiply)
-    def __rmul__(self, o): return self._bin(o, lambda a, b: b * a)
+    def __add__(self, o): return self._bin(o, np.add, lambda a, c: (a[0] + c, a[1]))
+    def __radd__(self, o): return self._bin(o, lambda a, b: b + a, lambda a, c: (a[0] + c, a[1]))
+    def __sub__(self, o): return self._bin(o, np.subtract, lambda a, c: (a[0] - c, a[1]))
+    def __rsub__(self, o): return self._bin(o, lambda a, b: b - a, lambda a, c: (c - a[0], -a[1]))
+    def __mul__(self, o): return self._bin(o, np.multiply, lambda a, c: (a[0] * c, a[1] * c))
+    def __rmul__(self, o): return self._bin(o, lambda a, b: b * a, lambda a, c: (a[0] * c, a[1] * c))
     def __floordiv__(self, o): return self._bin(o, np.floor_divide)
     def __rfloordiv__(self, o): return self._bin(o, lambda a, b: b // a)
     def __mod__(self, o): return self._bin(o, np.mod)
     def __rmod__(self, o): return self._bin(o, lambda a, b: b % a)
-    def __neg__(self): return IndexExpr(-self.values)
+    def __neg__(self): return IndexExpr(-self.values, None if self.aff is None else (-self.aff[0], -self.aff[1]))
     def __pos__(self): return self
 
     def __lt__(self, o): return Mask(self.values < _arr(o))
@@ -107,7 +129,7 @@ class Mask:
 def arange(start: int, stop: int | None = None) -> IndexExpr:
     if stop is None:
         start, stop = 0, start
-    return IndexExpr(np.arange(int(start), int(stop), dtype=np.int64))
+    return IndexExpr(np.arange(int(start), int(stop), dtype=np.int64), (int(start), 1))
 
 
 class _Grid:
@@ -161,7 +183,7 @@ def ds(start: int, size: int) -> slice:
 # form and summarise broadcast masks without expanding them; callers keep the general path for anything
 # else, so both give identical values and trace regions.
 
-def basic_key(key: tuple, shape: tuple[int, ...]) -> tuple | None:
+def basic_key(key: tuple, shape: tuple[int, ...], affs: dict[int, tuple[int, int] | None] | None = None) -> tuple | None:
     """The basic (int/slice) key that selects the same elements as an advanced ``key``, or None.
 
     ``key`` is a normalized key (ints, slices, int64 arrays) with at least one array. The answer is
@@ -169,11 +191,13 @@ def basic_key(key: tuple, shape: tuple[int, ...]) -> tuple | None:
     broadcast axis, and the varying axes increase with the tensor axes: then ``t[basic]`` holds the
     elements of ``t[key]`` in the same order, and ``t[basic].reshape(adv_shape)`` equals ``t[key]``.
     Gathers, transposed or diagonal accesses and out-of-bounds indices (legal under a mask) give None.
+    ``affs`` maps an axis to the known (start, step) of its array (``IndexExpr.aff``); other arrays are
+    inspected.
     """
     nd = max(k.ndim for k in key if isinstance(k, np.ndarray))
     out: list[Any] = []
     last_axis = -1
-    for k, size in zip(key, shape):
+    for axis_no, (k, size) in enumerate(zip(key, shape)):
         if not isinstance(k, np.ndarray):
             if isinstance(k, slice):
                 return None  # normalize_key turns full slices next to arrays into arrays
@@ -182,8 +206,9 @@ def basic_key(key: tuple, shape: tuple[int, ...]) -> tuple | None:
         if k.size == 0:
             return None
         varying = [d for d, n in enumerate(k.shape) if n > 1]
+        aff = affs.get(axis_no) if affs else None
         flat = k.reshape(-1)
-        start = int(flat[0])
+        start = int(flat[0]) if aff is None else aff[0]
         if not varying:
             if not 0 <= start < size:
                 return None
@@ -195,11 +220,12 @@ def basic_key(key: tuple, shape: tuple[int, ...]) -> tuple | None:
         if axis <= last_axis:
             return None
         last_axis = axis
-        step = int(flat[1]) - start
+        step = int(flat[1]) - start if aff is None else aff[1]
         last = start + step * (flat.size - 1)
-        if step <= 0 or start < 0 or last >= size or int(flat[-1]) != last:
+        if step <= 0 or start < 0 or last >= size:
             return None
-        if flat.size > 2 and not np.array_equal(flat, np.arange(start, last + 1, step)):
+        if aff is None and (int(flat[-1]) != last or
+                            (flat.size > 2 and not np.array_equal(flat, np.arange(start, last + 1, step)))):
             return None
         out.append(slice(start, last + 1, step))
     return tuple(out)
@@ -217,14 +243,28 @@ def mask_all(m: np.ndarray) -> bool:
     return bool(compact(m).all())
 
 
+def broadcast_reps(small: tuple[int, ...], shape: tuple[int, ...]) -> int:
+    """How many times broadcasting an array of shape ``small`` to ``shape`` repeats each element.
+
+    Raises ValueError, as ``np.broadcast_to`` does, when it does not broadcast.
+    """
+    if len(small) > len(shape):
+        raise ValueError(f"cannot broadcast shape {small} to {shape}")
+    reps = 1
+    for k, n in zip((1,) * (len(shape) - len(small)) + tuple(small), shape):
+        if k != n:
+            if k != 1:
+                raise ValueError(f"cannot broadcast shape {small} to {shape}")
+            reps *= n
+    return reps
+
+
 def mask_count(m: Any, shape: tuple[int, ...]) -> int:
     """``count_nonzero(broadcast_to(m, shape))`` without expanding the broadcast."""
-    b = np.broadcast_to(m, shape)  # a view; raises like the expanded form for incompatible shapes
-    c = compact(b)
-    reps = 1
-    for n, k in zip(b.shape, c.shape):
-        reps *= n // k if k else 1
-    return int(np.count_nonzero(c)) * reps
+    m = np.asarray(m)
+    broadcast_reps(m.shape, tuple(shape))  # the expanded form's shape check
+    c = compact(m)
+    return int(np.count_nonzero(c)) * broadcast_reps(c.shape, tuple(shape))
 
 
 def mask_rows_cols(m: Any, shape: tuple[int, ...]) -> tuple[int, int]:

@@ -14,7 +14,7 @@ from math import prod as _prod
 
 from accelopt_nb.errors import LoopCarriedDependencyError, OpaqueTensorError
 from accelopt_nb.sim import dtypes as dt
-from accelopt_nb.sim.conflicts import Box, WriteLog, box_of
+from accelopt_nb.sim.conflicts import EMPTY, Box, WriteLog, box_of, masked_box
 from accelopt_nb.sim.indexing import IndexExpr, Mask, basic_key, compact, mask_all, mask_count
 from accelopt_nb.sim.runtime import PMAX, Runtime, current
 from accelopt_nb.sim.trace import Region, TensorInfo
@@ -181,7 +181,8 @@ class Tensor(_Opaque):
         return View(self, tuple(slice(0, s, 1) for s in self.shape))
 
     def __getitem__(self, key: Any) -> "View":
-        return View(self, normalize_key(self, key))
+        affs: dict[int, Any] = {}
+        return View(self, normalize_key(self, key, affs), affs)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         assign(self[key], value)
@@ -222,7 +223,8 @@ class _Alias(Tensor):
 
 
 # ---- keys ------------------------------------------------------------------------------
-def normalize_key(t: Tensor, key: Any) -> tuple:
+def normalize_key(t: Tensor, key: Any, affs: dict[int, Any] | None = None) -> tuple:
+    """The key as ints, in-bounds slices and int64 arrays; ``affs`` collects each array's ``IndexExpr.aff``."""
     if not isinstance(key, tuple):
         key = (key,)
     ndim = len(t.shape)
@@ -244,6 +246,8 @@ def normalize_key(t: Tensor, key: Any) -> tuple:
         if isinstance(k, IndexExpr):
             norm.append(k.values)
             has_array = True
+            if affs is not None:
+                affs[axis] = k.aff
         elif isinstance(k, slice):
             start, stop, step = k.start, k.stop, k.step
             start = 0 if start is None else int(start)
@@ -273,6 +277,8 @@ def normalize_key(t: Tensor, key: Any) -> tuple:
         raise current().rule_error("indexing", "mixing basic (slice) and advanced (nl.arange) indexing in one index",
                                    "do not mix slices with arange index expressions")
     if has_array and any(isinstance(k, slice) for k in norm):
+        if affs is not None:
+            affs.update((i, (0, 1)) for i, k in enumerate(norm) if isinstance(k, slice))
         norm = _full_slices_to_arrays(t, norm)
     return tuple(norm)
 
@@ -300,20 +306,36 @@ def _full_slices_to_arrays(t: Tensor, norm: list[Any]) -> list[Any]:
 _UNSET = object()
 
 
+def _broadcast_shapes(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """``np.broadcast_shapes`` for the common case, falling back to it (and its error) otherwise."""
+    nd = max(len(s) for s in shapes)
+    out = [1] * nd
+    for s in shapes:
+        for i, n in enumerate(s, nd - len(s)):
+            if n != out[i]:
+                if out[i] == 1:
+                    out[i] = n
+                elif n != 1:
+                    return np.broadcast_shapes(*shapes)
+    return tuple(out)
+
+
 class View(_Opaque):
     """A region of a tensor, produced by indexing. Holds no data."""
 
-    __slots__ = ("tensor", "key", "shape", "advanced", "_region", "_accum_pending", "_basic")
+    __slots__ = ("tensor", "key", "shape", "advanced", "_region", "_accum_pending", "_basic", "_affs")
 
-    def __init__(self, tensor: Tensor, key: tuple) -> None:
+    def __init__(self, tensor: Tensor, key: tuple, affs: dict[int, Any] | None = None) -> None:
         self.tensor = tensor
         self.key = key
-        self.advanced = any(isinstance(k, np.ndarray) for k in key)
+        arrays = [k.shape for k in key if isinstance(k, np.ndarray)]
+        self.advanced = bool(arrays)
         self._region = None
         self._basic: Any = _UNSET
+        self._affs = affs
         self._accum_pending = False
         if self.advanced:
-            shape = np.broadcast_shapes(*[k.shape for k in key if isinstance(k, np.ndarray)])
+            shape = _broadcast_shapes(arrays)
         else:
             shape = []
             for k, size in zip(key, tensor.shape):
@@ -331,7 +353,7 @@ class View(_Opaque):
         Only the data path uses it; shape, regions and indexing rules stay those of ``key``.
         """
         if self._basic is _UNSET:
-            self._basic = basic_key(self.key, self.tensor.shape) if self.advanced else None
+            self._basic = basic_key(self.key, self.tensor.shape, self._affs) if self.advanced else None
         return self._basic
 
     @property
@@ -383,7 +405,7 @@ class View(_Opaque):
                                                "indices must be within bounds")
                 base_key[axis] = base.start + int(k)
             elif isinstance(k, IndexExpr):
-                base_key[axis] = IndexExpr(k.values + base.start)
+                base_key[axis] = k + base.start
             else:
                 raise current().rule_error("indexing", f"unsupported index {k!r}", "supported indices")
         return self.tensor[tuple(IndexExpr(k) if isinstance(k, np.ndarray) else k for k in base_key)]
@@ -405,7 +427,9 @@ class View(_Opaque):
             return self._region
         t = self.tensor
         lo, hi = [], []
-        for k, size in zip(self.key, t.shape):
+        # an affine arange key spans the same box as its basic equivalent
+        key = self.basic if self.advanced and self.basic is not None else self.key
+        for k, size in zip(key, t.shape):
             if isinstance(k, slice):
                 lo.append(k.start)
                 hi.append(max(k.start, k.stop))
@@ -423,7 +447,8 @@ class View(_Opaque):
         block = 0
         if t.par_axis:
             if all(hi[i] - lo[i] == 1 for i in range(t.par_axis)):
-                block = int(np.ravel_multi_index(tuple(lo[:t.par_axis]), t.shape[:t.par_axis]))
+                for i in range(t.par_axis):  # row-major flat index of the block
+                    block = block * t.shape[i] + lo[i]
             else:
                 block = -1
         reg = Region(tensor=t.id, buffer=t.buffer, lo=tuple(lo), hi=tuple(hi), elements=elements,
@@ -436,8 +461,10 @@ class View(_Opaque):
         """Length of the innermost contiguous run in memory (for DMA efficiency)."""
         t = self.tensor
         run = dt.itemsize(t.dtype)
+        # an affine arange key has the runs of its basic equivalent (a single index reads as an int)
+        key = self.basic if self.advanced and self.basic is not None else self.key
         for axis in range(len(t.shape) - 1, -1, -1):
-            k = self.key[axis]
+            k = key[axis]
             if isinstance(k, slice):
                 if k.step != 1:
                     break
@@ -665,7 +692,11 @@ def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: 
         if not mask_all(m):
             partial = m
     if not isinstance(t._stamps, np.ndarray):
-        box = None if basic is None or partial is not None else box_of(basic)
+        box = None if basic is None else box_of(basic)
+        if box is not None and partial is not None:
+            box = masked_box(basic, partial.reshape(_basic_shape(basic)))
+            if box is EMPTY:
+                return
         if box is not None and rt.options.affine_write_conflicts == "error":
             _box_conflict_check(rt, t, box, frames, api)
             return
@@ -698,6 +729,10 @@ def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: 
         np.copyto(t._stamps[key], rt.epoch, where=where)
     else:
         t._stamps[key] = rt.epoch
+
+
+def _basic_shape(basic: tuple) -> tuple[int, ...]:
+    return tuple(len(range(k.start, k.stop, k.step)) for k in basic if isinstance(k, slice))
 
 
 def _box_conflict_check(rt: Runtime, t: Tensor, box: Box, frames: list, api: str) -> None:
