@@ -68,7 +68,7 @@ def test_missing_kernel_function(tmp_path):
 
 
 def test_unknown_neuronxcc_module(tmp_path):
-    (tmp_path / "k.py").write_text("import neuronxcc.nki.compiler as ncc\ndef kernel(x):\n    return x\n")
+    (tmp_path / "k.py").write_text("import neuronxcc.nki.backends as ncc\ndef kernel(x):\n    return x\n")
     with pytest.raises(KernelLoadError, match="not provided"):
         load_kernel(tmp_path / "k.py")
 

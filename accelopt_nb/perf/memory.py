@@ -11,7 +11,8 @@ usable bytes per partition; PSUM: 8 banks of 2 KiB, one bank at least per tile, 
 tiles start on a bank boundary) the model spills the live ranges whose next use is farthest
 away (Belady's choice, as a compiler's spiller approximates): a spill_save DMA to HBM when the
 value changed since it was last loaded, and a spill_reload DMA before its next use. PSUM
-overflows are treated the same way.
+overflows are treated the same way. Explicitly allocated tensors (``TensorInfo.allocation``,
+nki.compiler ``sbuf``/``psum`` allocators) are pinned: they are never chosen as victims.
 
 **Capacity in time.** :class:`TimedPool` limits how far producers can run ahead: a new live
 range may only start once enough earlier ranges have ended in *time* (not just in stream
@@ -42,6 +43,7 @@ class LiveRange:
     end: int                   # stream index of the last access
     accesses: list[int] = field(default_factory=list)
     write_accesses: list[int] = field(default_factory=list)
+    pinned: bool = False       # explicitly allocated (nki.compiler): stays resident, never a spill victim
 
 
 @dataclass(slots=True)
@@ -143,13 +145,13 @@ def live_ranges(trace: Trace, hw: HWConfig) -> tuple[list[LiveRange], dict[int, 
             info = tensors.get(tid)
             if info is None:
                 continue
-            sizes[tid] = (footprint(info, hw), info.block_bytes)
-        size, nbytes = sizes[tid]
+            sizes[tid] = (footprint(info, hw), info.block_bytes, info.allocation is not None)
+        size, nbytes, pinned = sizes[tid]
         cur: LiveRange | None = None
         has_read = False
         for idx, rd, wr in accs:
             if cur is None or (wr and not rd and has_read):
-                cur = LiveRange(len(ranges), tid, blk, tensors[tid].buffer, size, nbytes, idx, idx)
+                cur = LiveRange(len(ranges), tid, blk, tensors[tid].buffer, size, nbytes, idx, idx, pinned=pinned)
                 ranges.append(cur)
                 has_read = False
             cur.accesses.append(idx)
@@ -206,7 +208,8 @@ def plan_memory(trace: Trace, hw: HWConfig) -> MemoryPlan:
             used[r.buffer] += r.size
             demand[r.buffer] += r.size
             next_use[rid] = i
-            heapq.heappush(heaps[r.buffer], (-i, rid))
+            if not r.pinned:
+                heapq.heappush(heaps[r.buffer], (-i, rid))
             grew = True
         if grew:
             for buf in ON_CHIP:
@@ -233,7 +236,7 @@ def plan_memory(trace: Trace, hw: HWConfig) -> MemoryPlan:
                     peak_resident[buf] = used[buf]
         for rid in access_ranges.get(i, ()):
             r = ranges[rid]
-            if r.end > i and rid in resident:
+            if r.end > i and rid in resident and not r.pinned:
                 k = bisect_right(r.accesses, i)
                 next_use[rid] = r.accesses[k]
                 heapq.heappush(heaps[r.buffer], (-next_use[rid], rid))

@@ -9,7 +9,9 @@ alias table) without touching the core.
 from __future__ import annotations
 
 import builtins
+import itertools
 import linecache
+import sys
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,9 +21,11 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from accelopt_nb.errors import KernelError, KernelLoadError, UnsupportedAPIError
+from accelopt_nb.sim import compiler as _compiler
 from accelopt_nb.sim import dtypes as _dt
 from accelopt_nb.sim import isa as _isa
 from accelopt_nb.sim import language as _nl
+from accelopt_nb.sim.launch import Grid, parse_grid, run_grid
 from accelopt_nb.sim.runtime import Runtime, SimOptions, active, running
 from accelopt_nb.sim.tensor import Tensor
 from accelopt_nb.sim.trace import Trace
@@ -42,66 +46,84 @@ class SimResult:
 
 
 class Kernel:
-    """An ``@nki.jit`` kernel. Calling it with NumPy arrays simulates it; ``kernel[g](...)`` is SPMD."""
+    """An ``@nki.jit`` kernel. Calling it with NumPy arrays simulates it; ``kernel[g](...)`` is SPMD.
 
-    def __init__(self, fn: Callable, grid: tuple[int, ...] = (), mode: str = "auto") -> None:
+    ``host=True`` marks a plain function (not decorated): it runs as host code, so a
+    ``kernel[grid](...)`` call inside it launches that kernel's whole grid.
+    """
+
+    def __init__(self, fn: Callable, grid: Any = (), mode: str = "auto", host: bool = False,
+                 options: dict | None = None, on_result: Callable | None = None) -> None:
         self.fn = fn
-        self.grid = grid
+        self.grid_spec = grid if isinstance(grid, Grid) else parse_grid(tuple(grid)) if grid else Grid(())
         self.mode = mode
+        self.host = host
+        self.options = dict(options or {})    # compile/launch options (nki.jit, nki.baremetal(...), ...)
+        self.on_result = on_result            # nki.benchmark / nki.profile: what to do with each launch
+        self.benchmark_result: Any = None
         self.__name__ = getattr(fn, "__name__", "kernel")
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn
 
+    @property
+    def grid(self) -> tuple[int, ...]:
+        return self.grid_spec.shape
+
     def __getitem__(self, grid: Any) -> "Kernel":
-        grid = grid if isinstance(grid, tuple) else (grid,)
-        return Kernel(self.fn, tuple(int(g) for g in grid), self.mode)
+        return Kernel(self.fn, parse_grid(grid), self.mode, options=self.options, on_result=self.on_result)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if active() is not None:  # a kernel calling a sub-kernel: just run it in the same launch
+        rt = active()
+        if rt is not None and rt.in_kernel:  # a kernel calling a sub-kernel: just run it in the same launch
             return self.fn(*args, **kwargs)
+        if rt is not None:                   # host code launching a kernel: the whole grid runs
+            args = [_as_input(rt, a, i) for i, a in enumerate(args)]
+            kwargs = {k: _as_input(rt, v, k) for k, v in kwargs.items()}
+            return run_grid(rt, self.fn, args, kwargs, self.grid_spec)
         result = simulate(self, *args, **kwargs)
+        if self.on_result is not None:
+            self.on_result(self, result)
         return result.outputs[0] if len(result.outputs) == 1 else result.outputs
 
 
 def jit(func: Callable | None = None, *, mode: str = "auto", **kwargs: Any) -> Any:
+    """``@nki.jit`` or ``@nki.jit(**compile_options)``: the options are kept on the kernel, not applied."""
     if func is None:
-        return lambda f: Kernel(f, mode=mode)
-    return Kernel(func, mode=mode)
+        return lambda f: Kernel(getattr(f, "fn", f), mode=mode, options=kwargs)
+    return Kernel(getattr(func, "fn", func), mode=mode, options=kwargs)
 
 
 def _kernel_files(kernel: Kernel) -> set[str]:
     code = getattr(kernel.fn, "__code__", None)
     files = {code.co_filename} if code is not None else set()
-    mod_file = getattr(kernel.fn, "__globals__", {}).get("__file__")
-    if mod_file:
-        files.add(mod_file)
-    return files
+    module_globals = getattr(kernel.fn, "__globals__", {})
+    if module_globals.get("__file__"):
+        files.add(module_globals["__file__"])
+    return files | module_globals.get(_FILES_KEY, set())
 
 
-def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None = None, grid: Sequence[int] | None = None,
+def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None = None, grid: Sequence[Any] | None = None,
              **kwargs: Any) -> SimResult:
-    """Run a kernel on NumPy inputs. Kernel errors raise :class:`KernelError` with file and line."""
+    """Run a kernel on NumPy inputs. Kernel errors raise :class:`KernelError` with file and line.
+
+    A plain function (not ``@nki.jit``) runs as host code: the kernels it calls with
+    ``kernel[grid](...)`` run their whole grids, all in this one launch and trace.
+    """
     if not isinstance(kernel, Kernel):
-        kernel = Kernel(kernel)
+        kernel = Kernel(kernel, host=True)
     options = options or SimOptions()
-    launch_grid = tuple(grid) if grid is not None else kernel.grid
+    launch_grid = parse_grid(tuple(grid)) if grid is not None else kernel.grid_spec
     rt = Runtime(options, kernel.__name__, _kernel_files(kernel))
-    rt.grid = launch_grid
     # per-tile BLAS calls are tiny: extra BLAS threads only add synchronization (5x slower measured)
     with running(rt), threadpool_limits(limits=1, user_api="blas"):
         args = [_as_input(rt, a, i) for i, a in enumerate(inputs)]
         kw = {k: _as_input(rt, v, k) for k, v in kwargs.items()}
-        outputs = None
         try:
-            ids = list(np.ndindex(*launch_grid)) if launch_grid else [()]
-            for pid in ids:
-                rt.program_id = tuple(int(i) for i in pid)
-                rt.shared_hbm_cursor = 0
-                if launch_grid:
-                    with _spmd_frame(rt, pid):
-                        outputs = kernel.fn(*args, **kw)
-                else:
-                    outputs = kernel.fn(*args, **kw)
+            if kernel.host and not launch_grid.shape:
+                rt.force_auto_alloc = getattr(kernel.fn, "_nki_force_auto_alloc", False)
+                outputs = kernel.fn(*args, **kw)
+            else:
+                outputs = run_grid(rt, kernel.fn, args, kw, launch_grid)
         except KernelError:
             raise
         except (TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError, NameError, KeyError) as exc:
@@ -111,25 +133,7 @@ def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None
             raise KernelError(f"{type(exc).__name__}: {exc}", file=file, line=line,
                               rule="kernel raised a Python error while tracing") from exc
         result_arrays = _collect_outputs(rt, outputs, kernel.__name__, inputs)
-    rt.trace.grid = launch_grid
     return SimResult(outputs=result_arrays, trace=rt.trace, log=rt.log, warnings=rt.warnings)
-
-
-class _spmd_frame:
-    def __init__(self, rt: Runtime, pid: tuple) -> None:
-        self.rt, self.pid = rt, pid
-
-    def __enter__(self):
-        from accelopt_nb.sim.runtime import LoopFrame
-        self.frame = LoopFrame(uid=self.rt.new_uid(), kind="spmd", iteration=int(np.ravel_multi_index(
-            self.pid, self.rt.grid)) if self.rt.grid else 0)
-        self.rt.loops.insert(0, self.frame)
-        self.rt._refresh_loop_key()
-
-    def __exit__(self, *exc):
-        self.rt.loops.remove(self.frame)
-        self.rt._refresh_loop_key()
-        return False
 
 
 def _innermost_kernel_frame(exc: BaseException, files: set[str]) -> tuple[str | None, int | None]:
@@ -197,20 +201,14 @@ def _simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
     return k(*args, **kwargs)
 
 
-def _hardware_only(name: str) -> Callable:
-    def unavailable(*args, **kwargs):
-        raise UnsupportedAPIError(f"nki.{name} needs Trainium hardware and neuronx-cc; the simulator cannot run it "
-                                  "(use accelopt_nb's evaluation service with --backend neuron on a Trainium machine)")
-    return unavailable
-
-
+compiler_module = _module("neuronxcc.nki.compiler", {k: getattr(_compiler, k) for k in _compiler.__all__})
 language_module = _module("neuronxcc.nki.language", {k: getattr(_nl, k) for k in _nl.__all__})
 isa_module = _module("neuronxcc.nki.isa", {k: getattr(_isa, k) for k in _isa.__all__})
 typing_module = _make_typing()
 nki_module = _module("neuronxcc.nki", {
     "jit": jit, "trace": jit, "language": language_module, "isa": isa_module, "typing": typing_module,
-    "simulate_kernel": _simulate_kernel, "baremetal": _hardware_only("baremetal"),
-    "benchmark": _hardware_only("benchmark"), "profile": _hardware_only("profile"),
+    "compiler": compiler_module, "simulate_kernel": _simulate_kernel, "baremetal": _compiler.baremetal,
+    "benchmark": _compiler.benchmark, "profile": _compiler.profile,
 })
 neuronxcc_module = _module("neuronxcc", {"nki": nki_module})
 
@@ -220,11 +218,14 @@ def _make_standalone_nki() -> dict[str, types.ModuleType]:
 
     lang = _module("nki.language", dict(language_module.__dict__, __name__="nki.language"))
     typing = _module("nki.typing", dict(typing_module.__dict__, __name__="nki.typing"))
+    comp = _module("nki.compiler", dict(compiler_module.__dict__, __name__="nki.compiler"))
     top = _module("nki", {"jit": jit, "language": lang, "isa": nki_frontend.isa_module, "typing": typing,
+                          "compiler": comp,
                           "simulate": lambda kernel: (kernel if isinstance(kernel, Kernel) else Kernel(kernel)),
-                          "baremetal": _hardware_only("baremetal"), "benchmark": _hardware_only("benchmark"),
-                          "profile": _hardware_only("profile")})
-    return {"nki": top, "nki.language": lang, "nki.isa": nki_frontend.isa_module, "nki.typing": typing}
+                          "baremetal": _compiler.baremetal, "benchmark": _compiler.benchmark,
+                          "profile": _compiler.profile})
+    return {"nki": top, "nki.language": lang, "nki.isa": nki_frontend.isa_module, "nki.typing": typing,
+            "nki.compiler": comp}
 
 
 # Two front ends over one core: each entry maps an import name to its facade module, and the
@@ -235,12 +236,15 @@ _ALIASES: dict[str, types.ModuleType] = {
     "neuronxcc.nki.language": language_module,
     "neuronxcc.nki.isa": isa_module,
     "neuronxcc.nki.typing": typing_module,
+    "neuronxcc.nki.compiler": compiler_module,
     **_make_standalone_nki(),
 }
 _FACADE_ROOTS = {"neuronxcc", "nki"}
+_MODULE_IDS = itertools.count(1)
+_FILES_KEY = "__accelopt_kernel_files__"   # module global: the files of a kernel and its sibling modules
 
 
-def _make_import(real_import: Callable) -> Callable:
+def _make_import(real_import: Callable, siblings: "_Siblings | None" = None) -> Callable:
     def sim_import(name, globals=None, locals=None, fromlist=(), level=0):
         root = name.split(".", 1)[0]
         if level == 0 and root in _FACADE_ROOTS:
@@ -248,8 +252,80 @@ def _make_import(real_import: Callable) -> Callable:
                 raise ImportError(f"{name} is not provided by the accelopt_nb simulator "
                                   f"(available: {', '.join(sorted(_ALIASES))})")
             return _ALIASES[name] if fromlist else _ALIASES[root]
+        if level == 0 and siblings is not None and name == root:
+            mod = siblings.find(root)
+            if mod is not None:
+                return mod
         return real_import(name, globals, locals, fromlist, level)
     return sim_import
+
+
+class _Siblings:
+    """NKI files next to a kernel file, importable from it by name (``from helpers import tile_add``).
+
+    A sibling is loaded like the kernel (its ``neuronxcc`` imports resolve to the simulator), once per
+    kernel load. Modules already imported for real (numpy, math, ...) take precedence over a sibling
+    of the same name, so a stray ``numpy.py`` next to a kernel cannot shadow NumPy.
+    """
+
+    def __init__(self, directory: Path | None, files: set[str]) -> None:
+        self.directory = directory
+        self.files = files          # every file of this kernel's modules, for error locations
+        self.loaded: dict[str, types.ModuleType] = {}
+
+    def find(self, name: str) -> types.ModuleType | None:
+        if name in self.loaded:
+            return self.loaded[name]
+        if self.directory is None or name in sys.modules:
+            return None
+        path = self.directory / f"{name}.py"
+        if not path.is_file():
+            return None
+        filename = str(path.resolve())
+        source = path.read_text()
+        code = _compile(source, filename)
+        module = _new_module(name, filename, self)
+        self.loaded[name] = module    # before running it: import cycles see the partial module, as in Python
+        _exec_module(code, module, filename)
+        return module
+
+
+def _compile(source: str, filename: str) -> types.CodeType:
+    # register the text so tracebacks and error locations can show kernel lines
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    try:
+        return compile(source, filename, "exec")
+    except SyntaxError as exc:
+        raise KernelLoadError(f"syntax error: {exc.msg}", file=filename, line=exc.lineno,
+                              rule="kernel source must be valid Python") from exc
+
+
+def _new_module(name: str, filename: str, siblings: _Siblings) -> types.ModuleType:
+    siblings.files.add(filename)
+    module = types.ModuleType(f"accelopt_kernel_{name}_{next(_MODULE_IDS)}")   # a name no real package uses
+    module.__file__ = filename
+    module.__builtins__ = kernel_builtins(siblings)
+    module.__dict__[_FILES_KEY] = siblings.files
+    return module
+
+
+def _exec_module(code: types.CodeType, module: types.ModuleType, filename: str) -> None:
+    """Run a kernel module's top level as a real module: registered in ``sys.modules`` while it runs
+    (``@dataclass`` and friends look their module up there)."""
+    key = module.__name__
+    sys.modules[key] = module
+    try:
+        exec(code, module.__dict__)  # noqa: S102 - kernels are user code by design; sandboxing is layer 4's job
+    except KernelError:
+        raise
+    except ImportError as exc:
+        raise KernelLoadError(f"import failed: {exc}", file=filename, line=_exc_line(exc, filename),
+                              rule="kernels import numpy, math, neuronxcc.nki and NKI files next to them") from exc
+    except Exception as exc:
+        raise KernelLoadError(f"{type(exc).__name__} while loading: {exc}", file=filename,
+                              line=_exc_line(exc, filename)) from exc
+    finally:
+        sys.modules.pop(key, None)
 
 
 class _TrackedRange:
@@ -280,9 +356,9 @@ class _TrackedRange:
         return repr(self._r)
 
 
-def kernel_builtins() -> dict[str, Any]:
+def kernel_builtins(siblings: _Siblings | None = None) -> dict[str, Any]:
     b = dict(vars(builtins))
-    b["__import__"] = _make_import(builtins.__import__)
+    b["__import__"] = _make_import(builtins.__import__, siblings)
     b["range"] = _TrackedRange
     return b
 
@@ -301,29 +377,15 @@ def load_kernel(path: str | Path | None = None, *, source: str | None = None, na
             raise KernelLoadError(f"kernel file not found: {path}")
         source = path.read_text()
     filename = filename or (str(Path(path).resolve()) if path is not None else f"<kernel-{abs(hash(source)) & 0xffffff:x}>")
-    # register the text so tracebacks and error locations can show kernel lines
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    try:
-        code = compile(source, filename, "exec")
-    except SyntaxError as exc:
-        raise KernelLoadError(f"syntax error: {exc.msg}", file=filename, line=exc.lineno,
-                              rule="kernel source must be valid Python") from exc
-    module_globals: dict[str, Any] = {"__name__": f"accelopt_kernel_{Path(filename).stem}", "__file__": filename,
-                                      "__builtins__": kernel_builtins()}
-    try:
-        exec(code, module_globals)  # noqa: S102 - kernels are user code by design; sandboxing is layer 4's job
-    except KernelError:
-        raise
-    except ImportError as exc:
-        raise KernelLoadError(f"import failed: {exc}", file=filename, line=_exc_line(exc, filename),
-                              rule="kernels import numpy, math and neuronxcc.nki only") from exc
-    except Exception as exc:
-        raise KernelLoadError(f"{type(exc).__name__} while loading: {exc}", file=filename,
-                              line=_exc_line(exc, filename)) from exc
+    code = _compile(source, filename)
+    siblings = _Siblings(Path(filename).parent if path is not None else None, set())
+    module = _new_module(Path(filename).stem, filename, siblings)
+    _exec_module(code, module, filename)
+    module_globals = module.__dict__
     for candidate in (name, "kernel", "optimized_kernel"):
         obj = module_globals.get(candidate)
         if obj is not None:
-            return obj if isinstance(obj, Kernel) else Kernel(obj)
+            return obj if isinstance(obj, Kernel) else Kernel(obj, host=True)
     raise KernelLoadError(f"kernel source defines no function named '{name}'", file=filename,
                           rule="kernel module must define the kernel function")
 

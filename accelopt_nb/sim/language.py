@@ -19,6 +19,7 @@ from accelopt_nb.sim import ops as _ops
 from accelopt_nb.sim.functions import ACTIVATIONS, ALU, SCALAR_ENGINE_FUNCS, op_name
 from accelopt_nb.sim.indexing import IndexExpr, Mask, arange, ds, mgrid  # noqa: F401 (re-exported)
 from accelopt_nb.sim.indexing import mask_rows_cols as _mask_rows_cols
+from accelopt_nb.sim.launch import nc, spmd_dim  # noqa: F401 (re-exported)
 from accelopt_nb.sim.runtime import (BN_STATS_FMAX, GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX, PSUM_FMAX,
                                      ParDim, current, hbm, par_dim, private_hbm, psum, sbuf, shared_hbm)  # noqa: F401
 from accelopt_nb.sim.tensor import Tensor, View, as_view, operand, read, write
@@ -91,6 +92,9 @@ def _allocate(api: str, shape, dtype, buffer, name: str, fill: Any, *, lazy: boo
     elif fill is not None:
         written = True
     t = Tensor(rt, dims, dtype, buf, kind, name=name, par_axis=par_axis, data=data, written=written)
+    placement = getattr(buffer, "trace_record", None)
+    if placement is not None and not rt.force_auto_alloc and t.id in rt.trace.tensors:
+        rt.trace.tensors[t.id].allocation = placement()
     if raw_name == "shared_hbm" and rt.grid:
         rt.shared_hbm.append(t)
     if fill is not None and buf != "hbm" and not lazy:
@@ -482,30 +486,100 @@ all = _reduce("all", lambda a, axis, keepdims: np.all(a != 0, axis=axis, keepdim
 
 
 def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
-    """Reduce ``x`` across the iterations of the enclosing loop(s) with ``op``.
+    """Reduce ``x`` with ``op`` across the iterations of the loops named in ``loop_indices``.
 
-    The accumulator belongs to the call site and the enclosing outer-loop iteration: the first
-    iteration of the reduced loop starts it, later ones combine into it.
+    As documented, the destination is also the accumulator input: ``dst[...] = nl.loop_reduce(x, ...)``
+    computes ``dst = op(dst, x)``, except at the first iteration of the named loops (all of them at
+    their first value), where the reduction restarts with ``dst = x`` (compiler-generated kernels
+    reduce into uninitialized buffers). The named loops need not be the innermost, nor adjacent, and
+    may be affine: this is a reduction, not a loop-carried write. Rebound to a name instead
+    (``b = nl.loop_reduce(...)``), the result is the accumulator of this call site in the current
+    iteration of the loops that are not named.
     """
     rt = current()
+    api = "nl.loop_reduce"
     name = op_name(op)
     if name not in ALU:
-        raise rt.rule_error("nl.loop_reduce", f"unsupported reduction op {op!r}", "loop_reduce takes an ALU op")
+        raise rt.rule_error(api, f"unsupported reduction op {op!r}", "loop_reduce takes an ALU op")
+    named = _named_loops(rt, api, loop_indices)
+    restart = builtins.all(f.iteration == f.start for f in named)
+    m = _ops.mask_array(mask)
+    xo = operand(x, api, allow_scalar=False, mask=m)
+    out_dtype = _dt.canonical(dtype) if dtype is not None else xo.dtype
+    fn = ALU[name]
     file, line = rt.location()
-    inner = rt.loops[-1] if rt.loops else None
-    key = (file, line, tuple(f.uid for f in rt.loops[:-1]), inner.uid if inner else None)
-    acc = rt.loop_reduce_state.get(key)
-    if acc is None:
-        acc = copy(x, dtype=dtype, mask=mask)
-        acc._consumed = True
-        rt.loop_reduce_state[key] = acc
-        return acc
-    fresh = _ops.elementwise("nl.loop_reduce", "vector", "tensor_tensor", ALU[name], [acc, x], dtype=acc.dtype,
-                             mask=mask, attrs={"alu": name})
-    acc._data, acc._written = fresh._data, fresh._written
-    fresh._consumed = True
-    fresh._producer.writes = (acc.full_view().region(),)
-    return acc
+    key = (file, line, tuple((depth, f.iteration) for depth, f in enumerate(rt.loops) if f not in named))
+    prev = None if restart else rt.loop_reduce_state.get(key)
+    data = written = None
+    if xo.data is not None:
+        data, written = xo.data.astype(np.float32) if _dt.is_float(out_dtype) else xo.data, xo.written
+        if prev is not None:
+            with np.errstate(all="ignore"):
+                data = _combine(fn, prev[0], data, m)
+            written = _ops.combine_written(prev[1], written, shape=xo.shape)
+        rt.loop_reduce_state[key] = (data, written)
+    out = _ops.new_result(rt, api, xo.shape, out_dtype, "sbuf", data, written, m)
+    _ops.emit_for(rt, out, "vector", "tensor_tensor", api, [xo], {"alu": name, "num_inputs": 2,
+                                                                 "psum_input": xo.buffer == "psum", "loop_reduce": True})
+    rt.pending_reduction = (out, _PendingReduce(fn, restart, xo, m))
+    return out
+
+
+def _named_loops(rt, api: str, loop_indices: Any) -> list:
+    from accelopt_nb.sim.runtime import LoopIndex
+    items = loop_indices if isinstance(loop_indices, (list, tuple)) else [loop_indices]
+    if not items:
+        raise rt.rule_error(api, "loop_indices is empty", "loop_reduce names the loops it reduces over")
+    frames = []
+    for idx in items:
+        if isinstance(idx, LoopIndex) and idx.frame in rt.loops:
+            frames.append(idx.frame)
+            continue
+        # a plain int: the innermost enclosing loop at that value that is not named yet
+        hit = next((f for f in reversed(rt.loops) if f.kind != "spmd" and f not in frames
+                    and isinstance(idx, (int, np.integer)) and f.iteration == int(idx)), None)
+        if hit is None:
+            raise rt.rule_error(api, f"loop_indices entry {idx!r} is not the variable of an enclosing loop",
+                                "loop_reduce names enclosing loop variables")
+        frames.append(hit)
+    return frames
+
+
+def _combine(fn, acc: np.ndarray, x: np.ndarray, m: np.ndarray | None) -> np.ndarray:
+    new = np.asarray(fn(acc, x), dtype=acc.dtype if acc.dtype.kind == "f" else None)
+    return new if m is None else np.where(np.broadcast_to(m, new.shape), new, acc)
+
+
+class _PendingReduce:
+    """A loop_reduce result waiting for its destination: assigning it reduces into the destination."""
+
+    __slots__ = ("fn", "restart", "x", "mask")
+
+    def __init__(self, fn, restart: bool, x, mask) -> None:
+        self.fn, self.restart, self.x, self.mask = fn, restart, x, mask
+
+    def reduce_into(self, dest: View, result: Tensor, api: str) -> None:
+        """``dest = x`` at a restart, else ``dest = op(dest, x)``; one VectorE instruction either way."""
+        producer = result._producer
+        mask = result._mask
+        if self.x.data is None:  # trace-only
+            write(dest, None, None, mask, api, reduction=not self.restart)
+        elif self.restart:
+            write(dest, result._data.reshape(dest.shape), None if result._written is None else
+                  result._written.reshape(dest.shape), mask, api)
+        else:
+            acc, acc_written = read(dest, None, api)
+            x = self.x.data.reshape(dest.shape)
+            with np.errstate(all="ignore"):
+                new = _combine(self.fn, acc.astype(np.float32) if acc.dtype.kind == "f" else acc, x,
+                               None if self.mask is None else np.broadcast_to(self.mask, self.x.shape).reshape(dest.shape))
+            xw = None if self.x.written is None else self.x.written.reshape(dest.shape)
+            write(dest, new, _ops.combine_written(acc_written, xw, shape=dest.shape), mask, api, reduction=True)
+        if producer is not None:
+            producer.writes = (dest.region(mask),)
+            producer.out_dtype = _dt.name(dest.dtype)
+            if not self.restart:
+                producer.reads = producer.reads + (dest.region(),)
 
 
 # ---- composite ops -------------------------------------------------------------------------------

@@ -180,6 +180,11 @@ def copy_into(dest: View, value: Any, api: str, reduction: bool = False) -> None
     mask = src._mask if retarget else None
     if retarget:
         src._consumed = True
+        pending = rt.pending_reduction
+        if pending is not None and pending[0] is src:  # dst[...] = nl.loop_reduce(...): dst is the accumulator
+            rt.pending_reduction = None
+            pending[1].reduce_into(dest, src, api)
+            return
         values = None if src._data is None else src._data.reshape(dshape) if sshape != dshape else src._data
         written = None if src._written is None else (src._written.reshape(dshape) if sshape != dshape else src._written)
         if mask is not None and sshape != dshape:

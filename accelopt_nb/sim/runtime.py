@@ -52,6 +52,13 @@ class LoopFrame:
     iteration: int = -1
     inst_epoch: int = 0     # epoch at the loop instance's first iteration
     iter_epoch: int = 0     # epoch at the current iteration's start
+    start: int = 0          # the first iteration's value (nl.loop_reduce restarts there)
+
+
+class LoopIndex(int):
+    """A loop variable: an int that remembers its loop, so ``loop_indices=[i]`` can name the loop."""
+
+    frame: LoopFrame
 
 
 class Runtime:
@@ -70,9 +77,13 @@ class Runtime:
         self.grid: tuple[int, ...] = ()
         self.shared_hbm: list[Any] = []      # shared_hbm tensors, matched by creation order
         self.shared_hbm_cursor = 0
+        self.in_kernel = False               # False while a host function (not an @nki.jit kernel) runs
+        self.num_cores = 1                   # physical NeuronCores of the current launch (nl.nc)
+        self.force_auto_alloc = False        # @nki.compiler.force_auto_alloc: explicit placements ignored
         self.log: list[str] = []
         self.warnings: list[str] = []
-        self.loop_reduce_state: dict[tuple, Any] = {}
+        self.loop_reduce_state: dict[tuple, Any] = {}   # nl.loop_reduce accumulators by call site and loop nest
+        self.pending_reduction: Any = None   # (result, how to reduce it into a destination) of the last loop_reduce
 
     # ---- identities --------------------------------------------------------------
     def new_tensor_id(self) -> int:
@@ -108,12 +119,14 @@ class Runtime:
 
     # ---- loops -------------------------------------------------------------------
     def loop(self, kind: str, values: range) -> Iterator[int]:
-        frame = LoopFrame(uid=self.new_uid(), kind=kind)
+        frame = LoopFrame(uid=self.new_uid(), kind=kind, start=values[0] if len(values) else 0)
         self.loops.append(frame)
         try:
             first = True
             for i in values:
                 frame.iteration = i
+                i = LoopIndex(i)
+                i.frame = frame
                 if kind == "affine":
                     self.epoch += 1
                     frame.iter_epoch = self.epoch
@@ -211,5 +224,5 @@ hbm = Buffer("hbm", False)
 private_hbm = Buffer("private_hbm", False)
 shared_hbm = Buffer("shared_hbm", False)
 
-__all__ = ["SimOptions", "Runtime", "current", "active", "running", "par_dim", "ParDim", "Buffer",
+__all__ = ["SimOptions", "Runtime", "LoopFrame", "LoopIndex", "current", "active", "running", "par_dim", "ParDim", "Buffer",
            "sbuf", "psum", "hbm", "private_hbm", "shared_hbm", "field"]

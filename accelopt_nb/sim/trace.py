@@ -43,6 +43,10 @@ class TensorInfo:
     alloc_index: int           # number of instructions recorded before this allocation
     loops: tuple[tuple[int, str, int], ...] = ()
     line: int | None = None
+    # explicit placement (nki.compiler sbuf/psum alloc or mod_alloc), e.g. {"kind": "mod_alloc",
+    # "buffer": "sbuf", "base_addr": 0, "num_free_tiles": (2,), ...}; None = placed by the compiler.
+    # A pinned tensor is never spilled.
+    allocation: dict[str, Any] | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -144,6 +148,8 @@ class Trace:
     tensors: dict[int, TensorInfo] = field(default_factory=dict)
     grid: tuple[int, ...] = ()
     trace_only: bool = False
+    num_cores: int = 1                                         # physical NeuronCores used (nl.nc launch grids)
+    program_cores: dict[int, int] = field(default_factory=dict)  # flat SPMD program id -> core, when num_cores > 1
 
     def __len__(self) -> int:
         return len(self.instructions)
