@@ -85,6 +85,27 @@ class UnsupportedAPIError(KernelError):
     rule = "API not supported by the accelopt_nb simulator"
 
 
+class SimulatorBugError(KernelError):
+    """The simulator's own code failed (an internal IndexError, ValueError, ...) while running a kernel.
+
+    Not the kernel's fault: file and line are the kernel line that triggered it, ``internal`` names
+    the simulator exception and where it was raised. It is a KernelError so every caller that
+    reports kernel failures reports it too, with that location.
+    """
+
+    rule = "internal simulator error: a bug in accelopt_nb's simulator, not in the kernel (please report it)"
+
+    def __init__(self, message: str, *, internal: str = "", **kwargs) -> None:
+        self.internal = internal
+        super().__init__(message, **kwargs)
+
+    def _format(self) -> str:
+        return f"simulator bug: {super()._format()}"
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "internal": self.internal}
+
+
 class KernelRejectedError(KernelError):
     """The static check refused the kernel source before running it (forbidden import or builtin)."""
 

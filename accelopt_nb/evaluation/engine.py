@@ -17,7 +17,7 @@ import numpy as np
 
 from accelopt_nb.errors import (EvaluationError, KernelError, KernelLoadError,
                                 KernelRuntimeError, LoopCarriedDependencyError, OpaqueTensorError,
-                                ProblemError, UninitializedReadError)
+                                ProblemError, SimulatorBugError, UninitializedReadError)
 from accelopt_nb.evaluation.correctness import compare_outputs, lowered_dtypes, unwritten_outputs
 from accelopt_nb.evaluation.job import EVALUATOR_VERSION, PROFILE_SEED, EvalJob
 from accelopt_nb.evaluation.problems import load_problem
@@ -261,7 +261,7 @@ class _Run:
 
     # -- errors -------------------------------------------------------------------------------
     def _classify(self, exc: BaseException) -> Status:
-        if isinstance(exc, KernelRuntimeError):
+        if isinstance(exc, (KernelRuntimeError, SimulatorBugError)):
             return Status.CRASHED
         if isinstance(exc, CORRECTNESS_RULE_ERRORS):
             return Status.INCORRECT
@@ -302,6 +302,8 @@ def latency_ms_from_profile(profile: dict[str, Any]) -> float | None:
 
 
 def _failure_message(category: Status, what: str, check: CheckResult) -> str:
+    if (check.error or {}).get("type") == SimulatorBugError.__name__:
+        return f"simulator bug (not the kernel's fault) on {what}: {check.reason}"
     lead = {Status.BUILD_FAILED: "kernel failed to build/trace",
             Status.CRASHED: "kernel crashed while running",
             Status.INCORRECT: "incorrect"}.get(category, category.value)

@@ -11,6 +11,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from accelopt_nb.errors import UnsupportedAPIError
+
 float32 = np.dtype(np.float32)
 float16 = np.dtype(np.float16)
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
@@ -45,6 +47,14 @@ FLOAT_WIDTH = {"float8_e4m3fn": 1, "float8_e5m2": 1, "float16": 2, "bfloat16": 2
                "tfloat32": 4, "float32": 4}
 
 
+class UnknownDTypeError(UnsupportedAPIError, TypeError):
+    """A dtype NKI does not have: the kernel's error (and a TypeError, for callers that probe)."""
+
+    def __init__(self, dtype: Any) -> None:
+        super().__init__(f"unknown dtype {dtype!r} (NKI dtypes: float32, bfloat16, float16, tfloat32, float8_e4m3, "
+                         "float8_e5m2, int8/16/32, uint8/16/32, bool_)", api="dtype")
+
+
 _CANON_CACHE: dict[Any, Any] = {}
 _NAME_CACHE: dict[Any, str] = {}
 
@@ -72,13 +82,15 @@ def _canonical(dtype: Any) -> Any:
         try:
             return _BY_NAME[dtype]
         except KeyError:
-            raise TypeError(f"unknown dtype {dtype!r}") from None
+            raise UnknownDTypeError(dtype) from None
     if dtype is bool or dtype is np.bool_:
         return bool_
     try:
         dt = np.dtype(dtype)
     except TypeError:
-        raise TypeError(f"unknown dtype {dtype!r}") from None
+        raise UnknownDTypeError(dtype) from None
+    if dt.kind in "cOSUMm" or (dt.kind == "f" and dt.itemsize > 8):  # complex, text, objects, times: not NKI
+        raise UnknownDTypeError(dtype)
     if dt == np.bool_:
         return bool_
     if dt == np.float64:  # engines are fp32 at most

@@ -20,7 +20,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from accelopt_nb.errors import KernelError, KernelLoadError, UnsupportedAPIError
+from accelopt_nb.errors import KernelError, KernelLoadError, SimulatorBugError, UnsupportedAPIError
+from accelopt_nb.sim import api_guard, failures
 from accelopt_nb.sim import compiler as _compiler
 from accelopt_nb.sim import dtypes as _dt
 from accelopt_nb.sim import isa as _isa
@@ -124,14 +125,12 @@ def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None
                 outputs = kernel.fn(*args, **kw)
             else:
                 outputs = run_grid(rt, kernel.fn, args, kw, launch_grid)
-        except KernelError:
+        except KernelError as exc:
+            raise exc.locate(*_innermost_kernel_frame(exc, rt.kernel_files))
+        except RecursionError:
             raise
-        except (TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError, NameError, KeyError) as exc:
-            file, line = _innermost_kernel_frame(exc, rt.kernel_files)
-            if isinstance(exc, AttributeError) and "module" in str(exc) and ("nl" in str(exc) or "isa" in str(exc)):
-                raise UnsupportedAPIError(str(exc), file=file, line=line) from exc
-            raise KernelError(f"{type(exc).__name__}: {exc}", file=file, line=line,
-                              rule="kernel raised a Python error while tracing") from exc
+        except failures.PYTHON_ERRORS as exc:
+            raise failures.python_error(exc, rt.kernel_files, _innermost_kernel_frame(exc, rt.kernel_files)) from exc
         result_arrays = _collect_outputs(rt, outputs, kernel.__name__, inputs)
     return SimResult(outputs=result_arrays, trace=rt.trace, log=rt.log, warnings=rt.warnings)
 
@@ -251,7 +250,12 @@ def _make_import(real_import: Callable, siblings: "_Siblings | None" = None) -> 
             if name not in _ALIASES:
                 raise ImportError(f"{name} is not provided by the accelopt_nb simulator "
                                   f"(available: {', '.join(sorted(_ALIASES))})")
-            return _ALIASES[name] if fromlist else _ALIASES[root]
+            module = _ALIASES[name]
+            if fromlist and "__getattr__" in module.__dict__:  # `from nl import X`: name a missing API itself
+                for item in fromlist:
+                    if item != "*" and item not in module.__dict__:
+                        getattr(module, item)
+            return module if fromlist else _ALIASES[root]
         if level == 0 and siblings is not None and name == root:
             mod = siblings.find(root)
             if mod is not None:
@@ -316,11 +320,17 @@ def _exec_module(code: types.CodeType, module: types.ModuleType, filename: str) 
     sys.modules[key] = module
     try:
         exec(code, module.__dict__)  # noqa: S102 - kernels are user code by design; sandboxing is layer 4's job
-    except KernelError:
-        raise
+    except KernelError as exc:
+        raise exc.locate(filename, _exc_line(exc, filename))
     except ImportError as exc:
         raise KernelLoadError(f"import failed: {exc}", file=filename, line=_exc_line(exc, filename),
                               rule="kernels import numpy, math, neuronxcc.nki and NKI files next to them") from exc
+    except failures.PYTHON_ERRORS as exc:
+        error = failures.python_error(exc, {filename}, (filename, _exc_line(exc, filename)))
+        if isinstance(error, SimulatorBugError):
+            raise error from exc
+        raise KernelLoadError(f"{type(exc).__name__} while loading: {exc}", file=filename,
+                              line=_exc_line(exc, filename)) from exc
     except Exception as exc:
         raise KernelLoadError(f"{type(exc).__name__} while loading: {exc}", file=filename,
                               line=_exc_line(exc, filename)) from exc
@@ -398,3 +408,8 @@ def _exc_line(exc: BaseException, filename: str) -> int | None:
             line = tb.tb_lineno
         tb = tb.tb_next
     return line
+
+
+# ---- the API boundary: every nl / nisa facade function checks its call against the NKI docs ---------
+for _fe, _kind in (("neuronxcc", "language"), ("neuronxcc", "isa"), ("nki", "language"), ("nki", "isa")):
+    api_guard.guard_module(_ALIASES[f"{api_guard.FRONT_END_PREFIX[_fe]}.{_kind}"], _fe, _kind)

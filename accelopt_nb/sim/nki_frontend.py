@@ -10,6 +10,7 @@ ones, which matches an accumulation group into a PSUM tile allocated for that gr
 """
 from __future__ import annotations
 
+import inspect
 import types
 from typing import Any, Callable
 
@@ -18,10 +19,6 @@ from accelopt_nb.sim import language as _nl
 from accelopt_nb.sim import ops as _ops
 from accelopt_nb.sim.runtime import current
 from accelopt_nb.sim.tensor import as_view
-
-# keyword arguments of the new API that have no effect on the simulated result
-_COSMETIC = ("name", "perf_mode")
-
 
 def _dst_view(dst: Any, api: str):
     view = as_view(dst)
@@ -35,8 +32,6 @@ def _with_dst(name: str, old: Callable) -> Callable:
     api = f"nki.isa.{name}"
 
     def instruction(dst, *args, **kwargs):
-        for k in _COSMETIC:
-            kwargs.pop(k, None)
         view = _dst_view(dst, api)
         result = old(*args, **kwargs)
         if view.tensor.on_chip:
@@ -46,6 +41,10 @@ def _with_dst(name: str, old: Callable) -> Callable:
     instruction.__name__ = name
     instruction.__qualname__ = name
     instruction.__doc__ = f"``{name}`` writing into ``dst`` (NKI 0.2+ calling convention)."
+    # the signature the API boundary (api_guard) binds calls with: dst, then the NKI 0.1 parameters
+    old_params = [p for n, p in inspect.signature(old).parameters.items() if not n.startswith("_")]
+    instruction.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("dst", inspect.Parameter.POSITIONAL_OR_KEYWORD)] + old_params)
     return instruction
 
 

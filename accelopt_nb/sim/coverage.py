@@ -1,0 +1,184 @@
+"""How much of the documented NKI API the simulator runs: ``docs/nki_coverage.md``, generated from the code.
+
+Every ``nki.language`` and ``nki.isa`` name documented for either front end (``nki_api.yaml``) is
+looked up in that front end's facade module, and a function's status comes from the same
+boundary spec the simulator enforces (``api_guard``):
+
+- supported: present, and every documented parameter is simulated (or cannot change a result);
+- partial: present, but some documented parameters or values are refused (listed with the reason);
+- refused: absent, or a required documented parameter is not simulated; using it raises
+  UnsupportedAPIError.
+
+    python -m accelopt_nb.sim.coverage            # rewrite docs/nki_coverage.md
+    python -m accelopt_nb.sim.coverage --check    # exit 1 if the committed file differs
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accelopt_nb.sim import api_guard
+
+DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "nki_coverage.md"
+STATUSES = ("supported", "partial", "refused")
+
+
+@dataclass
+class Coverage:
+    """The status of one documented API in one front end."""
+
+    front_end: str
+    module: str
+    name: str
+    section: str
+    status: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def qualname(self) -> str:
+        return f"{api_guard.SHORT[self.module]}.{self.name}"
+
+
+def facade_modules() -> dict[tuple[str, str], types.ModuleType]:
+    from accelopt_nb.sim.frontend import _ALIASES
+    return {(fe, kind): _ALIASES[f"{prefix}.{kind}"] for fe, prefix in api_guard.FRONT_END_PREFIX.items()
+            for kind in ("language", "isa")}
+
+
+def _function_status(obj: Any, entry: dict) -> tuple[str, list[str]]:
+    spec: api_guard.Spec | None = getattr(obj, "__nki_spec__", None)
+    if spec is None:
+        return "refused", ["not behind the API boundary (no documented-signature check)"]
+    doc = api_guard.doc_signature(entry)
+    doc_params = api_guard.public_params(doc) if doc is not None else {}
+    refused_required, limited, dropped = [], [], []
+    for name, p in doc_params.items():
+        arg = spec.args[name]
+        if arg.limit is None:
+            if arg.target is None:
+                dropped.append(name)
+            continue
+        if p.default is inspect.Parameter.empty and arg.target is None:
+            refused_required.append(f"`{name}` ({arg.limit.reason})")
+        else:
+            limited.append(f"`{name}`: {arg.limit.reason}")
+    notes = []
+    if refused_required:
+        notes.append("required parameter not simulated: " + "; ".join(refused_required))
+    if limited:
+        notes.append("only the default is simulated for " + "; ".join(limited))
+    key = f"{spec.api.rsplit('.', 2)[-2]}.{entry['name']}"
+    renamed = {d: s for d, s in api_guard.ALIASES.get(key, {}).items() if d in doc_params}
+    if renamed:
+        notes.append("simulator spells " + ", ".join(f"`{d}` as `{s}`" for d, s in renamed.items()))
+    if dropped:
+        notes.append("accepted, no effect on values: " + ", ".join(f"`{d}`" for d in dropped))
+    extras = [n for n in spec.args if n not in doc_params and n not in renamed.values()]
+    if extras and doc is not None:
+        notes.append("simulator also accepts: " + ", ".join(f"`{n}`" for n in extras))
+    status = "refused" if refused_required else "partial" if limited else "supported"
+    return status, notes
+
+
+def _value_status(obj: Any, entry: dict) -> tuple[str, list[str]]:
+    missing = [m for m in entry.get("members", []) if not hasattr(obj, m)]
+    if missing:
+        return "partial", ["missing members: " + ", ".join(f"`{m}`" for m in missing)]
+    return "supported", []
+
+
+def collect() -> list[Coverage]:
+    """The status of every documented API of both front ends, in documentation order."""
+    rows = []
+    docs = api_guard.documented()
+    for (fe, kind), module in facade_modules().items():
+        for name, entry in docs[fe][kind].items():
+            row = Coverage(fe, kind, name, entry.get("section", ""), "refused")
+            if name not in module.__dict__:
+                row.notes = ["not implemented by the simulator (using it raises UnsupportedAPIError)"]
+            elif entry.get("kind") == "function":
+                row.status, row.notes = _function_status(module.__dict__[name], entry)
+            else:
+                row.status, row.notes = _value_status(module.__dict__[name], entry)
+            rows.append(row)
+    return rows
+
+
+def extras(front_end: str, kind: str) -> list[str]:
+    """Facade names the simulator defines beyond that front end's documented API."""
+    module = facade_modules()[(front_end, kind)]
+    docs = api_guard.documented()[front_end][kind]
+    out = []
+    for name, obj in module.__dict__.items():
+        if name.startswith("_") or name in docs:
+            continue
+        owner = getattr(obj, "__module__", None) or getattr(type(obj), "__module__", "")
+        if inspect.ismodule(obj) or not str(owner).startswith("accelopt_nb.sim"):
+            continue
+        out.append(name)
+    return sorted(out)
+
+
+def render(rows: list[Coverage] | None = None) -> str:
+    rows = collect() if rows is None else rows
+    raw = api_guard.documented()
+    meta = api_guard.api_file()["front_ends"]
+    out = ["# NKI API coverage of the simulator", "",
+           "Generated by `python -m accelopt_nb.sim.coverage` from the code; do not edit by hand "
+           "(`tests/test_sim_coverage.py` fails when it is stale).", "",
+           "Every name documented in the `nki.language` and `nki.isa` API reference of each front end, with its "
+           "status in the simulator: **supported**; **partial** (some documented parameters or values are refused, "
+           "listed); **refused** (using it raises `UnsupportedAPIError`, with the reason). A refused argument "
+           "always raises `UnsupportedAPIError` naming the API and the argument, never runs with a changed "
+           "meaning. The documented API list is data: `accelopt_nb/sim/nki_api.yaml`, extracted from the AWS "
+           "Neuron docs sources by `scripts/extract_nki_api.py`; the checks are in `accelopt_nb/sim/api_guard.py`.",
+           "", "| front end | module | supported | partial | refused |", "|---|---|---:|---:|---:|"]
+    for fe, mods in raw.items():
+        for kind in mods:
+            sub = [r for r in rows if r.front_end == fe and r.module == kind]
+            counts = [sum(1 for r in sub if r.status == s) for s in STATUSES]
+            out.append(f"| `{api_guard.FRONT_END_PREFIX[fe]}` | `{kind}` | " + " | ".join(map(str, counts)) + " |")
+    for fe, mods in raw.items():
+        m = meta[fe]
+        out += ["", f"## `{api_guard.FRONT_END_PREFIX[fe]}`", "",
+                f"Documented API: {m['release']} ({m['url']}; source `{m['source']['repo']}` at "
+                f"`{m['source']['commit'][:12]}`)."]
+        for kind in mods:
+            out += ["", f"### `{api_guard.FRONT_END_PREFIX[fe]}.{kind}` (`{api_guard.SHORT[kind]}`)", "",
+                    "| API | doc section | status | notes |", "|---|---|---|---|"]
+            for r in rows:
+                if r.front_end == fe and r.module == kind:
+                    notes = "; ".join(r.notes).replace("|", "\\|")
+                    out.append(f"| `{r.qualname}` | {r.section} | {r.status} | {notes} |")
+            ext = extras(fe, kind)
+            if ext:
+                out += ["", f"Also in the simulator's `{api_guard.FRONT_END_PREFIX[fe]}.{kind}`, not documented for "
+                        f"this front end: " + ", ".join(f"`{n}`" for n in ext) + "."]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Generate docs/nki_coverage.md from the simulator.")
+    p.add_argument("--out", type=Path, default=DOC_PATH)
+    p.add_argument("--check", action="store_true", help="exit 1 if the file differs from the generated text")
+    args = p.parse_args(argv)
+    text = render()
+    if args.check:
+        current = args.out.read_text() if args.out.is_file() else ""
+        if current != text:
+            print(f"{args.out} is stale: run python -m accelopt_nb.sim.coverage", file=sys.stderr)
+            return 1
+        print(f"{args.out} is up to date")
+        return 0
+    args.out.write_text(text)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
