@@ -133,7 +133,7 @@ class Tensor(_Opaque):
     """One allocation: an HBM tensor, an on-chip buffer, or a fresh API result tile."""
 
     __slots__ = ("id", "name", "buffer", "kind", "shape", "dtype", "par_axis", "_data", "_written",
-                 "_stamps", "_raw", "_mask", "_producer", "_consumed", "_alloc_epoch", "__weakref__")
+                 "_stamps", "_raw", "_mask", "_producer", "_consumed", "_alloc_epoch", "_fast", "__weakref__")
 
     def __init__(self, rt: Runtime, shape: tuple[int, ...], dtype: Any, buffer: str, kind: str,
                  name: str = "", par_axis: int = 0, data: np.ndarray | None = None,
@@ -151,6 +151,7 @@ class Tensor(_Opaque):
         self._consumed = False
         self._alloc_epoch = rt.epoch
         self._stamps = None
+        self._fast = rt.options.fast_indexing
         trace_only = rt.options.trace_only
         if trace_only:
             self._data = None
@@ -218,6 +219,7 @@ class _Alias(Tensor):
         self._consumed = True
         self._alloc_epoch = base._alloc_epoch
         self._stamps = None
+        self._fast = base._fast
         self._data = None if base._data is None else base._data.reshape(shape)
         self._written = None if base._written is None else base._written.reshape(shape)
 
@@ -353,7 +355,8 @@ class View(_Opaque):
         Only the data path uses it; shape, regions and indexing rules stay those of ``key``.
         """
         if self._basic is _UNSET:
-            self._basic = basic_key(self.key, self.tensor.shape, self._affs) if self.advanced else None
+            self._basic = (basic_key(self.key, self.tensor.shape, self._affs)
+                           if self.advanced and self.tensor._fast else None)
         return self._basic
 
     @property
@@ -692,7 +695,7 @@ def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: 
         if not mask_all(m):
             partial = m
     if not isinstance(t._stamps, np.ndarray):
-        box = None if basic is None else box_of(basic)
+        box = None if basic is None or not rt.options.fast_indexing else box_of(basic)
         if box is not None and partial is not None:
             box = masked_box(basic, partial.reshape(_basic_shape(basic)))
             if box is EMPTY:
