@@ -299,7 +299,7 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
         written = written | ~np.broadcast_to(m, written.shape)
     _ops.check_output_valid(rt, api, written, dview.tensor.name)
     if data is not None:
-        write(dview, data.astype(np.float32) if _dt.is_float(dview.tensor.dtype) else data, None,
+        write(dview, data.astype(np.float32, copy=False) if _dt.is_float(dview.tensor.dtype) else data, None,
               None if m is None else np.broadcast_to(m, dview.shape) if m.size > 1 else m, api)
     else:
         write(dview, None, None, m, api)
