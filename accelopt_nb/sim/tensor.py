@@ -133,7 +133,8 @@ class Tensor(_Opaque):
     """One allocation: an HBM tensor, an on-chip buffer, or a fresh API result tile."""
 
     __slots__ = ("id", "name", "buffer", "kind", "shape", "dtype", "par_axis", "_data", "_written",
-                 "_stamps", "_raw", "_mask", "_producer", "_consumed", "_alloc_epoch", "_fast", "__weakref__")
+                 "_stamps", "_raw", "_mask", "_producer", "_consumed", "_alloc_epoch", "_fast", "_lazy",
+                 "__weakref__")
 
     def __init__(self, rt: Runtime, shape: tuple[int, ...], dtype: Any, buffer: str, kind: str,
                  name: str = "", par_axis: int = 0, data: np.ndarray | None = None,
@@ -152,11 +153,17 @@ class Tensor(_Opaque):
         self._alloc_epoch = rt.epoch
         self._stamps = None
         self._fast = rt.options.fast_indexing
+        self._lazy = False
         trace_only = rt.options.trace_only
         if trace_only:
             self._data = None
         elif data is not None:
             self._data = data
+        elif written is False and buffer != "hbm" and self._fast:
+            # an on-chip buffer is written before it is read: unwritten elements read as the fill value
+            # (see _fill_unwritten) instead of being filled up front, a pass over all of its memory
+            self._data = np.empty(self.shape, dtype=dt.storage(self.dtype))
+            self._lazy = True
         else:
             self._data = np.full(self.shape, dt.nan_fill(self.dtype), dtype=dt.storage(self.dtype))
         if written is True or trace_only:
@@ -220,6 +227,7 @@ class _Alias(Tensor):
         self._alloc_epoch = base._alloc_epoch
         self._stamps = None
         self._fast = base._fast
+        self._lazy = base._lazy
         self._data = None if base._data is None else base._data.reshape(shape)
         self._written = None if base._written is None else base._written.reshape(shape)
 
@@ -545,10 +553,12 @@ def read(view: View, mask: np.ndarray | None, api: str) -> tuple[np.ndarray | No
             key = _np_key(view)
         data = t._data[key]
         written = None if t._written is None else t._written[key]
+        data = _fill_unwritten(t, data, written)
     else:
         key = _np_key(view)
         data = t._data[key]
         written = None if t._written is None else t._written[key]
+        data = _fill_unwritten(t, data, written)
     if data.shape != shape:
         data = data.reshape(shape)
         if written is not None:
@@ -568,15 +578,26 @@ def _read_basic(t: Tensor, basic: tuple, adv_shape: tuple[int, ...],
     """``read`` of an advanced view through its equivalent basic key (a view instead of a gather)."""
     data = t._data[basic]
     written = None if t._written is None else t._written[basic]
+    data = _fill_unwritten(t, data, written)
     if mask is not None:
         m = np.broadcast_to(mask, adv_shape)
         if not mask_all(m):
             # the general path reads masked-off elements at index 0 of every axis: same values here
+            origin = (0,) * t._data.ndim
             data = data.copy()
-            np.copyto(data, t._data[(0,) * t._data.ndim], where=~m.reshape(data.shape))
+            np.copyto(data, _fill_unwritten(t, t._data[origin], None if t._written is None else t._written[origin]),
+                      where=~m.reshape(data.shape))
     if written is not None:
         written = written.copy()  # the general path's gather never aliased the tensor's validity
     return data, written
+
+
+def _fill_unwritten(t: Tensor, data: Any, written: Any) -> Any:
+    """Data as a NaN-filled (ints: 4) buffer would hold it: a lazily allocated tensor's unwritten elements
+    read as the fill value."""
+    if not t._lazy or written is None or np.all(written):
+        return data
+    return np.where(written, data, np.asarray(dt.nan_fill(t.dtype)).astype(data.dtype))
 
 
 def _adv_shape(view: View) -> tuple[int, ...]:
