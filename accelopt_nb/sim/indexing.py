@@ -203,17 +203,18 @@ def basic_key(key: tuple, shape: tuple[int, ...], affs: dict[int, tuple[int, int
                 return None  # normalize_key turns full slices next to arrays into arrays
             out.append(k)
             continue
-        if k.size == 0:
+        n = k.size
+        if n == 0:
             return None
-        varying = [d for d, n in enumerate(k.shape) if n > 1]
         aff = affs.get(axis_no) if affs else None
-        flat = k.reshape(-1)
+        flat = k.reshape(-1) if aff is None else None
         start = int(flat[0]) if aff is None else aff[0]
-        if not varying:
+        if n == 1:
             if not 0 <= start < size:
                 return None
             out.append(start)
             continue
+        varying = [d for d, m in enumerate(k.shape) if m > 1]
         if len(varying) > 1:
             return None
         axis = nd - k.ndim + varying[0]  # position in the right-aligned broadcast shape
@@ -221,11 +222,11 @@ def basic_key(key: tuple, shape: tuple[int, ...], affs: dict[int, tuple[int, int
             return None
         last_axis = axis
         step = int(flat[1]) - start if aff is None else aff[1]
-        last = start + step * (flat.size - 1)
+        last = start + step * (n - 1)
         if step <= 0 or start < 0 or last >= size:
             return None
         if aff is None and (int(flat[-1]) != last or
-                            (flat.size > 2 and not np.array_equal(flat, np.arange(start, last + 1, step)))):
+                            (n > 2 and not np.array_equal(flat, np.arange(start, last + 1, step)))):
             return None
         out.append(slice(start, last + 1, step))
     return tuple(out)
