@@ -273,3 +273,17 @@ def test_launcher_decorators_with_arguments(tmp_path, rng):
     assert bench.benchmark_result.nc_latency.get_latency_percentile(99) > 0
     report = json.loads((tmp_path / "profiles" / "k.profile.json").read_text())
     assert report["latency"] > 0
+
+
+def test_a_kernels_own_assertion_is_a_kernel_error(tmp_path, rng):
+    (tmp_path / "k.py").write_text(HEADER + """
+@nki.jit
+def kernel(a):
+    assert a.shape[0] == 128, "needs 128 rows"
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.load(a))
+    return out
+""")
+    with pytest.raises(KernelError, match="needs 128 rows") as exc:
+        simulate(load_kernel(tmp_path / "k.py"), rng.standard_normal((64, 4)).astype(np.float32))
+    assert exc.value.line == 8

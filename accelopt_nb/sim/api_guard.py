@@ -72,10 +72,8 @@ LIMITS: dict[str, dict[str, Limit]] = {
         "reduce_cmd": Limit("ScalarE accumulator registers carried across instructions are not simulated "
                             "(reduce_cmd idle or reset_reduce only)", allowed=(_isa.reduce_cmd.reset_reduce,)),
     },
-    "isa.bn_stats": {"mask": Limit("bn_stats ignores mask= in the simulator")},
     "isa.bn_aggr": {"mask": Limit("bn_aggr ignores mask= in the simulator")},
     "isa.dma_copy": {"oob_mode": Limit("only oob_mode=error is simulated (out-of-bounds accesses are errors)")},
-    "isa.nc_matmul": {"perf_mode": Limit("matmul performance modes (trn2 double-row fp8) are not simulated")},
 }
 
 # Documented parameter names the simulator's function spells differently (doc name -> simulator name),

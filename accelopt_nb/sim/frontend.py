@@ -129,10 +129,24 @@ def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None
             raise exc.locate(*_innermost_kernel_frame(exc, rt.kernel_files))
         except RecursionError:
             raise
+        except AssertionError as exc:
+            if not _raised_in(exc, rt.kernel_files):
+                raise
+            file, line = _innermost_kernel_frame(exc, rt.kernel_files)
+            raise KernelError(f"assertion failed{': ' + str(exc) if str(exc) else ''}", file=file, line=line,
+                              rule="the kernel's own assertion about its inputs") from exc
         except failures.PYTHON_ERRORS as exc:
             raise failures.python_error(exc, rt.kernel_files, _innermost_kernel_frame(exc, rt.kernel_files)) from exc
         result_arrays = _collect_outputs(rt, outputs, kernel.__name__, inputs)
     return SimResult(outputs=result_arrays, trace=rt.trace, log=rt.log, warnings=rt.warnings)
+
+
+def _raised_in(exc: BaseException, files: set[str]) -> bool:
+    """Whether the innermost frame of the traceback (where the exception was raised) is kernel code."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename in files
 
 
 def _innermost_kernel_frame(exc: BaseException, files: set[str]) -> tuple[str | None, int | None]:

@@ -133,7 +133,7 @@ def arange(start: int, stop: int | None = None) -> IndexExpr:
 
 
 class _Grid:
-    """Result of ``nl.mgrid[...]``: unpackable, and with ``.p`` / ``.x`` for 2-D grids."""
+    """Result of ``nl.mgrid[...]``: unpackable, with ``.p`` / ``.x`` / ``.y`` / ``.z`` for its axes."""
 
     def __init__(self, exprs: list[IndexExpr]) -> None:
         self._exprs = exprs
@@ -154,6 +154,19 @@ class _Grid:
     @property
     def x(self) -> IndexExpr:
         return self._exprs[1]
+
+    @property
+    def y(self) -> IndexExpr:
+        return self._axis(2, "y")
+
+    @property
+    def z(self) -> IndexExpr:
+        return self._axis(3, "z")
+
+    def _axis(self, i: int, name: str) -> IndexExpr:
+        if i >= len(self._exprs):
+            raise AttributeError(f"a {len(self._exprs)}-D nl.mgrid has no .{name} (it needs {i + 1} dimensions)")
+        return self._exprs[i]
 
 
 class _MGrid:

@@ -120,20 +120,46 @@ def _operand_mask(mask: np.ndarray | None, x: Any) -> np.ndarray | None:
 
 
 # ---- TensorE ---------------------------------------------------------------------------------
+class matmul_perf_mode(enum.Enum):  # noqa: N801 (NKI's name)
+    none = "none"
+    double_row = "double_row"     # trn2+: two fp8 rows per PE pass, 2x TensorE throughput
+
+
+def _perf_mode(rt, api: str, perf_mode: Any, st: Operand, mv: Operand, tile_position) -> str:
+    name = getattr(perf_mode, "value", perf_mode)
+    name = "none" if name in (None, 0, "none") else "double_row" if name == "double_row_gen3" else name
+    if name not in ("none", "double_row"):
+        raise rt.rule_error(api, f"unknown perf_mode {perf_mode!r} (nisa.matmul_perf_mode.none or .double_row)",
+                            "nc_matmul perf_mode is none or double_row")
+    if name == "double_row":
+        bad = [o for o in (st, mv) if _dt.name(o.dtype) not in ("float8_e4m3", "float8_e5m2", "float8_e4m3fn")]
+        if bad:
+            raise rt.rule_error(api, f"perf_mode=double_row needs fp8 operands, got {_dt.name(bad[0].dtype)}",
+                                "double_row performance mode packs two fp8 rows (NeuronCore-v3+)")
+        if tile_position:
+            raise rt.rule_error(api, "perf_mode=double_row cannot be combined with PE tiling (tile_position)",
+                                "double_row performance mode excludes column tiling")
+    return name
+
+
 def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_moving_onezero: bool = False,
-              is_transpose: bool = False, tile_position=(), tile_size=(), mask=None, _api: str = "nisa.nc_matmul",
-              **kwargs) -> Tensor:
+              is_transpose: bool = False, tile_position=(), tile_size=(), mask=None, perf_mode=None,
+              _api: str = "nisa.nc_matmul", **kwargs) -> Tensor:
     """``stationary.T @ moving`` on the PE array: SBUF [K, M] and [K, N] in, PSUM fp32 [M, N] out."""
     rt = current()
     m_mask = _ops.mask_array(mask)
     st = operand(stationary, _api, allow_scalar=False)
     mv = operand(moving, _api, allow_scalar=False, mask=_operand_mask(m_mask, moving))
     _ops.check_engine_access(rt, _api, "tensor", [st, mv], "psum")
-    if len(st.shape) != 2 or len(mv.shape) != 2:
+    mode = _perf_mode(rt, _api, perf_mode, st, mv, tile_position)
+    # double_row with [K, 2, M] x [K, 2, N] operands (the NKI 0.1 layout): two rows of K per PE pass
+    rows = 2 if mode == "double_row" and len(st.shape) == 3 and len(mv.shape) == 3 and st.shape[1] == mv.shape[1] == 2 \
+        else 1
+    if rows == 1 and (len(st.shape) != 2 or len(mv.shape) != 2):
         raise rt.rule_error(_api, f"operands must be 2-D tiles, got stationary {st.shape} and moving {mv.shape}",
-                            "matmul operands are [K, M] and [K, N] tiles")
-    k, m = st.shape
-    k2, n = mv.shape
+                            "matmul operands are [K, M] and [K, N] tiles ([K, 2, M] and [K, 2, N] in double_row mode)")
+    k, m = st.shape[0], st.shape[-1]
+    k2, n = mv.shape[0], mv.shape[-1]
     if k != k2:
         raise rt.rule_error(_api, f"contraction (partition) sizes differ: stationary {st.shape} vs moving {mv.shape}",
                             "stationary and moving share the partition (K) axis")
@@ -145,13 +171,16 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
         if int(v) % 32:
             raise rt.rule_error(_api, f"tile_position/tile_size {v} is not a multiple of 32", "PE tiling in multiples of 32")
     data = None
-    if st.data is not None:
+    if st.data is not None and rows == 2:
+        data = np.einsum("kim,kin->mn", st.data.astype(np.float32, copy=False), mv.data.astype(np.float32, copy=False))
+    elif st.data is not None:
         data = np.matmul(st.data.astype(np.float32, copy=False).T, mv.data.astype(np.float32, copy=False))
     written = None
     if st.written is not None or mv.written is not None:
-        ws = np.ones((k, m), bool) if st.written is None else st.written
-        wm = np.ones((k, n), bool) if mv.written is None else mv.written
-        written = np.all(ws, axis=0)[:, None] & np.all(wm, axis=0)[None, :]
+        ws = np.ones(st.shape, bool) if st.written is None else st.written
+        wm = np.ones(mv.shape, bool) if mv.written is None else mv.written
+        lead = tuple(range(len(st.shape) - 1))
+        written = np.all(ws, axis=lead)[:, None] & np.all(wm, axis=lead)[None, :]
     out_dtype = _dt.float32
     if is_transpose and _dt.is_float(st.dtype) and _dt.itemsize(st.dtype) == 2:
         out_dtype = st.dtype  # PE transpose mode passes 2-byte types through (NC-v3)
@@ -162,7 +191,8 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
     _ops.emit_for(rt, out, "tensor", "nc_matmul", _api, [st, mv],
                   {"k": k, "m": m, "n": n_eff, "dtype": _dt.name(st.dtype), "moving_dtype": _dt.name(mv.dtype),
                    "is_transpose": bool(is_transpose), "stationary_onezero": bool(is_stationary_onezero),
-                   "moving_onezero": bool(is_moving_onezero)}, partitions=m, free=n)
+                   "moving_onezero": bool(is_moving_onezero), "perf_mode": mode, "rows": rows},
+                  partitions=m, free=n)
     return out
 
 
@@ -260,6 +290,11 @@ def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, 
 
 
 # ---- VectorE / GpSimd ------------------------------------------------------------------------
+def _free_broadcast(a: tuple, b: tuple) -> bool:
+    """Same partitions, and one operand is a [P, 1] column (broadcast along the free axes)."""
+    return len(a) >= 2 and len(b) >= 2 and a[0] == b[0] and 1 in (int(_prod(a[1:])), int(_prod(b[1:])))
+
+
 def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, **kwargs) -> Tensor:
     api = "nisa.tensor_tensor"
     name, fn = _alu(op, api)
@@ -270,8 +305,9 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, **kwa
     if a is None or b is None:
         raise current().rule_error(api, "both operands must be tiles (use tensor_scalar for scalars)",
                                    "tensor_tensor takes two tiles")
-    if a.shape != b.shape and int(_prod(a.shape)) != int(_prod(b.shape)):
-        raise current().rule_error(api, f"operand shapes differ: {a.shape} vs {b.shape}", "tensor_tensor takes equal shapes")
+    if a.shape != b.shape and int(_prod(a.shape)) != int(_prod(b.shape)) and not _free_broadcast(a.shape, b.shape):
+        raise current().rule_error(api, f"operand shapes differ: {a.shape} vs {b.shape}", "tensor_tensor takes equal "
+                                   "shapes (or a [P, 1] operand broadcast along the free axis)")
     if a.tensor.buffer == "psum" and b.tensor.buffer == "psum":
         raise current().rule_error(api, "at most one tensor_tensor input may be in PSUM", "tensor_tensor: <= 1 PSUM input")
     return _ops.elementwise(api, eng, "tensor_tensor", fn, [data1, data2], dtype=dtype, mask=mask,
@@ -471,26 +507,32 @@ def bn_stats(data, *, dtype=None, mask=None, **kwargs) -> Tensor:
     """Per partition: (count, mean, var*count) of the even elements, then of the odd elements."""
     rt = current()
     api = "nisa.bn_stats"
-    x = operand(data, api, allow_scalar=False)
+    m = _ops.mask_array(mask)
+    x = operand(data, api, allow_scalar=False, mask=m)
     _ops.check_engine_access(rt, api, "vector", [x], None)
     rows = x.shape[0]
     f = int(_prod(x.shape[1:]))
     if f > 512:
         raise rt.rule_error(api, f"bn_stats free size {f} exceeds 512", "bn_stats free size <= nl.tile_size.bn_stats_fmax")
+    # the mask selects the elements counted (a ragged row) and the partitions written
+    keep = np.ones((rows, f), bool) if m is None else np.broadcast_to(m, x.shape).reshape(rows, f)
     out_data = None
     if x.data is not None:
         v = x.data.reshape(rows, f).astype(np.float32)
         parts = []
-        for half in (v[:, 0::2], v[:, 1::2]):
-            cnt = half.shape[1]
-            mean_ = half.mean(axis=1) if cnt else np.zeros(rows, np.float32)
-            m2 = ((half - mean_[:, None]) ** 2).sum(axis=1) if cnt else np.zeros(rows, np.float32)
-            parts += [np.full(rows, cnt, np.float32), mean_, m2]
+        for half, k in ((v[:, 0::2], keep[:, 0::2]), (v[:, 1::2], keep[:, 1::2])):
+            cnt = k.sum(axis=1).astype(np.float32)
+            with np.errstate(all="ignore"):
+                mean_ = np.where(cnt > 0, np.where(k, half, 0).sum(axis=1) / np.maximum(cnt, 1), 0).astype(np.float32)
+                m2 = np.where(k, (half - mean_[:, None]) ** 2, 0).sum(axis=1).astype(np.float32)
+            parts += [cnt, mean_, m2]
         out_data = np.stack(parts, axis=1).astype(np.float32)
     written = None if x.written is None else np.all(x.written.reshape(rows, f), axis=1, keepdims=True)
+    out_mask = None if m is None else keep.any(axis=1, keepdims=True)
     out = _ops.new_result(rt, api, (rows, 6), _dt.canonical(dtype) if dtype is not None else _dt.float32, "sbuf",
-                          out_data, written, None)
-    _ops.emit_for(rt, out, "vector", "bn_stats", api, [x], {"num_inputs": 1}, free=f)
+                          out_data, written, out_mask)
+    _ops.emit_for(rt, out, "vector", "bn_stats", api, [x], {"num_inputs": 1},
+                  free=f if m is None else max(1, int(keep.sum(axis=1).max())))
     return out
 
 
@@ -526,6 +568,11 @@ def affine_select(pred, on_true_tile, on_false_value, *, dtype=None, mask=None, 
     if not isinstance(pred, Mask):
         raise rt.rule_error(api, "pred must be an affine predicate over nl.arange expressions",
                             "affine_select takes a compile-time affine predicate")
+    src = as_view(on_true_tile)
+    if src is not None and src.tensor.buffer == "psum":
+        # GpSimdE cannot read PSUM: the compiler first evacuates the tile to SBUF (a VectorE copy)
+        from accelopt_nb.sim import language as nl
+        on_true_tile = nl.copy(on_true_tile)
     x = operand(on_true_tile, api, allow_scalar=False)
     _ops.check_engine_access(rt, api, "gpsimd", [x], None)
     try:
@@ -594,11 +641,13 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=No
     shape = onchip.shape
     p = shape[0] if shape else 1
     per_part = (int(_prod(shape[1:])) if len(shape) > 1 else 1) * _dt.itemsize(sv.tensor.dtype)
-    rt.emit("dma", "dma_copy", api, (sv.region(m),), (dv.region(m),), p, int(_prod(shape[1:])) if len(shape) > 1 else 1,
+    index_reads = tuple(v.region() for v in sv.indirect + dv.indirect)   # indirect DMA reads its index tiles
+    rt.emit("dma", "dma_copy", api, (sv.region(m),) + index_reads, (dv.region(m),), p,
+            int(_prod(shape[1:])) if len(shape) > 1 else 1,
             (_dt.name(sv.tensor.dtype),), _dt.name(dv.tensor.dtype), accumulate=accumulate,
             attrs={"bytes": p * per_part, "partitions": p, "bytes_per_partition": per_part,
                    "contiguous_bytes": hbm_view.contiguous_bytes(), "src": sv.tensor.buffer, "dst": dv.tensor.buffer,
-                   "transpose": False})
+                   "transpose": False, "indirect": bool(index_reads)})
 
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -11,8 +11,11 @@ import builtins
 from types import SimpleNamespace
 from typing import Any
 
+import ml_dtypes as _ml_dtypes
 import numpy as np
 from math import prod as _prod
+
+from accelopt_nb.errors import UnsupportedAPIError
 
 from accelopt_nb.sim import dtypes as _dt
 from accelopt_nb.sim import ops as _ops
@@ -30,6 +33,22 @@ float8_e4m3, float8_e5m2 = _dt.float8_e4m3, _dt.float8_e5m2
 int8, int16, int32, uint8, uint16, uint32 = _dt.int8, _dt.int16, _dt.int32, _dt.uint8, _dt.uint16, _dt.uint32
 bool_ = _dt.bool_
 fp32 = SimpleNamespace(min=np.float32(np.finfo(np.float32).min), max=np.float32(np.finfo(np.float32).max))
+
+def finfo(dtype) -> Any:
+    """``nl.finfo``: machine limits of a float type (bf16/fp8 through ml_dtypes, like np.finfo)."""
+    d = _dt.canonical(dtype)
+    if not _dt.is_float(d):
+        raise UnsupportedAPIError(f"nl.finfo takes a floating-point dtype, got {_dt.name(d)} (use nl.iinfo)", api="nl.finfo")
+    return _ml_dtypes.finfo(_dt.storage(d))
+
+
+def iinfo(dtype) -> Any:
+    """``nl.iinfo``: machine limits of an integer type."""
+    d = _dt.canonical(dtype)
+    if _dt.is_float(d):
+        raise UnsupportedAPIError(f"nl.iinfo takes an integer dtype, got {_dt.name(d)} (use nl.finfo)", api="nl.iinfo")
+    return np.iinfo(_dt.storage(d))
+
 
 tile_size = SimpleNamespace(pmax=PMAX, psum_fmax=PSUM_FMAX, gemm_stationary_fmax=GEMM_STATIONARY_FMAX,
                             gemm_moving_fmax=GEMM_MOVING_FMAX, bn_stats_fmax=BN_STATS_FMAX, psum_num_banks=8)
@@ -216,6 +235,14 @@ def _dma_attrs(hbm_view: View, onchip_shape, itemsize: int, src: str, dst: str, 
             "contiguous_bytes": hbm_view.contiguous_bytes(), "src": src, "dst": dst, "transpose": transpose}
 
 
+def _index_regions(view: View, attrs: dict) -> tuple:
+    """An indirect DMA also reads its index tiles (a dependency for the performance model)."""
+    if not view.indirect:
+        return ()
+    attrs["indirect"] = True
+    return tuple(v.region() for v in view.indirect)
+
+
 def load(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
     rt = current()
     api = "nl.load"
@@ -237,7 +264,8 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
         data = _dt.cast(data.astype(compute), out_dtype).astype(compute, copy=False)  # one copy out of HBM
     out = _ops.new_result(rt, api, shape, out_dtype, "sbuf", data, None, m)
     attrs = _dma_attrs(view, shape, _dt.itemsize(view.tensor.dtype), "hbm", "sbuf", mask=m)
-    ins = rt.emit("dma", "dma_load", api, (view.region(m),), (out.full_view().region(out._mask),), shape[0],
+    ins = rt.emit("dma", "dma_load", api, (view.region(m),) + _index_regions(view, attrs),
+                  (out.full_view().region(out._mask),), shape[0],
                   int(_prod(shape[1:])), (_dt.name(view.tensor.dtype),), _dt.name(out_dtype), attrs=attrs)
     out._producer = ins
     return out
@@ -304,7 +332,8 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
     else:
         write(dview, None, None, m, api)
     attrs = _dma_attrs(dview, op.shape, _dt.itemsize(sview.tensor.dtype), "sbuf", "hbm", mask=m)
-    rt.emit("dma", "dma_store", api, (op.region,), (dview.region(m),), op.shape[0], int(_prod(op.shape[1:])),
+    rt.emit("dma", "dma_store", api, (op.region,) + _index_regions(dview, attrs), (dview.region(m),), op.shape[0],
+            int(_prod(op.shape[1:])),
             (_dt.name(sview.tensor.dtype),), _dt.name(dview.tensor.dtype), attrs=attrs)
 
 

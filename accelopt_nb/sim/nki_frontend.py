@@ -50,12 +50,12 @@ def _with_dst(name: str, old: Callable) -> Callable:
 
 def nc_matmul(dst, stationary, moving, *, is_stationary_onezero: bool = False, is_moving_onezero: bool = False,
               is_transpose: bool = False, accumulate: bool | None = None, tile_position=(), tile_size=(),
-              **kwargs) -> None:
+              perf_mode=None, **kwargs) -> None:
     api = "nki.isa.nc_matmul"
     view = _dst_view(dst, api)
     result = _isa.nc_matmul(stationary, moving, is_stationary_onezero=is_stationary_onezero,
                             is_moving_onezero=is_moving_onezero, is_transpose=is_transpose,
-                            tile_position=tile_position, tile_size=tile_size, _api=api)
+                            tile_position=tile_position, tile_size=tile_size, perf_mode=perf_mode, _api=api)
     if accumulate is False:
         _ops.copy_into(view, result, api)
     else:

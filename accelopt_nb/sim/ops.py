@@ -66,6 +66,8 @@ def new_result(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, buffer
         shape = (shape[0], 1)
         if data is not None:
             data = data.reshape(shape)
+        if written is not None and written.shape == shape[:1]:   # e.g. a keepdims=False reduction
+            written = written.reshape(shape)
     check_tile_shape(rt, api, shape, dtype, buffer)
     if mask is not None:
         m = np.broadcast_to(mask, shape)

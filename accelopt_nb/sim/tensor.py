@@ -189,6 +189,8 @@ class Tensor(_Opaque):
         return View(self, tuple(slice(0, s, 1) for s in self.shape))
 
     def __getitem__(self, key: Any) -> "View":
+        if isinstance(key, (Tensor, View)) or (isinstance(key, tuple) and any(isinstance(k, (Tensor, View)) for k in key)):
+            return _indirect_view(self, key)
         affs: dict[int, Any] = {}
         return View(self, normalize_key(self, key, affs), affs)
 
@@ -274,8 +276,9 @@ def normalize_key(t: Tensor, key: Any, affs: dict[int, Any] | None = None) -> tu
                                            f"with size {size}", "indices must be within bounds")
             norm.append(k)
         elif isinstance(k, Tensor) or isinstance(k, View):
-            raise current().rule_error("indexing", "indirect (tensor-valued) indices are not supported by the simulator",
-                                       "supported indices: ints, slices, nl.arange expressions")
+            raise current().rule_error("indexing", f"a tile cannot index on-chip tensor '{t.name}'; indirect "
+                                       "(tile-valued) indices address HBM tensors in nl.load/nl.store/dma_copy",
+                                       "indirect indexing is a DMA feature")
         elif k is None:
             raise current().rule_error("indexing", "None (newaxis) cannot index an NKI tensor",
                                        "supported indices: ints, slices, nl.arange expressions")
@@ -330,15 +333,59 @@ def _broadcast_shapes(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _selects_first(k: Any) -> bool:
+    """Whether an index picks exactly element 0 of a size-1 axis."""
+    if isinstance(k, (int, np.integer)):
+        return int(k) == 0
+    if isinstance(k, slice):
+        return (k.start in (None, 0)) and (k.stop is None or int(k.stop) >= 1) and k.step in (None, 1)
+    if isinstance(k, IndexExpr):
+        return bool(k.values.size) and not k.values.any()
+    return False
+
+
+def _indirect_view(t: Tensor, key: Any) -> "View":
+    """``hbm[idx_tile, iy]``: the index tile's values (read when the view is made, as the DMA engine
+    reads them) address the HBM tensor; the view remembers the index tiles for the trace."""
+    from accelopt_nb.errors import UninitializedReadError
+    rt = current()
+    key = key if isinstance(key, tuple) else (key,)
+    if t.on_chip:
+        normalize_key(t, key)   # raises the on-chip message
+    with_exprs = any(isinstance(k, IndexExpr) for k in key)
+    resolved, tiles = [], []
+    for k in key:
+        if not isinstance(k, (Tensor, View)):
+            resolved.append(k)
+            continue
+        v = k.full_view() if isinstance(k, Tensor) else k
+        if not v.tensor.on_chip or dt.is_float(v.tensor.dtype):
+            raise rt.rule_error("indirect DMA", f"index tile '{v.tensor.name}' must be an integer SBUF tile, got "
+                                f"{dt.name(v.tensor.dtype)} in {v.tensor.buffer.upper()}", "indirect indices are int SBUF tiles")
+        data, written = read(v, None, "indirect DMA")
+        if written is not None and rt.options.check_uninitialized and not written.all():
+            raise rt.rule_error("indirect DMA", f"index tile '{v.tensor.name}' has never-written elements",
+                                UninitializedReadError.rule, UninitializedReadError)
+        vals = np.zeros(v.shape, np.int64) if data is None else np.asarray(data).astype(np.int64)
+        if not with_exprs and vals.ndim == 2 and vals.shape[1] == 1:
+            vals = vals[:, 0]       # next to slices: one index per partition, the slices keep their axes
+        resolved.append(IndexExpr(vals))
+        tiles.append(v)
+    view = View(t, normalize_key(t, tuple(resolved)))
+    view.indirect = tuple(tiles)
+    return view
+
+
 class View(_Opaque):
     """A region of a tensor, produced by indexing. Holds no data."""
 
-    __slots__ = ("tensor", "key", "shape", "advanced", "_region", "_accum_pending", "_basic", "_affs")
+    __slots__ = ("tensor", "key", "shape", "advanced", "_region", "_accum_pending", "_basic", "_affs", "indirect")
 
     def __init__(self, tensor: Tensor, key: tuple, affs: dict[int, Any] | None = None) -> None:
         self.tensor = tensor
         self.key = key
         arrays = [k.shape for k in key if isinstance(k, np.ndarray)]
+        self.indirect: tuple = ()    # index tiles of an indirect (gather/scatter) DMA view
         self.advanced = bool(arrays)
         self._region = None
         self._basic: Any = _UNSET
@@ -397,6 +444,9 @@ class View(_Opaque):
         if any(k is Ellipsis for k in expanded):
             i = expanded.index(Ellipsis)
             expanded[i:i + 1] = [slice(None)] * (len(sliced_axes) - (len(expanded) - 1))
+        if len(expanded) == len(sliced_axes) + 1 and self.tensor.on_chip and self.shape[1:] == (1,) \
+                and _selects_first(expanded[-1]):
+            expanded.pop()   # t[:, i] is a [P, 1] tile: its free axis may be indexed with 0
         if len(expanded) > len(sliced_axes):
             raise current().rule_error("indexing", f"too many indices for view of shape {self.shape}",
                                        "index count must not exceed tile rank")
