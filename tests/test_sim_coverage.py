@@ -1,5 +1,9 @@
 """docs/nki_coverage.md is generated from the code and agrees with what the simulator does."""
 import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -90,3 +94,16 @@ def test_registry_entries_name_documented_parameters_of_real_apis():
                     documented |= set(api_guard.public_params(api_guard.doc_signature(docs[fe][kind][name])))
             assert documented, f"{key} is not a documented API"
             assert set(params) <= documented, f"{key}: {set(params) - documented} not documented"
+
+
+def test_api_list_is_the_one_extracted_from_the_docs_sources(tmp_path):
+    """With a local clone of aws-neuron/aws-neuron-sdk in ACCELOPT_NEURON_SDK_REPO, nki_api.yaml is re-extracted."""
+    repo = os.environ.get("ACCELOPT_NEURON_SDK_REPO")
+    if not repo:
+        pytest.skip("set ACCELOPT_NEURON_SDK_REPO to a git dir of github.com/aws-neuron/aws-neuron-sdk to check "
+                    "nki_api.yaml against the docs sources")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "extract_nki_api.py"
+    out = tmp_path / "nki_api.yaml"
+    subprocess.run([sys.executable, str(script), "--sdk-repo", repo, "--out", str(out)], check=True,
+                   capture_output=True)
+    assert out.read_text() == api_guard.API_FILE.read_text()

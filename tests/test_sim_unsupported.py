@@ -61,6 +61,9 @@ def test_unknown_keyword_is_refused_naming_api_and_argument(body, api, arg):
 @pytest.mark.parametrize("body, arg, why", [
     # a documented argument whose effect the simulator does not model
     ("r = nisa.activation(op=nl.exp, data=t, reduce_cmd=nisa.reduce_cmd.reset)\n", "reduce_cmd", "accumulator"),
+    ("s = nisa.bn_aggr(nisa.bn_stats(t), mask=(nl.arange(128)[:, None] < 64))\nr = nl.copy(t)\n", "mask",
+     "ignores this argument"),
+    ("r = nl.copy(nisa.dma_copy(dst=t, src=x, oob_mode=nisa.oob_mode.skip))\n", "oob_mode", "only oob_mode=error"),
     ("r = nl.softmax(t, axis=1, compute_dtype=nl.bfloat16)\n", "compute_dtype", "not implemented"),
     # a value the simulator does not know
     ("r = nl.exp(t, dtype='float64x')\n", "dtype", "unknown dtype"),
@@ -74,13 +77,20 @@ def test_unmodelled_argument_or_value_is_refused(body, arg, why):
     assert e.value.line is not None
 
 
-def test_loop_reduce_over_the_innermost_loop_passes_the_api_boundary():
-    # named outer loops are simulated too since loop_reduce honours loop_indices (tests/test_sim_loop_reduce.py)
-    one = ("for j in nl.affine_range(3):\n"
-           "    acc = nl.loop_reduce(t, op=np.add, loop_indices=[j], dtype=nl.float32)\n"
-           "r = nl.copy(acc)\n")
+def test_loop_reduce_over_named_loops_is_right_or_refused():
+    """No silent wrong answer: a reduction the simulator cannot do as named is refused, never approximated."""
+    body = ("for i in nl.affine_range(2):\n"
+            "    for j in nl.affine_range(3):\n"
+            "        acc = nl.loop_reduce(t, op=np.add, loop_indices=[LOOPS], dtype=nl.float32)\n"
+            "r = nl.copy(acc)\n")
     x = np.linspace(-1, 1, 128 * 64, dtype=np.float32).reshape(128, 64)
-    np.testing.assert_allclose(run(kernel_with(one)).output, 3 * x, rtol=1e-6)
+    for loops, factor in (("j", 3), ("i", 2), ("i, j", 6)):
+        try:
+            out = run(kernel_with(body.replace("LOOPS", loops))).output
+        except UnsupportedAPIError as e:
+            assert loops != "j" and "argument 'loop_indices'" in e.message
+            continue
+        np.testing.assert_allclose(out, factor * x, rtol=1e-6, err_msg=f"loop_indices=[{loops}]")
 
 
 def test_unknown_dtype_outside_the_api_functions_is_the_kernels_error():
@@ -160,7 +170,7 @@ def test_standalone_front_end_binds_by_its_own_docs():
         assert f"'{arg}'" in e.value.message
 
 
-def test_standalone_nc_matmul_checks_perf_mode_and_refuses_mask():
+def test_standalone_nc_matmul_refuses_keywords_it_does_not_know():
     src = HEADER_02 + textwrap.dedent("""
         @nki.jit
         def kernel(a, b):
@@ -178,11 +188,10 @@ def test_standalone_nc_matmul_checks_perf_mode_and_refuses_mask():
         """)
     a, b = np.ones((128, 64), np.float32), np.ones((128, 32), np.float32)
     np.testing.assert_array_equal(simulate(load_kernel(source=src.replace(", EXTRA", "")), a, b).output, 128.0)
-    # perf_mode is modelled (double_row needs fp8 operands); mask= is not a standalone nc_matmul argument
-    for extra, text, error in [("perf_mode='double_row'", "perf_mode", KernelError), ("mask=None", "'mask'", UnsupportedAPIError)]:
-        with pytest.raises(error) as e:
+    for extra, arg in [("mask=None", "mask"), ("tile_size=(), bogus=1", "bogus")]:
+        with pytest.raises(UnsupportedAPIError) as e:
             simulate(load_kernel(source=src.replace("EXTRA", extra)), a, b)
-        assert text in e.value.message
+        assert f"'{arg}'" in e.value.message
 
 
 def test_facades_expose_no_simulator_internals():
@@ -238,6 +247,11 @@ def test_evaluation_reports_a_simulator_bug_as_crashed_with_a_distinct_message(m
     assert result.error["type"] == "SimulatorBugError" and result.error["line"] == 15
 
 
-def test_load_errors_are_located():
-    with pytest.raises(KernelLoadError):
-        load_kernel(source="import neuronxcc.nki.bogus\n", filename="k.py")
+def test_unsupported_use_at_load_time_is_located():
+    with pytest.raises(KernelLoadError) as e:
+        load_kernel(source="import numpy as np\nimport neuronxcc.nki.bogus\n", filename="k.py")
+    assert (e.value.file, e.value.line) == ("k.py", 2)
+    src = HEADER_01 + "ENGINE = nisa.tensor_copy(None, engine=99)\n"
+    with pytest.raises(UnsupportedAPIError) as e:
+        load_kernel(source=src, filename="k.py")
+    assert (e.value.file, e.value.line) == ("k.py", line_of(src, "ENGINE")) and "unknown engine" in e.value.message

@@ -6,9 +6,10 @@ facade function once, at import, with the signature the NKI docs of that front e
 (``nki_api.yaml``). A call is then bound the documented way, and
 
 - a keyword neither the docs nor the simulator know is refused (a keyword is never swallowed);
-- a documented argument whose effect the simulator does not model (a :data:`LIMITS` entry, or a
-  documented parameter the simulator's function does not take) is refused unless it has its
-  documented default;
+- a documented argument whose effect the simulator does not model is refused unless it has its
+  documented default: a parameter the simulator's function does not take, one it takes but never
+  reads (found in its bytecode, so the check lifts by itself once the code uses it), or a
+  :data:`LIMITS` entry;
 - a ``dtype`` or ``engine`` value the simulator does not know is refused;
 - a documented argument that cannot change a result (:data:`NO_EFFECT`, e.g. ``name``) is dropped;
 - a documented name the facade lacks raises on first use (an AttributeError that names the API).
@@ -19,6 +20,7 @@ the kernel's file and line. Simulator modules call each other directly, never th
 from __future__ import annotations
 
 import ast
+import dis
 import functools
 import inspect
 import types
@@ -45,6 +47,10 @@ class Limit:
     reason: str
     allowed: tuple[Any, ...] = ()
     accepts: Callable[[Any], bool] | None = None  # a value test for what the simulator does model
+    while_unread: bool = False                      # lifts once the simulator's function reads the parameter
+
+
+IGNORED = Limit("the simulator ignores this argument")
 
 
 # Documented parameters that cannot change what a kernel computes: accepted and dropped.
@@ -63,16 +69,15 @@ NO_EFFECT_FOR: dict[str, dict[str, str]] = {
 }
 
 
-# Documented parameters the simulator takes but does not model, by "module.api" (both front ends).
-# An entry goes when the simulator models the parameter; docs/nki_coverage.md then says "supported".
+# Documented parameters the simulator reads but models only in part, or forwards to code that ignores
+# them, by "module.api" (both front ends). Parameters it never reads need no entry (see _unread).
 LIMITS: dict[str, dict[str, Limit]] = {
-    "language.transpose": {"mask": Limit("nl.transpose ignores mask= in the simulator")},
     "isa.activation": {
         # reset_reduce starts from zero: with reduce_res it is this instruction's reduction, as simulated
         "reduce_cmd": Limit("ScalarE accumulator registers carried across instructions are not simulated "
-                            "(reduce_cmd idle or reset_reduce only)", allowed=(_isa.reduce_cmd.reset_reduce,)),
+                            "(reduce_cmd idle or reset_reduce only)", allowed=(_isa.reduce_cmd.reset_reduce,),
+                            while_unread=True),
     },
-    "isa.bn_aggr": {"mask": Limit("bn_aggr ignores mask= in the simulator")},
     "isa.dma_copy": {"oob_mode": Limit("only oob_mode=error is simulated (out-of-bounds accesses are errors)")},
 }
 
@@ -210,6 +215,28 @@ def _literal(text: str) -> tuple[bool, Any]:
 
 
 # ---- the guard ---------------------------------------------------------------------------------------
+_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF", "LOAD_CLOSURE"})
+
+
+def _unread(fn: Callable) -> frozenset[str]:
+    """Parameters of the simulator function that its code never reads: accepted, then ignored.
+
+    Parameters a wrapper forwards through ``*args``/``**kwargs`` are looked up in the function it
+    wraps (``__wrapped__``).
+    """
+    unread: set[str] = set()
+    seen: set[str] = set()
+    while fn is not None and hasattr(fn, "__code__"):
+        code = fn.__code__
+        n = code.co_argcount + code.co_kwonlyargcount
+        params = [p for p in code.co_varnames[:n] if p not in seen]
+        loaded = {i.argval for i in dis.get_instructions(code) if i.opname in _LOADS}
+        unread |= {p for p in params if p not in loaded}
+        seen |= set(code.co_varnames[:n])
+        fn = getattr(fn, "__wrapped__", None)
+    return frozenset(unread)
+
+
 def public_params(sig: inspect.Signature) -> dict[str, inspect.Parameter]:
     return {n: p for n, p in sig.parameters.items() if not n.startswith("_")
             and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
@@ -248,7 +275,7 @@ class Spec:
 
 
 def build_spec(api: str, key: str, impl: inspect.Signature, doc: inspect.Signature | None,
-               namespace: dict[str, Any]) -> Spec:
+               namespace: dict[str, Any], unread: frozenset[str] = frozenset()) -> Spec:
     impl_params = public_params(impl)
     doc_params = public_params(doc) if doc is not None else {}
     aliases = ALIASES.get(key, {})
@@ -261,6 +288,10 @@ def build_spec(api: str, key: str, impl: inspect.Signature, doc: inspect.Signatu
     def arg_for(doc_name: str) -> Arg:
         target = aliases.get(doc_name, doc_name)
         limit = limits.get(doc_name)
+        if target in impl_params and target not in unread and limit is not None and limit.while_unread:
+            limit = None  # the simulator models it now
+        if limit is None and target in unread and doc_name not in no_effect:
+            limit = IGNORED
         candidates: list[Any] = []
         if doc_name in doc_params and doc_params[doc_name].default is not inspect.Parameter.empty:
             candidates.append(resolve_default(doc_params[doc_name].default, namespace))
@@ -397,7 +428,7 @@ def guard_module(module: types.ModuleType, front_end: str, kind: str) -> None:
         if not inspect.isfunction(obj) or not obj.__module__.startswith("accelopt_nb.sim"):
             continue
         spec = build_spec(f"{prefix}.{name}", f"{kind}.{name}", inspect.signature(obj),
-                          doc_signature(docs.get(name)), namespace)
+                          doc_signature(docs.get(name)), namespace, _unread(obj))
         setattr(module, name, guarded(obj, spec))
     missing = frozenset(n for n in docs if n not in module.__dict__)
 

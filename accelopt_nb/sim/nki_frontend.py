@@ -20,6 +20,7 @@ from accelopt_nb.sim import ops as _ops
 from accelopt_nb.sim.runtime import current
 from accelopt_nb.sim.tensor import as_view
 
+
 def _dst_view(dst: Any, api: str):
     view = as_view(dst)
     if view is None:
@@ -45,6 +46,7 @@ def _with_dst(name: str, old: Callable) -> Callable:
     old_params = [p for n, p in inspect.signature(old).parameters.items() if not n.startswith("_")]
     instruction.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter("dst", inspect.Parameter.POSITIONAL_OR_KEYWORD)] + old_params)
+    instruction.__wrapped__ = old  # type: ignore[attr-defined]  # where the forwarded parameters are read
     return instruction
 
 
