@@ -1,51 +1,244 @@
-"""Simulator speed on an fp32 matmul kernel versus numpy.matmul, measured side by side in one run.
+"""Simulator speed versus NumPy computing the same result, measured side by side in one run.
 
-    python benchmarks/sim_speed.py [--size 4096]
+For every kernel: the NumPy fp32 time of the same math, the simulator with values (and trace), the
+simulator in trace-only mode, and the two ratios. Rows:
+
+* ``ours/<problem>``: our 14 NKIBench baselines (``nkibench/problems/*/kernel.py``) at a preset
+  (default: the paper's shapes). The task's reference computes in float64; the NumPy column runs the
+  same reference with float64 replaced by float32.
+* ``arange_mask``: ``benchmarks/kernels/arange_mask.py``, a compiler-style kernel of ours (every access an
+  ``nl.arange`` expression, ragged tiles masked on both axes).
+* ``paper/<case>``: with ``--accelopt-repo DIR`` (a checkout of github.com/zhang677/AccelOpt), the
+  paper's 14 baselines ``NKIBench/kernels/*.py`` unchanged against their references
+  ``NKIBench/reference/<case>_numpy_*.py`` (which compute in float32).
+
+Times are CPU seconds of this process (``time.process_time``: user + system, so page faults count),
+the best of ``--repeat`` runs, NumPy first; ``--wall`` reports wall-clock seconds instead. CPU time keeps
+the ratios meaningful on a shared, overloaded machine, where wall time mostly measures other people's
+jobs. Both sides run on one core (the simulator limits BLAS to one thread; the NumPy reference runs
+under the same limit). The L2 column is the simulator's relative error against the reference. Kernels
+that raise are reported with their error and the table goes on.
+
+    python benchmarks/sim_speed.py [--preset paper|small] [--only adamw,silu] [--repeat 2]
+                                   [--accelopt-repo DIR] [--no-ours] [--no-values]
 """
 from __future__ import annotations
 
 import argparse
+import gc
+import re
+import sys
 import time
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from accelopt_nb.sim import SimOptions, load_kernel, simulate
+from accelopt_nb.taskfile import load_task
+from nkibench.registry import get_problem, list_problems
+from nkibench.taskgen import load_task_source
+
+HERE = Path(__file__).parent
 
 
-def best_of(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+@dataclass
+class Case:
+    """One kernel to time: how to build its inputs, its NumPy fp32 math, and how to check the result."""
+
+    name: str
+    kernel_path: Path
+    make: Callable[[], tuple[list[np.ndarray], list[np.ndarray]]]   # (host inputs, kernel inputs)
+    numpy_fp32: Callable[..., Any]                                   # the same math on the host inputs
+    error: Callable[[Any, list[np.ndarray]], float]                  # rel. L2 of kernel outputs
+
+
+@dataclass
+class Row:
+    name: str
+    instructions: int | None = None
+    t_numpy: float | None = None
+    t_values: float | None = None
+    t_trace: float | None = None
+    l2: float | None = None
+    failure: str = ""
+
+
+CLOCK = time.process_time
+
+
+def best_of(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    best, out = float("inf"), None
+    for _ in range(max(1, repeat)):
+        out = None
+        gc.collect()
+        t0 = CLOCK()
+        out = fn()
+        best = min(best, CLOCK() - t0)
+    return best, out
+
+
+def rel_l2(actual: Any, expected: Any) -> float:
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    return float(np.linalg.norm(a - e) / max(np.linalg.norm(e), 1e-30))
+
+
+# ---- cases -------------------------------------------------------------------------------------------
+def our_cases(preset: str, only: set[str] | None) -> list[Case]:
+    cases = []
+    for name in list_problems():
+        if only and name not in only:
+            continue
+        problem = get_problem(name)
+        task = problem.task(preset)
+        # the reference upcasts to float64 for accuracy; the same code in float32 is the speed yardstick
+        source32 = problem.task_source(preset).replace("np.float64", "np.float32")
+        task32 = load_task_source(source32, module_name=f"sim_speed_{name}_fp32", filename=f"<{name} fp32>")
+
+        def make(task=task):
+            inputs = task.get_inputs(seed=0)
+            return inputs, task.to_nki(inputs)
+
+        def error(outputs, inputs, task=task):
+            ref = task.forward(*inputs)
+            got = task.from_nki(outputs[0] if len(outputs) == 1 else outputs, ref)
+            refs = ref if isinstance(ref, tuple) else (ref,)
+            return max(rel_l2(g, r) for g, r in zip(got, refs))
+        cases.append(Case(f"ours/{name}", problem.baseline_path, make, task32.forward, error))
+    return cases
+
+
+def arange_mask_reference(x: np.ndarray, g: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """What ``kernels/arange_mask.py`` computes: x * sigmoid(g) + r, in NumPy fp32."""
+    return x / (np.float32(1) + np.exp(-g)) + r
+
+
+def arange_mask_case(rows: int, cols: int) -> Case:
+    def make():
+        rng = np.random.default_rng(0)
+        xs = [rng.standard_normal((rows, cols), dtype=np.float32) for _ in range(3)]
+        return xs, xs
+
+    def error(outputs, inputs):
+        return rel_l2(outputs[0], arange_mask_reference(*inputs))
+    return Case(f"arange_mask {rows}x{cols}", HERE / "kernels" / "arange_mask.py", make, arange_mask_reference, error)
+
+
+def paper_cases(repo: Path, only: set[str] | None) -> list[Case]:
+    kernels = sorted((repo / "NKIBench" / "kernels").glob("*.py"))
+    if not kernels:
+        raise SystemExit(f"no NKIBench/kernels/*.py under {repo} (pass a checkout of zhang677/AccelOpt)")
+    cases = []
+    for kpath in kernels:
+        case = re.sub(r"_\d+$", "", kpath.stem)
+        refs = sorted((repo / "NKIBench" / "reference").glob(f"{case}_numpy_*.py"))
+        problem = re.sub(r"(_[A-Z]+\d+)+$", "", case)
+        if (only and problem not in only) or not refs:
+            continue
+        task = load_task(refs[0])
+
+        def make(task=task):
+            inputs = task.get_inputs(seed=0)
+            return inputs, task.to_nki(inputs)
+
+        def error(outputs, inputs, task=task):
+            ref = task.forward(*inputs)
+            got = task.from_nki(outputs[0] if len(outputs) == 1 else tuple(outputs), ref)
+            refs_ = ref if isinstance(ref, tuple) else (ref,)
+            return max(rel_l2(g, r) for g, r in zip(got, refs_))
+        cases.append(Case(f"paper/{problem}", kpath, make, task.forward, error))
+    return cases
+
+
+# ---- measuring ---------------------------------------------------------------------------------------
+def measure(case: Case, repeat: int, values: bool) -> Row:
+    row = Row(case.name)
+    try:
+        host, nki_inputs = case.make()
+        with threadpool_limits(limits=1, user_api="blas"):
+            row.t_numpy, _ = best_of(lambda: case.numpy_fp32(*host), repeat)
+        kernel = load_kernel(case.kernel_path)
+        row.t_trace, res = best_of(lambda: simulate(kernel, *nki_inputs, options=SimOptions(trace_only=True)),
+                                   repeat)
+        row.instructions = len(res.trace)
+        del res
+        if values:
+            row.t_values, res = best_of(lambda: simulate(kernel, *nki_inputs), repeat)
+            row.l2 = case.error(list(res.outputs), host)
+            del res
+    except Exception as exc:  # report and go on: one failing kernel must not hide the others
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        row.failure = f"{type(exc).__name__}: {first}"[:160]
+        if "-v" in sys.argv:
+            traceback.print_exc()
+    gc.collect()
+    return row
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def print_header() -> None:
+    print(f"| {'kernel':34s} | {'instr':>6s} | {'numpy s':>8s} | {'values s':>8s} | {'trace s':>8s} "
+          f"| {'values/np':>9s} | {'trace/np':>8s} | {'rel L2':>8s} |")
+    print(f"|{'-' * 36}|{'-' * 8}|{'-' * 10}|{'-' * 10}|{'-' * 10}|{'-' * 11}|{'-' * 10}|{'-' * 10}|")
+
+
+def print_row(r: Row) -> None:
+    ratio_v = r.t_values / r.t_numpy if r.t_values is not None and r.t_numpy else None
+    ratio_t = r.t_trace / r.t_numpy if r.t_trace is not None and r.t_numpy else None
+    print(f"| {r.name:34s} | {_fmt(r.instructions, '6d')} | {_fmt(r.t_numpy, '8.3f')} | {_fmt(r.t_values, '8.2f')} "
+          f"| {_fmt(r.t_trace, '8.2f')} | {_fmt(ratio_v, '9.1f')} | {_fmt(ratio_t, '8.2f')} | {_fmt(r.l2, '8.1e')} |"
+          + (f"  {r.failure}" if r.failure else ""), flush=True)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--size", type=int, default=4096)
-    ap.add_argument("--repeat", type=int, default=2)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="paper", help="shape preset of our problems (paper or small)")
+    ap.add_argument("--only", default="", help="comma-separated problem names (e.g. adamw,silu)")
+    ap.add_argument("--repeat", type=int, default=1, help="best of this many runs per measurement")
+    ap.add_argument("--accelopt-repo", type=Path, default=None,
+                    help="checkout of github.com/zhang677/AccelOpt: adds the paper's 14 NKIBench baselines")
+    ap.add_argument("--no-ours", action="store_true", help="skip our 14 baselines")
+    ap.add_argument("--no-values", action="store_true", help="time trace-only runs alone")
+    ap.add_argument("--arange-shape", default="4000x3000", help="rows x cols of the arange/mask kernel")
+    ap.add_argument("--wall", action="store_true", help="wall-clock seconds instead of CPU seconds")
+    ap.add_argument("-v", action="store_true", help="print the traceback of kernels that raise")
     args = ap.parse_args()
-    n = args.size
-    rng = np.random.default_rng(0)
-    lhsT = rng.standard_normal((n, n), dtype=np.float32)
-    rhs = rng.standard_normal((n, n), dtype=np.float32)
-    kern = load_kernel(Path(__file__).parent / "kernels" / "tiled_matmul.py")
+    global CLOCK
+    if args.wall:
+        CLOCK = time.perf_counter
+    only = {s.strip() for s in args.only.split(",") if s.strip()} or None
 
-    t_np = best_of(lambda: lhsT.T @ rhs, args.repeat)
-    holder = {}
-    t_sim = best_of(lambda: holder.setdefault("r", simulate(kern, lhsT, rhs)), 1)
-    t_sim_nt = best_of(lambda: simulate(kern, lhsT, rhs, options=SimOptions(record_trace=False)), 1)
-    t_trace = best_of(lambda: simulate(kern, lhsT, rhs, options=SimOptions(trace_only=True)), args.repeat)
-    res = holder["r"]
-    err = float(np.linalg.norm(res.output - lhsT.T @ rhs) / np.linalg.norm(lhsT.T @ rhs))
-    print(f"fp32 matmul {n}x{n}x{n}: {len(res.trace)} instructions, L2 rel error vs numpy {err:.2e}")
-    print(f"{'mode':32s} {'seconds':>9s} {'x numpy.matmul':>15s}")
-    print(f"{'numpy.matmul':32s} {t_np:9.3f} {1.0:15.1f}")
-    print(f"{'simulate (values + trace)':32s} {t_sim:9.3f} {t_sim / t_np:15.1f}")
-    print(f"{'simulate (values, no trace)':32s} {t_sim_nt:9.3f} {t_sim_nt / t_np:15.1f}")
-    print(f"{'simulate (trace only)':32s} {t_trace:9.3f} {t_trace / t_np:15.1f}")
+    cases: list[Case] = []
+    if not args.no_ours:
+        cases += our_cases(args.preset, only)
+    if not only or "arange_mask" in only:
+        rows_, cols_ = (int(v) for v in args.arange_shape.lower().split("x"))
+        cases.append(arange_mask_case(rows_, cols_))
+    if args.accelopt_repo is not None:
+        cases += paper_cases(args.accelopt_repo, only)
+    else:
+        print("(the paper's baselines are skipped: pass --accelopt-repo DIR, a checkout of zhang677/AccelOpt)")
+    print(f"# simulator vs NumPy fp32, preset {args.preset!r}, {'wall' if args.wall else 'CPU'} seconds, "
+          f"best of {args.repeat}")
+    print_header()
+    rows = []
+    for case in cases:
+        row = measure(case, args.repeat, not args.no_values)
+        rows.append(row)
+        print_row(row)
+    values = [r.t_values / r.t_numpy for r in rows if r.t_values and r.t_numpy]
+    traces = [r.t_trace / r.t_numpy for r in rows if r.t_trace and r.t_numpy]
+    if values or traces:
+        gm = lambda xs: float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")  # noqa: E731
+        print(f"geometric mean: values/np {gm(values):.1f}, trace/np {gm(traces):.2f} "
+              f"({len(rows) - sum(1 for r in rows if r.failure)} of {len(rows)} kernels ran)")
 
 
 if __name__ == "__main__":

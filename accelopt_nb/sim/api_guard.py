@@ -69,22 +69,9 @@ NO_EFFECT_FOR: dict[str, dict[str, str]] = {
 }
 
 
-def _names_innermost_loop(loop_indices: Any) -> bool:
-    """loop_reduce reduces over the innermost enclosing loop; accept loop_indices naming just that one."""
-    from accelopt_nb.sim.runtime import active
-    rt = active()
-    idx = list(loop_indices) if isinstance(loop_indices, (list, tuple)) else [loop_indices]
-    try:
-        return bool(rt is not None and rt.loops and len(idx) == 1 and int(idx[0]) == rt.loops[-1].iteration)
-    except (TypeError, ValueError):
-        return False
-
-
 # Documented parameters the simulator reads but models only in part, or forwards to code that ignores
 # them, by "module.api" (both front ends). Parameters it never reads need no entry (see _unread).
 LIMITS: dict[str, dict[str, Limit]] = {
-    "language.loop_reduce": {"loop_indices": Limit("only a reduction over the innermost enclosing loop is "
-                                                   "simulated", accepts=_names_innermost_loop, while_unread=True)},
     "isa.activation": {
         # reset_reduce starts from zero: with reduce_res it is this instruction's reduction, as simulated
         "reduce_cmd": Limit("ScalarE accumulator registers carried across instructions are not simulated "

@@ -20,11 +20,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from accelopt_nb.errors import KernelError, KernelLoadError, UnsupportedAPIError
+from accelopt_nb.errors import KernelError, KernelLoadError, SimulatorBugError, UnsupportedAPIError
+from accelopt_nb.sim import api_guard, failures
 from accelopt_nb.sim import compiler as _compiler
 from accelopt_nb.sim import dtypes as _dt
 from accelopt_nb.sim import isa as _isa
-from accelopt_nb.sim import api_guard, failures
 from accelopt_nb.sim import language as _nl
 from accelopt_nb.sim.launch import Grid, parse_grid, run_grid
 from accelopt_nb.sim.runtime import Runtime, SimOptions, active, running
@@ -127,14 +127,14 @@ def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None
                 outputs = run_grid(rt, kernel.fn, args, kw, launch_grid)
         except KernelError as exc:
             raise exc.locate(*_innermost_kernel_frame(exc, rt.kernel_files))
+        except RecursionError:
+            raise
         except AssertionError as exc:
-            if not _raised_in(exc, rt.kernel_files):  # the simulator's own assertion: a simulator bug
-                raise failures.python_error(exc, rt.kernel_files, _innermost_kernel_frame(exc, rt.kernel_files)) from exc
+            if not _raised_in(exc, rt.kernel_files):
+                raise
             file, line = _innermost_kernel_frame(exc, rt.kernel_files)
             raise KernelError(f"assertion failed{': ' + str(exc) if str(exc) else ''}", file=file, line=line,
                               rule="the kernel's own assertion about its inputs") from exc
-        except RecursionError:
-            raise
         except failures.PYTHON_ERRORS as exc:
             raise failures.python_error(exc, rt.kernel_files, _innermost_kernel_frame(exc, rt.kernel_files)) from exc
         result_arrays = _collect_outputs(rt, outputs, kernel.__name__, inputs)
@@ -341,7 +341,7 @@ def _exec_module(code: types.CodeType, module: types.ModuleType, filename: str) 
                               rule="kernels import numpy, math, neuronxcc.nki and NKI files next to them") from exc
     except failures.PYTHON_ERRORS as exc:
         error = failures.python_error(exc, {filename}, (filename, _exc_line(exc, filename)))
-        if isinstance(error, failures.SimulatorBugError):
+        if isinstance(error, SimulatorBugError):
             raise error from exc
         raise KernelLoadError(f"{type(exc).__name__} while loading: {exc}", file=filename,
                               line=_exc_line(exc, filename)) from exc

@@ -11,6 +11,15 @@ from typing import Any
 import numpy as np
 
 
+def _const(x: Any) -> int | None:
+    """``x`` as a plain int when it is an integer constant (for affine bookkeeping), else None."""
+    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+        return int(x)
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    return None
+
+
 def _arr(x: Any) -> Any:
     if isinstance(x, IndexExpr):
         return x.values
@@ -20,17 +29,25 @@ def _arr(x: Any) -> Any:
 
 
 class IndexExpr:
-    """An affine index expression evaluated to a broadcastable int64 array."""
+    """An affine index expression evaluated to a broadcastable int64 array.
 
-    __slots__ = ("values",)
+    ``aff`` = (start, step) when the values are known to be ``start + step * k`` along their only
+    axis longer than 1 (``nl.arange`` and int arithmetic on it); None when unknown. It lets the
+    data path address compiler-style accesses as slices without inspecting the values.
+    """
+
+    __slots__ = ("values", "aff")
     __array_priority__ = 100  # make ndarray operators defer to ours
 
-    def __init__(self, values: np.ndarray) -> None:
+    def __init__(self, values: np.ndarray, aff: tuple[int, int] | None = None) -> None:
         self.values = np.asarray(values, dtype=np.int64)
+        self.aff = aff
 
     # shape manipulation used as nl.arange(n)[:, None]
     def __getitem__(self, key: Any) -> "IndexExpr":
-        return IndexExpr(self.values[key])
+        parts = key if isinstance(key, tuple) else (key,)
+        keeps_order = all(k is None or k is Ellipsis or (isinstance(k, slice) and k == slice(None)) for k in parts)
+        return IndexExpr(self.values[key], self.aff if keeps_order else None)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -50,22 +67,27 @@ class IndexExpr:
     def __array__(self, dtype=None, copy=None):
         return self.values if dtype is None else self.values.astype(dtype)
 
-    def _bin(self, other: Any, fn) -> "IndexExpr":
+    def _bin(self, other: Any, fn, aff_fn=None) -> "IndexExpr":
         if isinstance(other, float) and not float(other).is_integer():
             raise TypeError("index expressions only support integer arithmetic")
-        return IndexExpr(fn(self.values, _arr(other)))
+        aff = None
+        if aff_fn is not None and self.aff is not None:
+            c = _const(other)
+            if c is not None:
+                aff = aff_fn(self.aff, c)
+        return IndexExpr(fn(self.values, _arr(other)), aff)
 
-    def __add__(self, o): return self._bin(o, np.add)
-    def __radd__(self, o): return self._bin(o, lambda a, b: b + a)
-    def __sub__(self, o): return self._bin(o, np.subtract)
-    def __rsub__(self, o): return self._bin(o, lambda a, b: b - a)
-    def __mul__(self, o): return self._bin(o, np.multiply)
-    def __rmul__(self, o): return self._bin(o, lambda a, b: b * a)
+    def __add__(self, o): return self._bin(o, np.add, lambda a, c: (a[0] + c, a[1]))
+    def __radd__(self, o): return self._bin(o, lambda a, b: b + a, lambda a, c: (a[0] + c, a[1]))
+    def __sub__(self, o): return self._bin(o, np.subtract, lambda a, c: (a[0] - c, a[1]))
+    def __rsub__(self, o): return self._bin(o, lambda a, b: b - a, lambda a, c: (c - a[0], -a[1]))
+    def __mul__(self, o): return self._bin(o, np.multiply, lambda a, c: (a[0] * c, a[1] * c))
+    def __rmul__(self, o): return self._bin(o, lambda a, b: b * a, lambda a, c: (a[0] * c, a[1] * c))
     def __floordiv__(self, o): return self._bin(o, np.floor_divide)
     def __rfloordiv__(self, o): return self._bin(o, lambda a, b: b // a)
     def __mod__(self, o): return self._bin(o, np.mod)
     def __rmod__(self, o): return self._bin(o, lambda a, b: b % a)
-    def __neg__(self): return IndexExpr(-self.values)
+    def __neg__(self): return IndexExpr(-self.values, None if self.aff is None else (-self.aff[0], -self.aff[1]))
     def __pos__(self): return self
 
     def __lt__(self, o): return Mask(self.values < _arr(o))
@@ -107,7 +129,7 @@ class Mask:
 def arange(start: int, stop: int | None = None) -> IndexExpr:
     if stop is None:
         start, stop = 0, start
-    return IndexExpr(np.arange(int(start), int(stop), dtype=np.int64))
+    return IndexExpr(np.arange(int(start), int(stop), dtype=np.int64), (int(start), 1))
 
 
 class _Grid:
@@ -164,3 +186,116 @@ def ds(start: int, size: int) -> slice:
     """A dynamic slice ``[start, start + size)``."""
     start = int(start)
     return slice(start, start + int(size))
+
+
+# ---- fast paths for compiler-style index expressions ---------------------------------------------
+# Kernels written the way the NKI compiler prints them index every access with affine ``nl.arange``
+# expressions (``t[i, 128 * j + nl.arange(128)[:, None], nl.arange(512)[None, :]]``) and pass masks
+# built from them. NumPy advanced indexing of such keys copies and gathers element by element; the same
+# elements form a (strided) box that basic indexing reaches as a view. These helpers recognise that
+# form and summarise broadcast masks without expanding them; callers keep the general path for anything
+# else, so both give identical values and trace regions.
+
+def basic_key(key: tuple, shape: tuple[int, ...], affs: dict[int, tuple[int, int] | None] | None = None) -> tuple | None:
+    """The basic (int/slice) key that selects the same elements as an advanced ``key``, or None.
+
+    ``key`` is a normalized key (ints, slices, int64 arrays) with at least one array. The answer is
+    not None when every array is an in-bounds arithmetic progression (step > 0) along at most one
+    broadcast axis, and the varying axes increase with the tensor axes: then ``t[basic]`` holds the
+    elements of ``t[key]`` in the same order, and ``t[basic].reshape(adv_shape)`` equals ``t[key]``.
+    Gathers, transposed or diagonal accesses and out-of-bounds indices (legal under a mask) give None.
+    ``affs`` maps an axis to the known (start, step) of its array (``IndexExpr.aff``); other arrays are
+    inspected.
+    """
+    nd = max(k.ndim for k in key if isinstance(k, np.ndarray))
+    out: list[Any] = []
+    last_axis = -1
+    for axis_no, (k, size) in enumerate(zip(key, shape)):
+        if not isinstance(k, np.ndarray):
+            if isinstance(k, slice):
+                return None  # normalize_key turns full slices next to arrays into arrays
+            out.append(k)
+            continue
+        n = k.size
+        if n == 0:
+            return None
+        aff = affs.get(axis_no) if affs else None
+        flat = k.reshape(-1) if aff is None else None
+        start = int(flat[0]) if aff is None else aff[0]
+        if n == 1:
+            if not 0 <= start < size:
+                return None
+            out.append(start)
+            continue
+        varying = [d for d, m in enumerate(k.shape) if m > 1]
+        if len(varying) > 1:
+            return None
+        axis = nd - k.ndim + varying[0]  # position in the right-aligned broadcast shape
+        if axis <= last_axis:
+            return None
+        last_axis = axis
+        step = int(flat[1]) - start if aff is None else aff[1]
+        last = start + step * (n - 1)
+        if step <= 0 or start < 0 or last >= size:
+            return None
+        if aff is None and (int(flat[-1]) != last or
+                            (n > 2 and not np.array_equal(flat, np.arange(start, last + 1, step)))):
+            return None
+        out.append(slice(start, last + 1, step))
+    return tuple(out)
+
+
+def compact(m: np.ndarray) -> np.ndarray:
+    """The distinct part of a broadcast array: one element along every zero-stride axis."""
+    if not any(s == 0 and n > 1 for s, n in zip(m.strides, m.shape)):
+        return m
+    return m[tuple(slice(0, 1) if s == 0 else slice(None) for s in m.strides)]
+
+
+def mask_all(m: np.ndarray) -> bool:
+    """``m.all()`` without expanding a broadcast mask."""
+    return bool(compact(m).all())
+
+
+def broadcast_reps(small: tuple[int, ...], shape: tuple[int, ...]) -> int:
+    """How many times broadcasting an array of shape ``small`` to ``shape`` repeats each element.
+
+    Raises ValueError, as ``np.broadcast_to`` does, when it does not broadcast.
+    """
+    if len(small) > len(shape):
+        raise ValueError(f"cannot broadcast shape {small} to {shape}")
+    reps = 1
+    for k, n in zip((1,) * (len(shape) - len(small)) + tuple(small), shape):
+        if k != n:
+            if k != 1:
+                raise ValueError(f"cannot broadcast shape {small} to {shape}")
+            reps *= n
+    return reps
+
+
+def mask_count(m: Any, shape: tuple[int, ...]) -> int:
+    """``count_nonzero(broadcast_to(m, shape))`` without expanding the broadcast."""
+    m = np.asarray(m)
+    broadcast_reps(m.shape, tuple(shape))  # the expanded form's shape check
+    c = compact(m)
+    return int(np.count_nonzero(c)) * broadcast_reps(c.shape, tuple(shape))
+
+
+def mask_rows_cols(m: Any, shape: tuple[int, ...]) -> tuple[int, int]:
+    """Partitions (axis 0) and flattened free positions that a mask broadcast to ``shape`` keeps any of.
+
+    Equals ``(count_nonzero(b.any(axis=1)), count_nonzero(b.any(axis=0)))`` for
+    ``b = broadcast_to(m, shape).reshape(shape[0], -1)``.
+    """
+    b = np.broadcast_to(m, shape)
+    if not shape:
+        return int(bool(b)), int(bool(b))
+    c = compact(b)
+    free = tuple(range(1, c.ndim))
+    row_any = c.any(axis=free) if free else c
+    rows = int(np.count_nonzero(row_any)) * (shape[0] // c.shape[0] if c.shape[0] else 1)
+    col_any = c.any(axis=0)
+    reps = 1
+    for n, k in zip(shape[1:], col_any.shape):
+        reps *= n // k if k else 1
+    return rows, int(np.count_nonzero(col_any)) * reps

@@ -11,6 +11,7 @@ from accelopt_nb.sim import dtypes as _dt
 from accelopt_nb.sim import ops as _ops
 from accelopt_nb.sim.functions import ACTIVATIONS, ALU, REDUCE, op_name
 from accelopt_nb.sim.indexing import IndexExpr, Mask
+from accelopt_nb.sim.indexing import mask_rows_cols as _mask_rows_cols
 from accelopt_nb.sim.runtime import GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX, current
 from accelopt_nb.sim.tensor import Operand, Tensor, as_view, combine_written, operand, read, write
 
@@ -171,9 +172,9 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
             raise rt.rule_error(_api, f"tile_position/tile_size {v} is not a multiple of 32", "PE tiling in multiples of 32")
     data = None
     if st.data is not None and rows == 2:
-        data = np.einsum("kim,kin->mn", st.data.astype(np.float32), mv.data.astype(np.float32))
+        data = np.einsum("kim,kin->mn", st.data.astype(np.float32, copy=False), mv.data.astype(np.float32, copy=False))
     elif st.data is not None:
-        data = np.matmul(st.data.astype(np.float32).T, mv.data.astype(np.float32))
+        data = np.matmul(st.data.astype(np.float32, copy=False).T, mv.data.astype(np.float32, copy=False))
     written = None
     if st.written is not None or mv.written is not None:
         ws = np.ones(st.shape, bool) if st.written is None else st.written
@@ -186,7 +187,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
     out = _ops.new_result(rt, _api, (m, n), out_dtype, "psum", data, written, m_mask)
     n_eff = n
     if m_mask is not None:
-        n_eff = int(np.count_nonzero(np.broadcast_to(m_mask, (m, n)).any(axis=0)))
+        n_eff = _mask_rows_cols(m_mask, (m, n))[1]
     _ops.emit_for(rt, out, "tensor", "nc_matmul", _api, [st, mv],
                   {"k": k, "m": m, "n": n_eff, "dtype": _dt.name(st.dtype), "moving_dtype": _dt.name(mv.dtype),
                    "is_transpose": bool(is_transpose), "stationary_onezero": bool(is_stationary_onezero),
@@ -247,7 +248,8 @@ def _activation(api: str, op, data, bias, scale, reduce_op, reduce_res, mask, dt
     if x.data is not None:
         nd = x.data.ndim
         with np.errstate(all="ignore"):
-            out_data = fn(x.data.astype(np.float32) * _reshape_col(s, nd) + _reshape_col(b, nd)).astype(np.float32)
+            out_data = fn(x.data.astype(np.float32, copy=False) * _reshape_col(s, nd)
+                          + _reshape_col(b, nd)).astype(np.float32, copy=False)
     written = combine_written(*[o.written if o is x else (None if o.written is None else np.broadcast_to(
         o.written.reshape((rows,) + (1,) * (len(x.shape) - 1)), x.shape)) for o in operands], shape=x.shape)
     out_dtype = _dt.canonical(dtype) if dtype is not None else x.dtype
@@ -345,7 +347,7 @@ def tensor_scalar(data, op0, operand0, reverse0: bool = False, op1=None, operand
         o.written.reshape((x.shape[0],) + (1,) * (len(x.shape) - 1)), x.shape) for o in ops_[1:]], shape=x.shape)
     out_dtype = _dt.canonical(dtype) if dtype is not None else x.dtype
     if out_data is not None and _dt.is_float(out_dtype):
-        out_data = out_data.astype(np.float32)
+        out_data = out_data.astype(np.float32, copy=False)
     out = _ops.new_result(rt, api, x.shape, out_dtype, "sbuf", out_data, written, m)
     _ops.emit_for(rt, out, eng, "tensor_scalar", api, ops_, {"alu": n0, "alu1": n1, "num_inputs": 1,
                                                              "psum_input": x.buffer == "psum",
@@ -632,7 +634,7 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=No
     if accumulate and op_name(dst_rmw_op) != "add":
         raise rt.rule_error(api, f"unsupported dst_rmw_op {dst_rmw_op!r}", "dma_copy dst_rmw_op is np.add")
     if data is not None:
-        data = data.astype(np.float32) if _dt.is_float(sv.tensor.dtype) else data
+        data = data.astype(np.float32, copy=False) if _dt.is_float(sv.tensor.dtype) else data
         data = data.reshape(dv.shape)
         written = None if written is None else written.reshape(dv.shape)
     write(dv, data, written, m, api, accumulate=accumulate)

@@ -21,6 +21,7 @@ from accelopt_nb.sim import dtypes as _dt
 from accelopt_nb.sim import ops as _ops
 from accelopt_nb.sim.functions import ACTIVATIONS, ALU, SCALAR_ENGINE_FUNCS, op_name
 from accelopt_nb.sim.indexing import IndexExpr, Mask, arange, ds, mgrid  # noqa: F401 (re-exported)
+from accelopt_nb.sim.indexing import mask_rows_cols as _mask_rows_cols
 from accelopt_nb.sim.launch import nc, spmd_dim  # noqa: F401 (re-exported)
 from accelopt_nb.sim.runtime import (BN_STATS_FMAX, GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX, PSUM_FMAX,
                                      ParDim, current, hbm, par_dim, private_hbm, psum, sbuf, shared_hbm)  # noqa: F401
@@ -228,9 +229,8 @@ def _dma_attrs(hbm_view: View, onchip_shape, itemsize: int, src: str, dst: str, 
     p = onchip_shape[0] if onchip_shape else 1
     per_part = int(_prod(onchip_shape[1:])) * itemsize if len(onchip_shape) > 1 else itemsize
     if mask is not None:
-        m = np.broadcast_to(mask, tuple(onchip_shape)).reshape(p, -1)
-        p = int(np.count_nonzero(m.any(axis=1)))
-        per_part = int(np.count_nonzero(m.any(axis=0))) * itemsize
+        p, cols = _mask_rows_cols(mask, tuple(onchip_shape))
+        per_part = cols * itemsize
     return {"bytes": p * per_part, "partitions": p, "bytes_per_partition": per_part,
             "contiguous_bytes": hbm_view.contiguous_bytes(), "src": src, "dst": dst, "transpose": transpose}
 
@@ -327,7 +327,7 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
         written = written | ~np.broadcast_to(m, written.shape)
     _ops.check_output_valid(rt, api, written, dview.tensor.name)
     if data is not None:
-        write(dview, data.astype(np.float32) if _dt.is_float(dview.tensor.dtype) else data, None,
+        write(dview, data.astype(np.float32, copy=False) if _dt.is_float(dview.tensor.dtype) else data, None,
               None if m is None else np.broadcast_to(m, dview.shape) if m.size > 1 else m, api)
     else:
         write(dview, None, None, m, api)

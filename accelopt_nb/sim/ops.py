@@ -14,7 +14,7 @@ from math import prod as _prod
 
 from accelopt_nb.errors import NKIRuleError, UninitializedReadError
 from accelopt_nb.sim import dtypes as dt
-from accelopt_nb.sim.indexing import Mask
+from accelopt_nb.sim.indexing import Mask, mask_rows_cols
 from accelopt_nb.sim.runtime import PMAX, PSUM_BANK_BYTES, Runtime, current
 from accelopt_nb.sim.tensor import Operand, Tensor, View, as_view, combine_written, operand, read, write
 
@@ -95,11 +95,10 @@ def emit_for(rt: Runtime, out: Tensor | None, engine: str, op: str, api: str, op
     n = free if free is not None else (int(_prod(shape[1:])) if len(shape) > 1 else 1)
     if out is not None and out._mask is not None:
         # the compiler shrinks a masked instruction to the elements the mask keeps
-        m = np.broadcast_to(out._mask, out.shape).reshape(out.shape[0], -1)
-        rows = int(np.count_nonzero(m.any(axis=1)))
-        cols = int(np.count_nonzero(m.any(axis=0)))
+        rows, cols = mask_rows_cols(out._mask, out.shape)
+        width = int(_prod(out.shape[1:]))
         p = min(p, rows) if partitions is None else p
-        n = max(1, int(np.ceil(n * cols / m.shape[1]))) if m.shape[1] else n
+        n = max(1, int(np.ceil(n * cols / width))) if width else n
     ins = rt.emit(engine, op, api, reads, writes, p, n, tuple(dt.name(o.dtype) for o in operands if not o.scalar),
                   dt.name(out.dtype) if out is not None else "", accumulate=accumulate, attrs=attrs)
     if out is not None:

@@ -33,12 +33,16 @@ class SimOptions:
         location: "error" (default), "warn" or "ignore".
     check_uninitialized: raise when a kernel output is computed from never-written memory.
     record_trace: keep the instruction stream (turn off for pure functional runs).
+    fast_indexing: address affine ``nl.arange`` accesses as slices, check loop-carried writes on a
+        log of written boxes, and fill unwritten on-chip memory lazily (same values, trace and errors
+        as the general gather/stamp/fill path, which ``False`` forces: for tests and side-by-side timing).
     """
 
     trace_only: bool = False
     affine_write_conflicts: str = "error"
     check_uninitialized: bool = True
     record_trace: bool = True
+    fast_indexing: bool = True
 
     def __post_init__(self) -> None:
         if self.affine_write_conflicts not in ("error", "warn", "ignore"):

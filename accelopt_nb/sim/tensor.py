@@ -14,7 +14,8 @@ from math import prod as _prod
 
 from accelopt_nb.errors import LoopCarriedDependencyError, OpaqueTensorError
 from accelopt_nb.sim import dtypes as dt
-from accelopt_nb.sim.indexing import IndexExpr, Mask
+from accelopt_nb.sim.conflicts import EMPTY, Box, WriteLog, box_of, masked_box
+from accelopt_nb.sim.indexing import IndexExpr, Mask, basic_key, compact, mask_all, mask_count
 from accelopt_nb.sim.runtime import PMAX, Runtime, current
 from accelopt_nb.sim.trace import Region, TensorInfo
 
@@ -132,7 +133,8 @@ class Tensor(_Opaque):
     """One allocation: an HBM tensor, an on-chip buffer, or a fresh API result tile."""
 
     __slots__ = ("id", "name", "buffer", "kind", "shape", "dtype", "par_axis", "_data", "_written",
-                 "_stamps", "_raw", "_mask", "_producer", "_consumed", "_alloc_epoch", "__weakref__")
+                 "_stamps", "_raw", "_mask", "_producer", "_consumed", "_alloc_epoch", "_fast", "_lazy",
+                 "__weakref__")
 
     def __init__(self, rt: Runtime, shape: tuple[int, ...], dtype: Any, buffer: str, kind: str,
                  name: str = "", par_axis: int = 0, data: np.ndarray | None = None,
@@ -150,11 +152,18 @@ class Tensor(_Opaque):
         self._consumed = False
         self._alloc_epoch = rt.epoch
         self._stamps = None
+        self._fast = rt.options.fast_indexing
+        self._lazy = False
         trace_only = rt.options.trace_only
         if trace_only:
             self._data = None
         elif data is not None:
             self._data = data
+        elif written is False and buffer != "hbm" and self._fast:
+            # an on-chip buffer is written before it is read: unwritten elements read as the fill value
+            # (see _fill_unwritten) instead of being filled up front, a pass over all of its memory
+            self._data = np.empty(self.shape, dtype=dt.storage(self.dtype))
+            self._lazy = True
         else:
             self._data = np.full(self.shape, dt.nan_fill(self.dtype), dtype=dt.storage(self.dtype))
         if written is True or trace_only:
@@ -182,7 +191,8 @@ class Tensor(_Opaque):
     def __getitem__(self, key: Any) -> "View":
         if isinstance(key, (Tensor, View)) or (isinstance(key, tuple) and any(isinstance(k, (Tensor, View)) for k in key)):
             return _indirect_view(self, key)
-        return View(self, normalize_key(self, key))
+        affs: dict[int, Any] = {}
+        return View(self, normalize_key(self, key, affs), affs)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         assign(self[key], value)
@@ -218,12 +228,15 @@ class _Alias(Tensor):
         self._consumed = True
         self._alloc_epoch = base._alloc_epoch
         self._stamps = None
+        self._fast = base._fast
+        self._lazy = base._lazy
         self._data = None if base._data is None else base._data.reshape(shape)
         self._written = None if base._written is None else base._written.reshape(shape)
 
 
 # ---- keys ------------------------------------------------------------------------------
-def normalize_key(t: Tensor, key: Any) -> tuple:
+def normalize_key(t: Tensor, key: Any, affs: dict[int, Any] | None = None) -> tuple:
+    """The key as ints, in-bounds slices and int64 arrays; ``affs`` collects each array's ``IndexExpr.aff``."""
     if not isinstance(key, tuple):
         key = (key,)
     ndim = len(t.shape)
@@ -245,6 +258,8 @@ def normalize_key(t: Tensor, key: Any) -> tuple:
         if isinstance(k, IndexExpr):
             norm.append(k.values)
             has_array = True
+            if affs is not None:
+                affs[axis] = k.aff
         elif isinstance(k, slice):
             start, stop, step = k.start, k.stop, k.step
             start = 0 if start is None else int(start)
@@ -275,6 +290,8 @@ def normalize_key(t: Tensor, key: Any) -> tuple:
         raise current().rule_error("indexing", "mixing basic (slice) and advanced (nl.arange) indexing in one index",
                                    "do not mix slices with arange index expressions")
     if has_array and any(isinstance(k, slice) for k in norm):
+        if affs is not None:
+            affs.update((i, (0, 1)) for i, k in enumerate(norm) if isinstance(k, slice))
         norm = _full_slices_to_arrays(t, norm)
     return tuple(norm)
 
@@ -297,6 +314,23 @@ def _full_slices_to_arrays(t: Tensor, norm: list[Any]) -> list[Any]:
         else:
             out.append(k)
     return out
+
+
+_UNSET = object()
+
+
+def _broadcast_shapes(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """``np.broadcast_shapes`` for the common case, falling back to it (and its error) otherwise."""
+    nd = max(len(s) for s in shapes)
+    out = [1] * nd
+    for s in shapes:
+        for i, n in enumerate(s, nd - len(s)):
+            if n != out[i]:
+                if out[i] == 1:
+                    out[i] = n
+                elif n != 1:
+                    return np.broadcast_shapes(*shapes)
+    return tuple(out)
 
 
 def _selects_first(k: Any) -> bool:
@@ -345,17 +379,20 @@ def _indirect_view(t: Tensor, key: Any) -> "View":
 class View(_Opaque):
     """A region of a tensor, produced by indexing. Holds no data."""
 
-    __slots__ = ("tensor", "key", "shape", "advanced", "_region", "_accum_pending", "indirect")
+    __slots__ = ("tensor", "key", "shape", "advanced", "_region", "_accum_pending", "_basic", "_affs", "indirect")
 
-    def __init__(self, tensor: Tensor, key: tuple) -> None:
+    def __init__(self, tensor: Tensor, key: tuple, affs: dict[int, Any] | None = None) -> None:
         self.tensor = tensor
         self.key = key
+        arrays = [k.shape for k in key if isinstance(k, np.ndarray)]
         self.indirect: tuple = ()    # index tiles of an indirect (gather/scatter) DMA view
-        self.advanced = any(isinstance(k, np.ndarray) for k in key)
+        self.advanced = bool(arrays)
         self._region = None
+        self._basic: Any = _UNSET
+        self._affs = affs
         self._accum_pending = False
         if self.advanced:
-            shape = np.broadcast_shapes(*[k.shape for k in key if isinstance(k, np.ndarray)])
+            shape = _broadcast_shapes(arrays)
         else:
             shape = []
             for k, size in zip(key, tensor.shape):
@@ -365,6 +402,17 @@ class View(_Opaque):
         if tensor.on_chip and len(shape) == 1:
             shape = (shape[0], 1)  # a 1-D on-chip access keeps its partition axis: treat as [P, 1]
         self.shape = tuple(int(s) for s in shape)
+
+    @property
+    def basic(self) -> tuple | None:
+        """For an advanced view, the basic key reaching the same elements as a NumPy view (or None).
+
+        Only the data path uses it; shape, regions and indexing rules stay those of ``key``.
+        """
+        if self._basic is _UNSET:
+            self._basic = (basic_key(self.key, self.tensor.shape, self._affs)
+                           if self.advanced and self.tensor._fast else None)
+        return self._basic
 
     @property
     def dtype(self):
@@ -418,7 +466,7 @@ class View(_Opaque):
                                                "indices must be within bounds")
                 base_key[axis] = base.start + int(k)
             elif isinstance(k, IndexExpr):
-                base_key[axis] = IndexExpr(k.values + base.start)
+                base_key[axis] = k + base.start
             else:
                 raise current().rule_error("indexing", f"unsupported index {k!r}", "supported indices")
         return self.tensor[tuple(IndexExpr(k) if isinstance(k, np.ndarray) else k for k in base_key)]
@@ -440,7 +488,9 @@ class View(_Opaque):
             return self._region
         t = self.tensor
         lo, hi = [], []
-        for k, size in zip(self.key, t.shape):
+        # an affine arange key spans the same box as its basic equivalent
+        key = self.basic if self.advanced and self.basic is not None else self.key
+        for k, size in zip(key, t.shape):
             if isinstance(k, slice):
                 lo.append(k.start)
                 hi.append(max(k.start, k.stop))
@@ -454,11 +504,12 @@ class View(_Opaque):
                 hi.append(k + 1)
         elements = int(_prod(self.shape)) if self.shape else 1
         if mask is not None:
-            elements = int(np.count_nonzero(np.broadcast_to(mask, self.shape)))
+            elements = mask_count(mask, self.shape)
         block = 0
         if t.par_axis:
             if all(hi[i] - lo[i] == 1 for i in range(t.par_axis)):
-                block = int(np.ravel_multi_index(tuple(lo[:t.par_axis]), t.shape[:t.par_axis]))
+                for i in range(t.par_axis):  # row-major flat index of the block
+                    block = block * t.shape[i] + lo[i]
             else:
                 block = -1
         reg = Region(tensor=t.id, buffer=t.buffer, lo=tuple(lo), hi=tuple(hi), elements=elements,
@@ -471,8 +522,10 @@ class View(_Opaque):
         """Length of the innermost contiguous run in memory (for DMA efficiency)."""
         t = self.tensor
         run = dt.itemsize(t.dtype)
+        # an affine arange key has the runs of its basic equivalent (a single index reads as an int)
+        key = self.basic if self.advanced and self.basic is not None else self.key
         for axis in range(len(t.shape) - 1, -1, -1):
-            k = self.key[axis]
+            k = key[axis]
             if isinstance(k, slice):
                 if k.step != 1:
                     break
@@ -536,7 +589,10 @@ def read(view: View, mask: np.ndarray | None, api: str) -> tuple[np.ndarray | No
     if t._data is None:
         return None, None
     shape = view.shape
-    if view.advanced:
+    basic = view.basic
+    if basic is not None:
+        data, written = _read_basic(t, basic, _adv_shape(view), mask)
+    elif view.advanced:
         if mask is not None:
             m = np.broadcast_to(mask, _adv_shape(view))
             arrays = [np.where(m, a, 0) for a in _full_arrays(view, m.shape)]
@@ -547,10 +603,12 @@ def read(view: View, mask: np.ndarray | None, api: str) -> tuple[np.ndarray | No
             key = _np_key(view)
         data = t._data[key]
         written = None if t._written is None else t._written[key]
+        data = _fill_unwritten(t, data, written)
     else:
         key = _np_key(view)
         data = t._data[key]
         written = None if t._written is None else t._written[key]
+        data = _fill_unwritten(t, data, written)
     if data.shape != shape:
         data = data.reshape(shape)
         if written is not None:
@@ -563,6 +621,33 @@ def read(view: View, mask: np.ndarray | None, api: str) -> tuple[np.ndarray | No
         if written.all():
             written = None
     return data, written
+
+
+def _read_basic(t: Tensor, basic: tuple, adv_shape: tuple[int, ...],
+                mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """``read`` of an advanced view through its equivalent basic key (a view instead of a gather)."""
+    data = t._data[basic]
+    written = None if t._written is None else t._written[basic]
+    data = _fill_unwritten(t, data, written)
+    if mask is not None:
+        m = np.broadcast_to(mask, adv_shape)
+        if not mask_all(m):
+            # the general path reads masked-off elements at index 0 of every axis: same values here
+            origin = (0,) * t._data.ndim
+            data = data.copy()
+            np.copyto(data, _fill_unwritten(t, t._data[origin], None if t._written is None else t._written[origin]),
+                      where=~m.reshape(data.shape))
+    if written is not None:
+        written = written.copy()  # the general path's gather never aliased the tensor's validity
+    return data, written
+
+
+def _fill_unwritten(t: Tensor, data: Any, written: Any) -> Any:
+    """Data as a NaN-filled (ints: 4) buffer would hold it: a lazily allocated tensor's unwritten elements
+    read as the fill value."""
+    if not t._lazy or written is None or np.all(written):
+        return data
+    return np.where(written, data, np.asarray(dt.nan_fill(t.dtype)).astype(data.dtype))
 
 
 def _adv_shape(view: View) -> tuple[int, ...]:
@@ -587,6 +672,9 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
     if view.advanced:
         adv_shape = _adv_shape(view)
         vals = vals.reshape(adv_shape) if vals.shape != adv_shape else vals
+        if view.basic is not None:
+            _write_basic(t, view.basic, vals, written, shape, adv_shape, mask, store_dtype, accumulate)
+            return
         if mask is not None:
             m = np.broadcast_to(mask, adv_shape)
             arrays = [a[m] for a in _full_arrays(view, adv_shape)]
@@ -625,6 +713,29 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
     _store(t, key, vals, written, store_dtype, accumulate)
 
 
+def _write_basic(t: Tensor, basic: tuple, vals: np.ndarray, written: np.ndarray | None, shape: tuple[int, ...],
+                 adv_shape: tuple[int, ...], mask: np.ndarray | None, store_dtype, accumulate: bool) -> None:
+    """``write`` of an advanced view through its equivalent basic key; same stores as the gather/scatter path."""
+    sub = t._data[basic]
+    vals = vals.reshape(sub.shape)
+    w_src = None if written is None else np.broadcast_to(written, shape).reshape(sub.shape)
+    m = None if mask is None else np.broadcast_to(mask, adv_shape)
+    if m is None or mask_all(m):
+        _store(t, basic, vals, w_src, store_dtype, accumulate)
+        return
+    m = m.reshape(sub.shape)
+    if accumulate:
+        prev = sub.astype(np.float32)
+        if t._written is not None:
+            prev = np.where(t._written[basic], prev, 0.0)
+        new = dt.cast(prev + vals, t.dtype)
+    else:
+        new = dt.cast(np.asarray(vals), t.dtype) if not t._raw else vals
+    np.copyto(sub, new, where=m, casting="unsafe")
+    if t._written is not None:
+        np.copyto(t._written[basic], True if w_src is None else w_src, where=m)
+
+
 def _store(t: Tensor, key: tuple, vals: np.ndarray, written: np.ndarray | None, store_dtype, accumulate: bool) -> None:
     if accumulate:
         prev = t._data[key].astype(np.float32)
@@ -648,27 +759,72 @@ def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: 
     if not frames:
         return
     t = view.tensor
-    if t._stamps is None:
-        t._stamps = np.zeros(t.shape, dtype=np.int32)  # epochs stay far below 2**31
+    basic = view.basic if view.advanced else view.key
+    partial = None  # the masked part of a basic-key box
+    if view.advanced and basic is not None and mask is not None:
+        m = np.broadcast_to(mask, _adv_shape(view))
+        if not mask_all(m):
+            partial = m
+    if not isinstance(t._stamps, np.ndarray):
+        box = None if basic is None or not rt.options.fast_indexing else box_of(basic)
+        if box is not None and partial is not None:
+            box = masked_box(basic, partial.reshape(_basic_shape(basic)))
+            if box is EMPTY:
+                return
+        if box is not None and rt.options.affine_write_conflicts == "error":
+            _box_conflict_check(rt, t, box, frames, api)
+            return
+        t._stamps = np.zeros(t.shape, dtype=np.int32) if t._stamps is None else t._stamps.stamps(t.shape)
     key = view.key
-    if view.advanced and mask is not None:
+    where = None
+    if basic is not None:
+        key = basic
+        if partial is not None:
+            where = partial.reshape(t._stamps[key].shape)
+    elif mask is not None:
         m = np.broadcast_to(mask, _adv_shape(view))
         key = tuple(a[m] for a in _full_arrays(view, m.shape))
     try:
         stamps = t._stamps[key]
     except IndexError:
         return  # out-of-bounds writes are reported by the data path
+    if where is not None:
+        stamps = stamps[where]
     if stamps.size and int(stamps.max()) >= frames[0].inst_epoch:
         for f in frames:
             hit = (stamps >= f.inst_epoch) & (stamps < f.iter_epoch)
             if hit.any():
-                msg = (f"'{t.name}' is assigned at the same location in different iterations of an affine_range "
-                       f"(now iteration {f.iteration}); the hardware may run them in any order")
                 if rt.options.affine_write_conflicts == "warn":
-                    rt.warn(f"{api}: {msg}")
+                    rt.warn(f"{api}: {_conflict_message(t, f)}")
                     break
-                raise rt.rule_error(api, msg, LoopCarriedDependencyError.rule, LoopCarriedDependencyError)
-    t._stamps[key] = rt.epoch
+                raise rt.rule_error(api, _conflict_message(t, f), LoopCarriedDependencyError.rule,
+                                    LoopCarriedDependencyError)
+    if where is not None:
+        np.copyto(t._stamps[key], rt.epoch, where=where)
+    else:
+        t._stamps[key] = rt.epoch
+
+
+def _basic_shape(basic: tuple) -> tuple[int, ...]:
+    return tuple(len(range(k.start, k.stop, k.step)) for k in basic if isinstance(k, slice))
+
+
+def _box_conflict_check(rt: Runtime, t: Tensor, box: Box, frames: list, api: str) -> None:
+    """The same check on a tensor whose writes so far were all boxes (see ``conflicts``)."""
+    if t._stamps is None:
+        t._stamps = WriteLog(len(t.shape))
+    epochs = t._stamps.meeting_epochs(box, frames[0].inst_epoch)
+    if epochs.size:
+        for f in frames:
+            if ((epochs >= f.inst_epoch) & (epochs < f.iter_epoch)).any():
+                raise rt.rule_error(api, _conflict_message(t, f), LoopCarriedDependencyError.rule,
+                                    LoopCarriedDependencyError)
+    t._stamps.add(box, rt.epoch)
+
+
+def _conflict_message(t: Tensor, f: Any) -> str:
+    return (f"'{t.name}' is assigned at the same location in different iterations of an affine_range "
+            f"(now iteration {f.iteration}); the hardware may run them in any order")
 
 
 # ---- operands ------------------------------------------------------------------------------

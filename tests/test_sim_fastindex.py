@@ -1,0 +1,338 @@
+"""The indexing fast path (SimOptions.fast_indexing) against the general gather/stamp path.
+
+Affine ``nl.arange`` accesses are addressed as slices and loop-carried writes are checked on a log of
+written boxes. Each kernel here runs both ways and must give identical outputs (NaN for NaN), identical
+instruction streams (regions, sizes, attributes) and identical errors and warnings.
+"""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from accelopt_nb.errors import KernelError, LoopCarriedDependencyError
+from accelopt_nb.sim.conflicts import EMPTY, WriteLog, box_of, masked_box
+from accelopt_nb.sim.indexing import arange, basic_key, mask_count, mask_rows_cols
+
+
+def _stream(res):
+    return [dataclasses.replace(ins, file=None) for ins in res.trace.instructions]
+
+
+def both(run_kernel, body, *inputs, **opts):
+    """Run a kernel with and without the fast path; assert they agree; return the fast result."""
+    fast = run_kernel(body, *inputs, fast_indexing=True, **opts)
+    general = run_kernel(body, *inputs, fast_indexing=False, **opts)
+    assert len(fast.outputs) == len(general.outputs)
+    for a, b in zip(fast.outputs, general.outputs):
+        assert a.dtype == b.dtype
+        if a.dtype.kind not in "fiub":  # bfloat16/fp8: NumPy's NaN-aware comparison needs a native float
+            a, b = a.astype(np.float32), b.astype(np.float32)
+        np.testing.assert_array_equal(a, b)
+    assert _stream(fast) == _stream(general)
+    assert fast.trace.tensors == general.trace.tensors
+    assert [w.split(": ", 1)[1] for w in fast.warnings] == [w.split(": ", 1)[1] for w in general.warnings]
+    return fast
+
+
+def both_raise(run_kernel, body, *inputs, error=KernelError, **opts):
+    errors = []
+    for fast in (True, False):
+        with pytest.raises(error) as e:
+            run_kernel(body, *inputs, fast_indexing=fast, **opts)
+        errors.append((type(e.value), e.value.message, e.value.line, e.value.api))
+    assert errors[0] == errors[1]
+    return errors[0]
+
+
+RAGGED = """
+@nki.jit
+def kernel(x, g):
+    M, N = x.shape
+    MT, NT = (M + 127) // 128, (N + 63) // 64
+    out = nl.ndarray((M, N), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    xs = nl.ndarray((MT, NT, nl.par_dim(128), 64), dtype=np.float32, buffer=nl.sbuf)
+    ys = nl.ndarray((MT, NT, 2, nl.par_dim(128), 32), dtype=np.float32, buffer=nl.sbuf)
+    zs = nl.ndarray((MT, NT, nl.par_dim(128), 64), dtype=np.float32, buffer=nl.sbuf)
+    for i in nl.affine_range(MT):
+        for j in nl.affine_range(NT):
+            xs[i, j, nl.arange(128)[:, None], nl.arange(64)[None, :]] = nl.load(
+                x[128 * i + nl.arange(128)[:, None], 64 * j + nl.arange(64)[None, :]],
+                mask=(-128 * i + -1 * nl.arange(128)[:, None] + (M - 1) >= 0) & (64 * j + nl.arange(64)[None, :] < N))
+            for h in nl.affine_range(2):
+                ys[i, j, h, nl.arange(128)[:, None], nl.arange(32)[None, :]] = nisa.tensor_scalar(
+                    data=xs[i, j, nl.arange(128)[:, None], 32 * h + nl.arange(32)[None, :]], op0=nl.multiply,
+                    operand0=2.0, mask=(128 * i + nl.arange(128)[:, None] < M) & (64 * j + 32 * h + nl.arange(32)[None, :] < N))
+                zs[i, j, nl.arange(128)[:, None], 32 * h + nl.arange(32)[None, :]] = nl.add(
+                    ys[i, j, h, nl.arange(128)[:, None], nl.arange(32)[None, :]],
+                    nl.load(g[128 * i + nl.arange(128)[:, None], 0 * nl.arange(32)[None, :]],   # a broadcast gather
+                            mask=128 * i + nl.arange(128)[:, None] < M),
+                    mask=(128 * i + nl.arange(128)[:, None] < M) & (64 * j + 32 * h + nl.arange(32)[None, :] < N))
+            nl.store(out[128 * i + nl.arange(128)[:, None], 64 * j + nl.arange(64)[None, :]],
+                     value=zs[i, j, nl.arange(128)[:, None], nl.arange(64)[None, :]],
+                     mask=(128 * i + nl.arange(128)[:, None] < M) & (64 * j + nl.arange(64)[None, :] < N))
+    return out
+"""
+
+
+def test_compiler_style_ragged_tiles_masked_on_both_axes(run_kernel, rng):
+    x = rng.standard_normal((200, 150)).astype(np.float32)
+    g = rng.standard_normal((200, 1)).astype(np.float32)
+    res = both(run_kernel, RAGGED, x, g)
+    np.testing.assert_allclose(res.output.astype(np.float32), 2 * x + g, rtol=1e-2, atol=1e-2)
+    assert both(run_kernel, RAGGED, x, g, trace_only=True).trace.instructions
+
+
+ACCESS_PATTERNS = """
+@nki.jit
+def kernel(a, b):
+    P, F = a.shape
+    strided = nl.ndarray((P, F // 2), dtype=a.dtype, buffer=nl.shared_hbm)
+    rev = nl.ndarray((P, F), dtype=a.dtype, buffer=nl.shared_hbm)
+    tr = nl.ndarray((F, P), dtype=a.dtype, buffer=nl.shared_hbm)
+    grid = nl.ndarray((P, F), dtype=a.dtype, buffer=nl.shared_hbm)
+    col = nl.ndarray((P, 1), dtype=a.dtype, buffer=nl.shared_hbm)
+    ints = nl.ndarray((P, F), dtype=nl.int32, buffer=nl.shared_hbm)
+    i_p = nl.arange(P)[:, None]
+    nl.store(strided, value=nl.load(a[i_p, 2 * nl.arange(F // 2)[None, :] + 1]))
+    nl.store(rev, value=nl.load(a[i_p, F - 1 - nl.arange(F)[None, :]]))
+    t = nl.ndarray((F, P), dtype=a.dtype, buffer=nl.sbuf)
+    t[...] = nl.load(a[nl.arange(P)[None, :], nl.arange(F)[:, None]])
+    nl.store(tr[nl.arange(F)[:, None], nl.arange(P)[None, :]], value=t)
+    gp, gf = nl.mgrid[0:P, 0:F]
+    nl.store(grid[gp, gf], value=nl.load(a[gp, gf]))
+    c = nl.ndarray((nl.par_dim(P), 4), dtype=a.dtype, buffer=nl.sbuf)
+    c[nl.arange(P)[:, None], 2] = nl.load(a[nl.arange(P)[:, None], 3])
+    nl.store(col, value=c[nl.arange(P)[:, None], 2])
+    k = nl.ndarray((nl.par_dim(P), F), dtype=nl.int32, buffer=nl.sbuf)
+    k[i_p, nl.arange(F)[None, :]] = nl.load(b[i_p, :])
+    nl.store(ints[i_p, nl.arange(F)[None, :]], value=k[i_p, nl.arange(F)[None, :]])
+    return strided, rev, tr, grid, col, ints
+"""
+
+
+def test_strided_reversed_transposed_grid_and_column_accesses(run_kernel, rng):
+    a = rng.standard_normal((16, 10)).astype(np.float32)
+    b = rng.integers(-50, 50, (16, 10)).astype(np.int32)
+    strided, rev, tr, grid, col, ints = both(run_kernel, ACCESS_PATTERNS, a, b).outputs
+    np.testing.assert_array_equal(strided, a[:, 1::2])
+    np.testing.assert_array_equal(rev, a[:, ::-1])
+    np.testing.assert_array_equal(tr, a.T)
+    np.testing.assert_array_equal(grid, a)
+    np.testing.assert_array_equal(col, a[:, 3:4])
+    np.testing.assert_array_equal(ints, b)
+
+
+def test_masked_off_indices_may_leave_the_tensor(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(a):
+    M, N = a.shape
+    out = nl.ndarray((M, N), dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range((M + 127) // 128):
+        t = nl.load(a[128 * i + nl.arange(128)[:, None], nl.arange(N)[None, :]],
+                    mask=128 * i + nl.arange(128)[:, None] < M)
+        nl.store(out[128 * i + nl.arange(128)[:, None], nl.arange(N)[None, :]], value=nl.exp(t, mask=128 * i + nl.arange(128)[:, None] < M),
+                 mask=128 * i + nl.arange(128)[:, None] < M)
+    return out
+"""
+    a = rng.standard_normal((130, 8)).astype(np.float32)
+    np.testing.assert_allclose(both(run_kernel, body, a).output, np.exp(a), rtol=1e-6)
+
+
+def test_masked_psum_accumulation(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(lhsT, rhs):
+    K, M = lhsT.shape
+    N = rhs.shape[1]
+    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros((nl.par_dim(M), 512), dtype=nl.float32, buffer=nl.psum)
+    for k in nl.affine_range(K // 128):
+        acc[nl.arange(M)[:, None], nl.arange(512)[None, :]] += nisa.nc_matmul(
+            nl.load(lhsT[128 * k + nl.arange(128)[:, None], nl.arange(M)[None, :]]),
+            nl.load(rhs[128 * k + nl.arange(128)[:, None], nl.arange(512)[None, :]], mask=nl.arange(512)[None, :] < N),
+            mask=nl.arange(512)[None, :] < N)
+    res = nl.copy(acc[nl.arange(M)[:, None], nl.arange(512)[None, :]], mask=nl.arange(512)[None, :] < N)
+    nl.store(out[nl.arange(M)[:, None], nl.arange(512)[None, :]], value=res, mask=nl.arange(512)[None, :] < N)
+    return out
+"""
+    lhsT = rng.standard_normal((256, 64)).astype(np.float32)
+    rhs = rng.standard_normal((256, 300)).astype(np.float32)
+    np.testing.assert_allclose(both(run_kernel, body, lhsT, rhs).output, lhsT.T @ rhs, rtol=1e-4, atol=1e-4)
+
+
+# ---- loop-carried writes: the box log against per-element stamps ---------------------------------------
+CONFLICT = """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    buf = nl.ndarray((nl.par_dim(128), 64), dtype=a.dtype, buffer=nl.sbuf)
+    for i in nl.affine_range(2):
+        buf[nl.arange(128)[:, None], WRITE] = nl.load(a[nl.arange(128)[:, None], WRITE], MASK)
+    nl.store(out, value=buf)
+    return out
+"""
+
+
+@pytest.mark.parametrize("write, mask", [
+    ("nl.arange(64)[None, :]", "mask=None"),                                      # same box twice
+    ("24 * i + nl.arange(40)[None, :]", "mask=None"),                             # overlapping boxes
+    ("i + 2 * nl.arange(32)[None, :]", "mask=None"),                              # even/odd interleave: legal
+    ("24 * i + nl.arange(40)[None, :]", "mask=nl.arange(40)[None, :] < 24"),      # the mask removes the overlap
+    ("nl.arange(64)[None, :]", "mask=nl.arange(64)[None, :] >= nl.arange(128)[:, None] // 2"),  # triangular, non-box
+    ("nl.arange(64)[None, :]", "mask=(nl.arange(64)[None, :] < 32 * i + 32) & (nl.arange(64)[None, :] >= 32 * i)"),
+])
+@pytest.mark.parametrize("mode", ["error", "warn"])
+@pytest.mark.filterwarnings("ignore:.*is assigned at the same location")
+def test_loop_carried_writes_same_verdict(run_kernel, rng, write, mask, mode):
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    body = CONFLICT.replace("WRITE", write).replace("MASK", mask)
+    legal = "2 * nl.arange" in write or "< 24" in mask or "< 32 * i + 32" in mask
+    if legal or mode == "warn":
+        try:
+            both(run_kernel, body, a, affine_write_conflicts=mode, check_uninitialized=False)
+        except KernelError as exc:  # a kernel that reads unwritten memory fails the same way both ways
+            both_raise(run_kernel, body, a, error=type(exc), affine_write_conflicts=mode)
+    else:
+        err = both_raise(run_kernel, body, a, error=LoopCarriedDependencyError, affine_write_conflicts=mode)
+        assert "iteration 1" in err[1]
+
+
+def test_box_log_switches_to_stamps_after_a_non_box_write(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    buf = nl.ndarray((nl.par_dim(128), 64), dtype=a.dtype, buffer=nl.sbuf)
+    for i in nl.affine_range(2):
+        buf[nl.arange(128)[:, None], 32 * i + nl.arange(32)[None, :]] = nl.load(a[nl.arange(128)[:, None], 32 * i + nl.arange(32)[None, :]])
+    for j in nl.affine_range(2):
+        buf[nl.arange(128)[:, None], nl.arange(64)[None, :]] = nl.load(a, mask=nl.arange(64)[None, :] > nl.arange(128)[:, None] // 4 + 31 * j)
+    nl.store(out, value=buf)
+    return out
+"""
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    err = both_raise(run_kernel, body, a, error=LoopCarriedDependencyError)
+    assert "iteration 1" in err[1]
+
+
+# ---- the helpers on their own ---------------------------------------------------------------------------
+KEYS = [
+    (3, arange(8)[:, None] * 2 + 1, arange(5)[None, :] + 4),
+    (arange(8)[:, None], 7, arange(5)[None, :]),
+    (arange(1)[:, None], arange(6)[None, :] * 3),
+    (arange(8)[None, :], arange(5)[:, None]),                 # transposed: no basic key
+    (arange(8)[:, None], arange(8)[:, None] + 0 * arange(3)[None, :]),  # two arrays vary on one axis
+    (7 - arange(8)[:, None], arange(5)[None, :]),             # descending
+    (arange(8)[:, None] + 9, arange(5)[None, :]),             # out of bounds
+]
+
+
+@pytest.mark.parametrize("key", KEYS, ids=range(len(KEYS)))
+@pytest.mark.parametrize("known", [True, False], ids=["aff", "inspected"])
+def test_basic_key_selects_the_same_elements_in_the_same_order(key, known):
+    shape = (10, 16, 10)[:len(key)] if len(key) == 2 else (10, 16, 12)
+    a = np.arange(np.prod(shape)).reshape(shape)
+    norm = tuple(k.values if hasattr(k, "values") else k for k in key)
+    affs = {i: k.aff for i, k in enumerate(key) if hasattr(k, "aff")} if known else None
+    basic = basic_key(norm, shape, affs)
+    in_bounds = all(not hasattr(k, "values") or (k.values.min() >= 0 and k.values.max() < n) for k, n in zip(key, shape))
+    if basic is None:
+        return
+    assert in_bounds
+    expected = a[norm]
+    np.testing.assert_array_equal(a[basic].reshape(expected.shape), expected)
+    assert np.shares_memory(a[basic], a)
+
+
+def test_basic_key_refuses_what_slices_cannot_express():
+    shape = (10, 16)
+    for key in KEYS[3:]:
+        norm = tuple(k.values if hasattr(k, "values") else k for k in key)
+        assert basic_key(norm, shape, {i: k.aff for i, k in enumerate(key) if hasattr(k, "aff")}) is None
+        assert basic_key(norm, shape) is None
+
+
+@pytest.mark.parametrize("mshape, shape", [((128, 1), (128, 512)), ((1, 512), (128, 512)), ((128, 512), (128, 512)),
+                                           ((512,), (128, 512)), ((4, 1, 6), (4, 5, 6)), ((1,), (3, 4))])
+def test_mask_summaries_equal_the_expanded_counts(rng, mshape, shape):
+    m = rng.random(mshape) < 0.5
+    for mask in (m, np.broadcast_to(m, shape)):
+        full = np.broadcast_to(mask, shape)
+        assert mask_count(mask, shape) == int(np.count_nonzero(full))
+        flat = full.reshape(shape[0], -1)
+        assert mask_rows_cols(mask, shape) == (int(np.count_nonzero(flat.any(axis=1))),
+                                               int(np.count_nonzero(flat.any(axis=0))))
+    with pytest.raises(ValueError):
+        mask_count(np.ones((3, 2), bool), (3, 4))
+
+
+def test_write_log_agrees_with_per_element_stamps(rng):
+    shape = (6, 40)
+    log, stamps = WriteLog(2), np.zeros(shape, np.int64)
+    for epoch in range(1, 60):
+        r0 = int(rng.integers(0, 6))
+        c0, step = int(rng.integers(0, 30)), int(rng.integers(1, 4))
+        n = int(rng.integers(1, (40 - c0 - 1) // step + 2))
+        key = (r0, slice(c0, c0 + step * (n - 1) + 1, step))
+        box = box_of(key)
+        since = int(rng.integers(0, epoch))
+        brute = {int(e) for e in np.unique(_touched(log, shape, since, key))}
+        assert set(log.meeting_epochs(box, since).tolist()) == brute
+        log.add(box, epoch)
+        stamps[key] = epoch
+    np.testing.assert_array_equal(log.stamps(shape), stamps)
+
+
+def _touched(log, shape, since, key):
+    """Epochs >= since of logged boxes that share an element with key, by painting each box."""
+    hit = np.zeros(shape, bool)
+    hit[key] = True
+    out = []
+    for i in range(log.n):
+        cover = np.zeros(shape, bool)
+        cover[tuple(slice(int(a), int(b), int(s)) for a, b, s in zip(log.lo[i], log.hi[i], log.step[i]))] = True
+        if log.epoch[i] >= since and (cover & hit).any():
+            out.append(log.epoch[i])
+    return np.array(out, dtype=np.int64)
+
+
+def test_masked_box_is_the_kept_sub_box_or_none():
+    key = (2, slice(10, 26, 2), slice(0, 8, 1))       # an (8, 8) box
+    m = np.zeros((8, 8), bool)
+    assert masked_box(key, m) is EMPTY
+    m[2:5, 1:7] = True
+    assert masked_box(key, m) == ((2, 3, 1), (14, 19, 2), (1, 7, 1))
+    m[0, 0] = True
+    assert masked_box(key, m) is None
+    assert masked_box(key, np.broadcast_to(np.arange(8)[None, :] < 3, (8, 8))) == ((2, 3, 1), (10, 25, 2), (0, 3, 1))
+
+
+def test_unwritten_on_chip_memory_reads_as_its_fill_value(run_kernel, rng):
+    # on-chip buffers are allocated without a fill pass; reads still see NaN (ints: 4) where nothing was written
+    body = """
+@nki.jit
+def kernel(a, b):
+    out_f = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    out_h = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    out_i = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.shared_hbm)
+    f = nl.ndarray((2, nl.par_dim(4), 6), dtype=nl.float32, buffer=nl.sbuf)
+    h = nl.ndarray((nl.par_dim(4), 6), dtype=nl.bfloat16, buffer=nl.sbuf)
+    k = nl.ndarray((nl.par_dim(4), 6), dtype=nl.int32, buffer=nl.sbuf)
+    f[1, nl.arange(4)[:, None], nl.arange(3)[None, :]] = nl.load(a[nl.arange(4)[:, None], nl.arange(3)[None, :]])
+    h[nl.arange(4)[:, None], 2 * nl.arange(3)[None, :]] = nl.load(a[:, 0:3])
+    k[1:3, 0:2] = nl.load(b[1:3, 0:2])
+    nl.store(out_f, value=f[1])
+    nl.store(out_h, value=h)
+    nl.store(out_i, value=k)
+    return out_f, out_h, out_i
+"""
+    a = rng.standard_normal((4, 6)).astype(np.float32)
+    b = rng.integers(-9, 9, (4, 6)).astype(np.int32)
+    out_f, out_h, out_i = both(run_kernel, body, a, b, check_uninitialized=False).outputs
+    np.testing.assert_array_equal(out_f[:, :3], a[:, :3])
+    assert np.isnan(out_f[:, 3:]).all()
+    assert np.isnan(out_h.astype(np.float32)[:, 1::2]).all() and not np.isnan(out_h.astype(np.float32)[:, 0::2]).any()
+    expected = np.full((4, 6), 4, np.int32)
+    expected[1:3, 0:2] = b[1:3, 0:2]
+    np.testing.assert_array_equal(out_i, expected)
