@@ -15,6 +15,6 @@ __all__ = ["PARSE_LOCK", "parse"]
 PARSE_LOCK = threading.Lock()
 
 
-def parse(source: str, filename: str = "<unknown>") -> ast.Module:
+def parse(source: str, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
     with PARSE_LOCK:
-        return ast.parse(source, filename=filename)
+        return ast.parse(source, filename=filename, mode=mode)

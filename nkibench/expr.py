@@ -11,7 +11,7 @@ import operator
 from typing import Mapping
 
 from accelopt_nb.errors import ProblemError
-from accelopt_nb.pyast import PARSE_LOCK
+from accelopt_nb.pyast import parse
 
 _BINOPS = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -31,8 +31,7 @@ def evaluate(expr: str | int | float, names: Mapping[str, int | float], *,
     if isinstance(expr, (int, float)) and not isinstance(expr, bool):
         return expr
     try:
-        with PARSE_LOCK:  # see accelopt_nb.pyast
-            tree = ast.parse(str(expr), mode="eval")
+        tree = parse(str(expr), mode="eval")
     except SyntaxError as exc:
         raise ProblemError(f"{where}: cannot parse {expr!r}: {exc.msg}") from exc
     return _eval(tree.body, names, str(expr), where)

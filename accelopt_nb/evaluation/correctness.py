@@ -40,9 +40,8 @@ def lowered_dtypes(used: Iterable[str], input_dtypes: Iterable[str]) -> list[str
     return sorted(d for d in set(used) if (float_bits(d) or floor) < floor)
 
 
-def unwritten_outputs(trace: Any) -> list[tuple[str, int, int]]:
-    """(name, never-written elements, total elements) for every kernel output the trace shows
-    partly unwritten."""
+def output_write_regions(trace: Any) -> list[tuple[str, tuple[int, ...], np.ndarray]]:
+    """(name, shape, boxes) for every kernel output: the (n, 2, ndim) lo/hi boxes the trace wrote."""
     if trace is None:
         return []
     outputs = {tid: info for tid, info in trace.tensors.items() if info.kind == "output"}
@@ -51,10 +50,15 @@ def unwritten_outputs(trace: Any) -> list[tuple[str, int, int]]:
         for region in ins.writes:
             if region.tensor in regions:
                 regions[region.tensor].append((tuple(region.lo), tuple(region.hi)))
-    return unwritten_regions([
-        (info.name, tuple(info.shape),
-         np.asarray(regions[tid], dtype=np.int64).reshape(-1, 2, len(info.shape)))
-        for tid, info in outputs.items()])
+    return [(info.name, tuple(info.shape),
+             np.asarray(regions[tid], dtype=np.int64).reshape(-1, 2, len(info.shape)))
+            for tid, info in outputs.items()]
+
+
+def unwritten_outputs(trace: Any) -> list[tuple[str, int, int]]:
+    """(name, never-written elements, total elements) for every kernel output the trace shows
+    partly unwritten."""
+    return unwritten_regions(output_write_regions(trace))
 
 
 def unwritten_regions(outputs: Iterable[tuple[str, tuple[int, ...], np.ndarray]]

@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 
 from accelopt_nb.errors import KernelError, KernelLoadError
+from accelopt_nb.evaluation.sandbox import describe_exit
+from accelopt_nb.evaluation.worker import is_memory_error
 
 MAX_LOG_LINES = 50
 
@@ -94,15 +96,7 @@ class ForkRunner:
         return reply
 
     def _died(self) -> None:
-        rc = self._wait()
-        if rc is not None and rc < 0:
-            try:
-                name = signal.Signals(-rc).name
-            except ValueError:
-                name = f"signal {-rc}"
-            extra = " (possibly the system OOM killer)" if -rc == signal.SIGKILL else ""
-            raise RunnerDied(f"the kernel's process was killed by {name}{extra}")
-        raise RunnerDied(f"the kernel's process exited with status {rc} without an answer")
+        raise RunnerDied(f"the kernel's process {describe_exit(self._wait())} without an answer")
 
     def _wait(self) -> int | None:
         if self.returncode is None:
@@ -238,7 +232,7 @@ class _Server:
             return {"ok": False, "error": {"type": "EvaluationError", "message": f"unknown op {op!r}"},
                     "classes": ["accelopt_nb.errors.EvaluationError"]}
         except BaseException as exc:  # noqa: BLE001 - report anything the kernel does
-            if _memory_in_chain(exc):
+            if is_memory_error(exc):
                 return {"out_of_memory": True, "message": "MemoryError",
                         "error": self._error_dict(exc)}
             return {"ok": False, "error": self._error_dict(exc),
@@ -302,37 +296,18 @@ def _coverage(trace: Any, outdir: Path) -> list[dict[str, Any]] | None:
     """Write regions of each output tensor, saved as (n, 2, ndim) lo/hi arrays for the judge."""
     if trace is None:
         return None
-    outputs = {tid: info for tid, info in trace.tensors.items() if info.kind == "output"}
-    regions: dict[int, list] = {tid: [] for tid in outputs}
-    for ins in trace.instructions:
-        for region in ins.writes:
-            if region.tensor in regions:
-                regions[region.tensor].append((tuple(region.lo), tuple(region.hi)))
+    from accelopt_nb.evaluation.correctness import output_write_regions
     report = []
-    for n, (tid, info) in enumerate(outputs.items()):
-        ndim = len(info.shape)
-        arr = np.asarray(regions[tid], dtype=np.int64).reshape(-1, 2, ndim)
+    for n, (name, shape, boxes) in enumerate(output_write_regions(trace)):
         path = outdir / f"cov_{n}.npy"
-        np.save(path, arr, allow_pickle=False)
-        report.append({"name": str(info.name), "shape": [int(s) for s in info.shape],
-                       "file": path.name})
+        np.save(path, boxes, allow_pickle=False)
+        report.append({"name": str(name), "shape": [int(s) for s in shape], "file": path.name})
     return report
 
 
 def _plain(obj: Any) -> Any:
     from accelopt_nb.evaluation.result import _jsonable
     return _jsonable(obj)
-
-
-def _memory_in_chain(exc: BaseException) -> bool:
-    cur: BaseException | None = exc
-    seen: set[int] = set()
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, MemoryError):
-            return True
-        seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__
-    return False
 
 
 def _same_file(a: str | None, b: str) -> bool:

@@ -74,16 +74,20 @@ class SandboxOutcome:
             e = self.error or {}
             return f"{e.get('type', 'error')}: {e.get('message', '')}"
         if self.kind == "crashed":
-            rc = self.returncode
-            if rc is not None and rc < 0:
-                try:
-                    name = signal.Signals(-rc).name
-                except ValueError:
-                    name = f"signal {-rc}"
-                extra = " (possibly the system OOM killer)" if -rc == signal.SIGKILL else ""
-                return f"process killed by {name}{extra}"
-            return f"process exited with status {rc} without a result"
+            return f"process {describe_exit(self.returncode)}"
         return "ok"
+
+
+def describe_exit(returncode: int | None) -> str:
+    """How a process ended, for a person: 'was killed by SIGKILL (possibly ...)' or 'exited with status N'."""
+    if returncode is not None and returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        extra = " (possibly the system OOM killer)" if -returncode == signal.SIGKILL else ""
+        return f"was killed by {name}{extra}"
+    return f"exited with status {returncode}"
 
 
 def run_sandboxed(target: str, payload: Any, limits: SandboxLimits | None = None, *,

@@ -21,7 +21,7 @@ import ast
 import re
 
 from accelopt_nb.errors import KernelLoadError, KernelRejectedError
-from accelopt_nb.pyast import PARSE_LOCK
+from accelopt_nb.pyast import parse
 
 # Top-level modules a kernel may import (and their submodules). ``__future__`` is a compiler
 # directive, not a module with behaviour.
@@ -69,15 +69,9 @@ READ_ONLY_MODULE_CALLS = frozenset({"getattr", "hasattr"})
 MAX_SOURCE_CHARS = 400_000
 
 _FORMAT_ESCAPE = re.compile(r"\{[^{}]*[.\[]\s*_")
-# CPython 3.11 keeps the AST constructor's recursion-depth counter per interpreter, not per
-# thread: two threads parsing at once can fail with "AST constructor recursion depth mismatch".
-_PARSE_LOCK = PARSE_LOCK  # one lock for every parse of the process
-
-
 def parse_source(source: str, filename: str = "kernel.py") -> ast.Module:
-    """``ast.parse``, serialised across threads (see _PARSE_LOCK)."""
-    with _PARSE_LOCK:
-        return ast.parse(source, filename=filename)
+    """``ast.parse``, serialised across threads (see :mod:`accelopt_nb.pyast`)."""
+    return parse(source, filename=filename)
 
 
 def check_kernel_source(source: str, filename: str = "kernel.py") -> None:

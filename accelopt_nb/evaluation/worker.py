@@ -39,7 +39,7 @@ def _limit_resources(memory_mb: int | None, file_size_mb: int | None) -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
 
 
-def _is_memory_error(exc: BaseException) -> bool:
+def is_memory_error(exc: BaseException) -> bool:
     """MemoryError anywhere in the cause chain (a simulator may wrap it in a kernel error)."""
     seen: set[int] = set()
     cur: BaseException | None = exc
@@ -66,7 +66,7 @@ def _call(target: str, payload: object) -> dict:
     except BaseException as exc:  # noqa: BLE001 - the whole point is to report anything
         if isinstance(exc, KeyboardInterrupt):
             raise
-        kind = "out_of_memory" if _is_memory_error(exc) else "error"
+        kind = "out_of_memory" if is_memory_error(exc) else "error"
         error = {"type": type(exc).__name__, "message": str(exc)[:4000],
                  "traceback": "".join(traceback.format_exception(type(exc), exc,
                                                                  exc.__traceback__))[-8000:]}
