@@ -384,3 +384,16 @@ def test_kernels_with_the_same_syntax_tree_are_evaluated_once_and_take_one_beam_
     assert len(trees) == len(set(trees))
     client.close()
     s.close()
+
+
+def test_overridden_swaps_config_and_clients_for_a_block_then_restores_them(problem, tmp_path, server):
+    s, client, _ = new_session(problem, tmp_path, server)
+    step_client = LLMClient(client.config.replace(temperature=0.3), client.ledger)
+    narrow = s.config.with_overrides(beam_width=1)
+    with s.overridden(config=narrow, clients={"planner": step_client}):
+        assert s.config.beam_width == 1 and s.client("planner") is step_client
+        with pytest.raises(ConfigError):
+            s.client("executor")
+    assert s.config.beam_width == 2
+    assert s.client("planner") is client and s.client("executor") is client
+    step_client.close()

@@ -88,20 +88,16 @@ class StepSettings:
 @contextlib.contextmanager
 def _applied(session: Any, s: StepSettings) -> Iterator[None]:
     """The session with this step's settings; the original config and clients come back afterwards."""
-    config, clients = session.config, dict(session._clients)
+    overrides = {_CONFIG_KEYS[k]: getattr(s, k) for k in _CONFIG_KEYS if getattr(s, k) is not None}
+    config = session.config.with_overrides(**overrides) if overrides else None
+    step_clients = ({role: _client_for_step(c, s) for role, c in session.clients.items()}
+                    if s.model_preset is not None or s.temperature is not None else None)
     try:
-        overrides = {_CONFIG_KEYS[k]: getattr(s, k) for k in _CONFIG_KEYS if getattr(s, k) is not None}
-        if overrides:
-            session.config = session.config.with_overrides(**overrides)
-        if s.model_preset is not None or s.temperature is not None:
-            session._clients = {role: _client_for_step(c, s) for role, c in clients.items()}
-        yield
+        with session.overridden(config=config, clients=step_clients):
+            yield
     finally:
-        session.config = config
-        for role, c in session._clients.items():
-            if c is not clients.get(role) and all(c is not o for o in clients.values()):
-                c.close()
-        session._clients = clients
+        for c in (step_clients or {}).values():
+            c.close()
 
 
 def _client_for_step(client: Any, s: StepSettings) -> Any:

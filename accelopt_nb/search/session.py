@@ -35,7 +35,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from accelopt_nb.agents.executor import Executor
 from accelopt_nb.agents.planner import ParsedPlan, Planner, parse_plan
@@ -188,6 +188,25 @@ class Session:
         if not baseline.correct:
             raise EvaluationError(f"the baseline kernel of {self.problem.name} is not correct ({baseline.status}: "
                                   f"{baseline.message}); the search needs a correct starting point")
+
+    @property
+    def clients(self) -> dict[str, LLMClient]:
+        """The LLM client of each role (a copy)."""
+        return dict(self._clients)
+
+    @contextmanager
+    def overridden(self, *, config: SearchConfig | None = None,
+                   clients: Mapping[str, LLMClient] | None = None) -> Iterator[None]:
+        """Run some steps with another config and/or other LLM clients; the originals come back after."""
+        saved = self.config, self._clients
+        try:
+            if config is not None:
+                self.config = config
+            if clients is not None:
+                self._clients = dict(clients)
+            yield
+        finally:
+            self.config, self._clients = saved
 
     def client(self, role: str) -> LLMClient:
         client = self._clients.get(role)
