@@ -169,6 +169,10 @@ def test_nkibench_problem_by_name_with_its_baseline_kernel(tmp_path):
     r = evaluate("matmul", problem.baseline_source(), preset="small", cache=EvalCache(tmp_path))
     assert r.status is Status.CORRECT, r.summary()
     assert (r.problem, r.preset, r.tolerance) == ("matmul", "small", problem.tolerance)
+    # the perf model's error bar survives the profile contract under its own name
+    from accelopt_nb.evaluation.profile import ProfileRecord
+    from accelopt_nb.perf import load_hw
+    assert ProfileRecord.from_dict(r.profile).model_error == load_hw("trn1").model_error > 0
     # the cache key follows the problem's materialised task, so both presets are distinct
     assert make_job("matmul", "k", preset="small").cache_key() != make_job(
         "matmul", "k", preset="paper").cache_key()

@@ -214,6 +214,6 @@ def test_profile_record_keeps_one_latency_key_in_ms():
     assert perf.latency_ms == 0.5 and hw.latency_ms == pytest.approx(2.0)
     d = perf.to_dict()
     assert "latency" not in d and d["latency_ms"] == 0.5 and d["bound"] == "memory"
-    assert d["hbm_read_bytes"] == 10 and d["expected_error"] is None
+    assert d["hbm_read_bytes"] == 10 and d["model_error"] is None
     assert ProfileRecord.from_dict(d).to_dict() == d
     assert profile_record({"latency_ms": float("nan")}, source="x", hw="trn1").latency_ms is None

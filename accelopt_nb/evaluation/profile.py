@@ -5,7 +5,7 @@ fields with ``latency`` in ms, or neuron-profile's summary-json plus the measure
 :func:`profile_record` turns it into a :class:`ProfileRecord`, whose ``to_dict()`` is what
 ``EvalResult.profile`` holds: the latency in milliseconds under the one key ``latency_ms`` (no
 other latency key survives), the producer (``source``), the hardware, the bound, the model's own
-error estimate when it gives one (``expected_error``), and every other metric under its producer's
+error estimate when it gives one (``model_error``, as the perf model names it), and every other metric under its producer's
 name (``hbm_read_bytes``, ``*_percent`` fractions in [0, 1], ...). ``EvalResult.latency_ms`` is the
 same number.
 """
@@ -21,7 +21,7 @@ LATENCY_KEYS: tuple[tuple[str, float], ...] = (
     ("latency_ms", 1.0), ("latency", 1.0), ("total_time_ms", 1.0), ("latency_us", 1e-3),
     ("total_time_us", 1e-3), ("latency_s", 1e3), ("total_time", 1e3))
 _DROPPED = frozenset({"latency", "latency_us", "latency_s", "total_time_ms", "total_time_us"})
-_TYPED = ("latency_ms", "source", "hw", "bound", "expected_error")
+_TYPED = ("latency_ms", "source", "hw", "bound", "model_error")
 
 
 @dataclass
@@ -32,12 +32,12 @@ class ProfileRecord:
     source: str                             # producer: "simulator" (perf model), "neuron" (hardware)
     hw: str                                 # "trn1" | "trn2"
     bound: str | None = None                # what limits the kernel (perf model / roofline), if known
-    expected_error: float | None = None     # the perf model's relative error estimate, if it gives one
+    model_error: float | None = None        # the perf model's expected relative latency error, if it gives one
     metrics: dict[str, Any] = field(default_factory=dict)  # every other field, producer's names
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.metrics, "latency_ms": self.latency_ms, "source": self.source,
-                "hw": self.hw, "bound": self.bound, "expected_error": self.expected_error}
+                "hw": self.hw, "bound": self.bound, "model_error": self.model_error}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ProfileRecord":
@@ -61,8 +61,8 @@ def profile_record(raw: Mapping[str, Any], *, source: str, hw: str) -> ProfileRe
         raise TypeError(f"a profile is a mapping, not {type(raw).__name__}")
     metrics = {str(k): v for k, v in raw.items() if k not in _DROPPED and k not in _TYPED}
     bound = raw.get("bound")
-    err = raw.get("expected_error")
+    err = raw.get("model_error")
     return ProfileRecord(latency_ms=latency_ms_from_profile(raw), source=source, hw=hw,
                          bound=str(bound) if bound is not None else None,
-                         expected_error=float(err) if isinstance(err, (int, float)) else None,
+                         model_error=float(err) if isinstance(err, (int, float)) else None,
                          metrics=metrics)
