@@ -110,9 +110,9 @@ def simulate_case(case: BenchCase) -> CaseOutcome:
 
     from accelopt_nb.evaluation import EvalOptions, make_job
     from accelopt_nb.evaluation.engine import evaluate_job
+    from accelopt_nb.evaluation.backends.simulator import trace_profile
     from accelopt_nb.evaluation.profile import profile_record
-    from accelopt_nb.perf import estimate
-    from accelopt_nb.sim import SimOptions, load_kernel, simulate
+    from accelopt_nb.sim import load_kernel
 
     if case.backend != "simulator":
         raise ConfigError(f"simulate_case runs the simulator only, not backend {case.backend!r}")
@@ -122,10 +122,10 @@ def simulate_case(case: BenchCase) -> CaseOutcome:
         try:
             kernel = load_kernel(str(case.kernel_path) if case.kernel_path else None, source=case.kernel_source)
             inputs = task.get_inputs(PROFILE_SEED)
-            trace = simulate(kernel, *task.to_nki(inputs), options=SimOptions(trace_only=True)).trace
+            profile = trace_profile(kernel, task.to_nki(inputs), case.hw)
         except KernelError as exc:
             return CaseOutcome("error", None, {}, None, str(exc), time.monotonic() - t0)
-        record = profile_record(estimate(trace, case.hw).to_dict(), source="simulator", hw=case.hw)
+        record = profile_record(profile.to_dict(), source="simulator", hw=case.hw)
         return CaseOutcome("profiled", None, {}, record.to_dict(), "", time.monotonic() - t0)
     with tempfile.TemporaryDirectory(prefix="accelopt-bench-") as tmp:
         # the task as a file: works for built-in, user-registered and external problems, in any process

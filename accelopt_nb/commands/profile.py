@@ -59,14 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def profile_kernel(kernel: Path, task: Path, *, hw: str = "trn1", kernel_name: str = "kernel") -> ProfileRun:
     """Trace ``kernel`` on ``task``'s input shapes (no arithmetic) and estimate its profile, in-process."""
-    from accelopt_nb.perf import estimate
-    from accelopt_nb.sim import SimOptions, load_kernel, simulate
+    from accelopt_nb.evaluation.backends.simulator import trace_profile
+    from accelopt_nb.sim import load_kernel
     from accelopt_nb.taskfile import load_task
 
     t = load_task(task)
     kern = load_kernel(kernel, name=kernel_name)
-    result = simulate(kern, *t.to_nki(t.get_inputs(seed=SEED)), options=SimOptions(trace_only=True))
-    return ProfileRun(kernel=str(kernel), task=str(task), hw=str(hw), profile=estimate(result.trace, hw=hw))
+    return ProfileRun(kernel=str(kernel), task=str(task), hw=str(hw),
+                      profile=trace_profile(kern, t.to_nki(t.get_inputs(seed=SEED)), hw))
 
 
 def format_run(run: ProfileRun) -> str:

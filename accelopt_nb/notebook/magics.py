@@ -253,14 +253,13 @@ class AccelOptMagics(Magics):
     def _timeline(problem: str, preset: str, hw: str, source: str):
         import nkibench
 
-        from accelopt_nb.perf import estimate
-        from accelopt_nb.sim import SimOptions, load_kernel, simulate
+        from accelopt_nb.evaluation.backends.simulator import trace_profile
+        from accelopt_nb.sim import load_kernel
 
         task = nkibench.get_problem(problem).task(preset)
-        trace = simulate(load_kernel(source=source), *task.to_nki(task.get_inputs(seed=0)),
-                         options=SimOptions(trace_only=True)).trace
+        profile = trace_profile(load_kernel(source=source), task.to_nki(task.get_inputs(seed=0)), hw)
         d.use_style()
-        return estimate(trace, hw=hw).timeline()
+        return profile.timeline()
 
     # ---- sessions ----------------------------------------------------------------------------------
     def _cmd_open(self, args, cell) -> d.Shown:

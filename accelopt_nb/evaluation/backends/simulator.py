@@ -1,14 +1,26 @@
 """The simulator backend: run kernels on the accelopt_nb CPU simulator, profile with the perf model."""
 from __future__ import annotations
 
-import importlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from accelopt_nb.evaluation.backends.base import RunOutput
+
+if TYPE_CHECKING:
+    from accelopt_nb.perf import Profile
+
+
+def trace_profile(kernel: Any, nki_inputs: list[np.ndarray], hw: str = "trn1") -> "Profile":
+    """The perf model's profile of ``kernel`` (a loaded simulator kernel) from a trace-only run:
+    shapes and the instruction stream, no arithmetic, no correctness check. The one place every
+    trace-only profile (``accelopt profile --trace-only``, bench, ``--timeline``, screening) is made."""
+    from accelopt_nb.perf import estimate
+    from accelopt_nb.sim import SimOptions, simulate
+
+    return estimate(simulate(kernel, *nki_inputs, options=SimOptions(trace_only=True)).trace, hw=hw)
 
 
 class SimulatorBackend:
@@ -38,26 +50,16 @@ class SimulatorBackend:
         return None  # every run already records its trace
 
     def profile(self, run: RunOutput, nki_inputs: list[np.ndarray]) -> dict[str, Any] | None:
-        """The performance model's estimate for the run's instruction stream (None when the
-        performance model is not installed)."""
+        """The performance model's estimate for the run's instruction stream."""
         return self._estimate(run.trace)
 
     def trace_profile(self, nki_inputs: list[np.ndarray]) -> dict[str, Any] | None:
         """Profile without arithmetic: a trace-only run (shapes and instruction stream only)."""
-        res = self._sim.simulate(self.kernel, *nki_inputs,
-                                 options=self._sim.SimOptions(trace_only=True))
-        return self._estimate(res.trace)
+        return trace_profile(self.kernel, nki_inputs, self.hw).to_dict()
 
     def _estimate(self, trace: Any) -> dict[str, Any] | None:
-        try:
-            perf = importlib.import_module("accelopt_nb.perf")
-        except ImportError:
-            return None
-        estimate = getattr(perf, "estimate", None)
-        if estimate is None or trace is None:
-            return None
-        report = estimate(trace, hw=self.hw)
-        return report.to_dict() if hasattr(report, "to_dict") else dict(report)
+        from accelopt_nb.perf import estimate
+        return None if trace is None else estimate(trace, hw=self.hw).to_dict()
 
     def close(self) -> None:
         self.kernel = None
