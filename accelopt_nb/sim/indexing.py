@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from accelopt_nb.sim import replay as _replay
+
 
 def _const(x: Any) -> int | None:
     """``x`` as a plain int when it is an integer constant (for affine bookkeeping), else None."""
@@ -90,12 +92,19 @@ class IndexExpr:
     def __neg__(self): return IndexExpr(-self.values, None if self.aff is None else (-self.aff[0], -self.aff[1]))
     def __pos__(self): return self
 
-    def __lt__(self, o): return Mask(self.values < _arr(o))
-    def __le__(self, o): return Mask(self.values <= _arr(o))
-    def __gt__(self, o): return Mask(self.values > _arr(o))
-    def __ge__(self, o): return Mask(self.values >= _arr(o))
-    def __eq__(self, o): return Mask(self.values == _arr(o))  # type: ignore[override]
-    def __ne__(self, o): return Mask(self.values != _arr(o))  # type: ignore[override]
+    def _compare(self, o: Any, op) -> "Mask":
+        rhs = _arr(o)
+        out = Mask(op(self.values, rhs))
+        if _replay.probing:  # trace-only loop replay extrapolates mask outcomes (sim/replay.py)
+            _replay.note_mask(op, self.values, rhs, out.values)
+        return out
+
+    def __lt__(self, o): return self._compare(o, np.less)
+    def __le__(self, o): return self._compare(o, np.less_equal)
+    def __gt__(self, o): return self._compare(o, np.greater)
+    def __ge__(self, o): return self._compare(o, np.greater_equal)
+    def __eq__(self, o): return self._compare(o, np.equal)  # type: ignore[override]
+    def __ne__(self, o): return self._compare(o, np.not_equal)  # type: ignore[override]
     __hash__ = None  # type: ignore[assignment]
 
 

@@ -36,6 +36,9 @@ class SimOptions:
     fast_indexing: address affine ``nl.arange`` accesses as slices, check loop-carried writes on a
         log of written boxes, and fill unwritten on-chip memory lazily (same values, trace and errors
         as the general gather/stamp/fill path, which ``False`` forces: for tests and side-by-side timing).
+    loop_replay: in trace-only mode, run a loop's first iterations and extrapolate the records of the
+        others where that provably gives the same trace (``accelopt_nb.sim.replay``); ``False`` runs
+        every iteration.
     """
 
     trace_only: bool = False
@@ -43,6 +46,7 @@ class SimOptions:
     check_uninitialized: bool = True
     record_trace: bool = True
     fast_indexing: bool = True
+    loop_replay: bool = True
 
     def __post_init__(self) -> None:
         if self.affine_write_conflicts not in ("error", "warn", "ignore"):
@@ -88,6 +92,9 @@ class Runtime:
         self.warnings: list[str] = []
         self.loop_reduce_state: dict[tuple, Any] = {}   # nl.loop_reduce accumulators by call site and loop nest
         self.pending_reduction: Any = None   # (result, how to reduce it into a destination) of the last loop_reduce
+        self.probes: list[Any] = []          # replay probes of the loops whose probe iterations are running
+        self.region_shapes: dict[int, tuple[int, ...]] = {}   # id(Region) -> its view's shape, while probing
+        self.replay = options.trace_only and options.loop_replay and options.record_trace
 
     # ---- identities --------------------------------------------------------------
     def new_tensor_id(self) -> int:
@@ -126,24 +133,31 @@ class Runtime:
         frame = LoopFrame(uid=self.new_uid(), kind=kind, start=values[0] if len(values) else 0)
         self.loops.append(frame)
         try:
-            first = True
-            for i in values:
-                frame.iteration = i
-                i = LoopIndex(i)
-                i.frame = frame
-                if kind == "affine":
-                    self.epoch += 1
-                    frame.iter_epoch = self.epoch
-                    if first:
-                        frame.inst_epoch = self.epoch
-                first = False
-                self._refresh_loop_key()
-                yield i
+            if self.replay:
+                from accelopt_nb.sim import replay
+                # the frame whose `for` advances this generator
+                yield from replay.run(self, frame, values, sys._getframe(1))
+            else:
+                for i in values:
+                    yield self.enter_iteration(frame, i)
         finally:
             # generators may be closed out of order by `break`; remove this frame wherever it is
             if frame in self.loops:
                 self.loops.remove(frame)
             self._refresh_loop_key()
+
+    def enter_iteration(self, frame: LoopFrame, i: int, index: type[LoopIndex] = LoopIndex) -> LoopIndex:
+        """Start iteration ``i`` of ``frame``: its epoch (affine loops) and loop key; the loop variable."""
+        if frame.kind == "affine":
+            self.epoch += 1
+            frame.iter_epoch = self.epoch
+            if frame.iteration < 0:
+                frame.inst_epoch = self.epoch
+        frame.iteration = i
+        self._refresh_loop_key()
+        idx = index(i)
+        idx.frame = frame
+        return idx
 
     def _refresh_loop_key(self) -> None:
         self.loop_key = tuple((f.uid, f.kind, f.iteration) for f in self.loops)

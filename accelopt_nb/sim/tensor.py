@@ -14,6 +14,7 @@ from math import prod as _prod
 
 from accelopt_nb.errors import LoopCarriedDependencyError, OpaqueTensorError
 from accelopt_nb.sim import dtypes as dt
+from accelopt_nb.sim import replay as _replay
 from accelopt_nb.sim.conflicts import EMPTY, Box, WriteLog, box_of, masked_box
 from accelopt_nb.sim.indexing import IndexExpr, Mask, basic_key, compact, mask_all, mask_count
 from accelopt_nb.sim.runtime import PMAX, Runtime, current
@@ -490,6 +491,7 @@ class View(_Opaque):
         lo, hi = [], []
         # an affine arange key spans the same box as its basic equivalent
         key = self.basic if self.advanced and self.basic is not None else self.key
+        clamped = False
         for k, size in zip(key, t.shape):
             if isinstance(k, slice):
                 lo.append(k.start)
@@ -499,6 +501,7 @@ class View(_Opaque):
                 a1 = int(k.max()) + 1 if k.size else 0
                 lo.append(min(max(a0, 0), size))
                 hi.append(min(max(a1, 0), size))
+                clamped = clamped or not 0 <= a0 <= a1 <= size
             else:
                 lo.append(k)
                 hi.append(k + 1)
@@ -514,6 +517,8 @@ class View(_Opaque):
                 block = -1
         reg = Region(tensor=t.id, buffer=t.buffer, lo=tuple(lo), hi=tuple(hi), elements=elements,
                      itemsize=dt.itemsize(t.dtype), block=block)
+        if _replay.probing:  # trace-only loop replay checks extrapolated regions against this shape
+            _replay.note_region(reg, t.shape, clamped)
         if mask is None:
             self._region = reg
         return reg
