@@ -46,6 +46,7 @@ class LoopSite:
 
     target: str
     varying: frozenset[str]                  # the target and every name bound in the body
+    accumulated: frozenset[str] = frozenset()   # `name += x` targets: in-place on NKI tensors, else carried
     calls: list[ast.Call] = field(default_factory=list)
     store_bases: list[ast.expr] = field(default_factory=list)
     loads: list[ast.Subscript] = field(default_factory=list)
@@ -114,7 +115,7 @@ def _analyse(tree: ast.Module | None, code: types.CodeType, line: int) -> LoopSi
     escaping = bound & (live_out | _closure_names(fn))
     if escaping:
         return f"names bound in the loop are read after it: {', '.join(sorted(escaping))}"
-    site = LoopSite(target=target, varying=frozenset(bound))
+    site = LoopSite(target=target, varying=frozenset(bound), accumulated=frozenset(_accumulated_names(loop.body)))
     _collect(loop.body, site)
     return site
 
@@ -164,11 +165,19 @@ def _has_own_break(body: list[ast.stmt]) -> bool:
     return False
 
 
+def _accumulated_names(body: list[ast.stmt]) -> set[str]:
+    return {n.target.id for stmt in body for n in ast.walk(stmt)
+            if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
+
+
 def _bound_names(body: list[ast.stmt]) -> set[str]:
+    """Names the body rebinds; ``name += x`` is left to the runtime check (in place on an NKI tensor)."""
+    aug = {id(n.target) for stmt in body for n in ast.walk(stmt)
+           if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
     out: set[str] = set()
     for stmt in body:
         for node in ast.walk(stmt):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)) and id(node) not in aug:
                 out.add(node.id)
     return out
 
@@ -195,8 +204,21 @@ def _collect(body: list[ast.stmt], site: LoopSite) -> None:
 
 
 # ---- liveness -----------------------------------------------------------------------------------
-def _uses(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+_uses_memo: dict[ast.AST, frozenset[str]] = {}
+
+
+def _uses(node: ast.AST) -> frozenset[str]:
+    """Names read anywhere inside ``node`` (memoized: liveness asks again for nested statements)."""
+    hit = _uses_memo.get(node)
+    if hit is None:
+        if isinstance(node, ast.Name):
+            hit = frozenset((node.id,)) if isinstance(node.ctx, ast.Load) else frozenset()
+        else:
+            hit = frozenset().union(*map(_uses, ast.iter_child_nodes(node)))
+        if len(_uses_memo) > 200_000:
+            _uses_memo.clear()
+        _uses_memo[node] = hit
+    return hit
 
 
 def _target_names(target: ast.AST) -> set[str]:
@@ -282,6 +304,10 @@ def runtime_reason(site: LoopSite, f_locals: dict[str, Any], f_globals: dict[str
                    sim_types: tuple[type, ...]) -> str | None:
     """Why the body's calls and subscripts are unsafe with the objects the names now hold, or None."""
     env = _Env(f_locals, f_globals)
+    for name in site.accumulated - site.varying:
+        obj = env.resolve(ast.Name(id=name, ctx=ast.Load()))
+        if not isinstance(obj, sim_types[:2]):   # Tensor, View: `+=` accumulates in place and returns itself
+            return f"`{name} += ...` on a {type(obj).__name__} carries Python state between iterations"
     for base in site.store_bases:
         obj = env.resolve(base)
         if not isinstance(obj, sim_types):

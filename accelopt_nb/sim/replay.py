@@ -31,6 +31,7 @@ instructions. ``SimOptions(loop_replay=False)`` runs every iteration.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -41,9 +42,11 @@ from accelopt_nb.sim import loopcheck
 from accelopt_nb.sim.runtime import LoopFrame, LoopIndex, Runtime, active
 from accelopt_nb.sim.trace import Instruction, Region, TensorInfo
 
-PROBES = 3
+PROBES = 3         # iterations compared (two steps: a constant step is seen twice)
+WARMUP = 1         # iterations that may run first when the probes differ (a loop_reduce restarting at the start)
 _SIM_DIR = str(Path(__file__).parent)
 probing = 0        # probes active in any thread: gates the hooks' slow path
+_log = logging.getLogger(__name__)
 
 
 # ---- taint ------------------------------------------------------------------------------------------
@@ -125,7 +128,8 @@ class Probe:
     """One loop instance's evidence while its probe iterations run."""
 
     def __init__(self) -> None:
-        self.reason: str | None = None
+        self.reason: str | None = None        # why this loop cannot be replayed at all
+        self.mismatch: str | None = None      # why the latest probe iterations do not extrapolate
         self.events: list[list[tuple]] = []   # per probe iteration: (op, lhs, rhs, result) of mask comparisons
 
     def fail(self, reason: str) -> None:
@@ -161,10 +165,10 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
     site: loopcheck.LoopSite | str = "loop not called from kernel code"
     if caller is not None and caller.f_code.co_filename in rt.kernel_files:
         site = loopcheck.loop_site(caller.f_code, caller.f_lineno)
+    if isinstance(site, str):
+        _log.debug("loop at %s runs every iteration: %s", caller and caller.f_lineno, site)
     n = len(values)
     pos = 0
-    import os
-    if os.environ.get("REPLAY_DEBUG") and isinstance(site, str): print("REPLAY site:", caller and caller.f_lineno, site, file=sys.stderr)
     global probing
     while pos < n:
         if isinstance(site, str) or n - pos <= PROBES:
@@ -173,31 +177,33 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
             return
         probe = Probe()
         marks = [_mark(rt)]
-        for j in range(PROBES):
+        done = None
+        while done is None and probe.reason is None and pos < n and len(marks) <= PROBES + WARMUP:
             probe.events.append([])
             rt.probes.append(probe)
             probing += 1
             try:
-                idx = rt.enter_iteration(frame, values[pos + j], ProbeIndex)
+                idx = rt.enter_iteration(frame, values[pos], ProbeIndex)
                 idx.deps = (probe,)
                 yield idx
             finally:
                 probing -= 1
                 rt.probes.remove(probe)
+            pos += 1
             marks.append(_mark(rt))
-            if probe.reason is None and j == 0:
+            if len(marks) == 2:
                 reason = loopcheck.runtime_reason(site, caller.f_locals, caller.f_globals, rt.kernel_files,
                                                   _sim_types())
                 if reason:
                     probe.fail(reason)
-        pos += PROBES
-        done = None if probe.reason else _extrapolate(rt, frame, values, pos, probe, marks)
+            if len(marks) > PROBES and probe.reason is None:
+                done = _extrapolate(rt, frame, values, pos, probe, marks[-PROBES - 1:], probe.events[-PROBES:])
         if not rt.probes:
             rt.region_shapes.clear()
+            rt.replayed_blocks.clear()
         if done is None:
-            site = probe.reason or "replay check failed"
-            import os
-            if os.environ.get("REPLAY_DEBUG"): print("REPLAY no:", caller.f_lineno, site, file=sys.stderr)
+            site = probe.reason or probe.mismatch or "replay check failed"
+            _log.debug("loop at %s:%s runs every iteration: %s", caller.f_code.co_filename, caller.f_lineno, site)
         else:
             pos += done
 
@@ -208,7 +214,8 @@ def _sim_types() -> tuple[type, ...]:
     return (Tensor, View, IndexExpr, Mask, _Grid, _MGrid)
 
 
-_MARK_SKIP = frozenset({"trace", "loops", "loop_key", "epoch", "_next_uid", "_next_tensor", "probes", "region_shapes"})
+_MARK_SKIP = frozenset({"trace", "loops", "loop_key", "epoch", "_next_uid", "_next_tensor", "probes", "region_shapes",
+                        "replayed_blocks"})
 
 
 def _mark(rt: Runtime) -> tuple:
@@ -233,21 +240,79 @@ _INT = ("i",)
 _PLAIN = (str, bool, float, type(None))
 
 
+class _Block:
+    """Records a nested loop extrapolated while its parent probes: what the parent's flatten reads back."""
+
+    __slots__ = ("first_ins", "first_tensor", "count", "ins_sigs", "tens_sigs", "ins_ints", "tens_ints", "ins_plan",
+                 "tens_plan", "width_ins", "width_tens", "lo", "hi", "size", "free", "unchecked")
+
+
 class _Flat:
-    """Signatures and integers of a run of records, and where each region's integers sit."""
+    """Signatures and integers of a run of records, and where each region's integers sit.
+
+    Integers accumulate in a Python list, flushed into NumPy chunks when a nested loop's block of
+    extrapolated records is read back whole. Region slots: ``lo``/``hi``/``size`` per checked dimension,
+    ``free`` for slots of regions whose view shape is unknown (they must not move).
+    """
 
     def __init__(self, rt: Runtime) -> None:
         self.ints: list[int] = []
+        self.chunks: list[np.ndarray] = []
+        self.base = 0
         self.shapes = rt.region_shapes
-        # per region: (its first slot (the tensor id), number of dims or -1 if unknown, its view's shape or None)
-        self.regions: list[tuple[int, int, tuple[int, ...] | None]] = []
+        self.blocks = rt.replayed_blocks
+        self.lo: list[Any] = []
+        self.hi: list[Any] = []
+        self.size: list[Any] = []
+        self.free: list[Any] = []
+        self.unchecked = False
         self.plan: list[tuple[tuple, int, bool]] = []    # per record: (signature, first slot, is a tensor)
+        self.sigs: list[tuple] = []
 
-    def add(self, rec: Any, tensor: bool) -> tuple:
-        first = len(self.ints)
+    def pos(self) -> int:
+        return self.base + len(self.ints)
+
+    def flush(self) -> None:
+        if self.ints:
+            self.chunks.append(np.array(self.ints, dtype=np.int64))
+            self.base += len(self.ints)
+            self.ints = []
+
+    def array(self) -> np.ndarray:
+        self.flush()
+        return np.concatenate(self.chunks) if self.chunks else np.zeros(0, dtype=np.int64)
+
+    def slots(self, parts: list[Any]) -> np.ndarray:
+        return np.concatenate([np.asarray(p, dtype=np.int64).ravel() for p in parts]) if parts else \
+            np.zeros(0, dtype=np.int64)
+
+    def add(self, rec: Any, tensor: bool) -> None:
+        first = self.pos()
         sig = self.record(rec)
         self.plan.append((sig, first, tensor))
-        return sig
+        self.sigs.append(sig)
+
+    def add_block(self, blk: _Block, tensor: bool) -> None:
+        """All records of a nested loop's extrapolated block (its instructions or its tensors) at once."""
+        self.flush()
+        first = self.base
+        rows = np.arange(blk.count, dtype=np.int64)
+        if tensor:
+            width, ints, plan, sigs = blk.width_tens, blk.tens_ints, blk.tens_plan, blk.tens_sigs
+        else:
+            width, ints, plan, sigs = blk.width_ins, blk.ins_ints, blk.ins_plan, blk.ins_sigs
+            offs = first + rows * width
+            for name in ("lo", "hi", "free"):
+                rel = getattr(blk, name)
+                if rel.size:
+                    getattr(self, name).append((offs[:, None] + rel[None, :]).ravel())
+            if blk.size.size:
+                self.size.append(np.tile(blk.size, blk.count))
+            self.unchecked = self.unchecked or blk.unchecked
+        self.chunks.append(ints)
+        self.base += ints.size
+        self.plan.extend((sig, first + r * width + rel, tensor) for r in range(blk.count) for sig, rel in plan)
+        self.sigs.extend(sigs * blk.count)
 
     def sig(self, x: Any) -> Any:
         t = type(x)
@@ -291,10 +356,18 @@ class _Flat:
     def region(self, x: Region) -> Any:
         if not (_REGION_FAST and type(x.tensor) is int and type(x.elements) is int and type(x.itemsize) is int
                 and type(x.block) is int and all(type(e) is int for e in x.lo) and all(type(e) is int for e in x.hi)):
-            self.regions.append((len(self.ints), -1, None))   # a layout the fast path does not read: unchecked
+            self.unchecked = True   # a layout the fast path does not read
             return self.record(x)
         ints = self.ints
-        self.regions.append((len(ints), len(x.lo), self.shapes.get(id(x))))
+        first = self.base + len(ints)
+        ndim = len(x.lo)
+        shape = self.shapes.get(id(x))
+        if shape is not None and len(shape) == ndim == len(x.hi):
+            self.lo.extend(range(first + 1, first + 1 + ndim))
+            self.hi.extend(range(first + 1 + ndim, first + 1 + 2 * ndim))
+            self.size.extend(shape)
+        else:
+            self.free.extend(range(first + 1, first + 1 + ndim + len(x.hi)))
         ints.append(x.tensor)
         ints += x.lo
         ints += x.hi
@@ -328,15 +401,33 @@ class _Flat:
 
 
 def _flatten(rt: Runtime, a: tuple, b: tuple) -> tuple[tuple, np.ndarray, _Flat]:
-    """The records between two marks: (signature, integers, where their regions sit)."""
+    """The records between two marks: (signature, integers, the flattening with its plan and regions)."""
     flat = _Flat(rt)
-    sig = [flat.add(ins, False) for ins in rt.trace.instructions[a[0]:b[0]]]
+    blocks = flat.blocks
+    ins = rt.trace.instructions
+    k, end = a[0], b[0]
+    while k < end:
+        rec = ins[k]
+        blk = blocks.get(id(rec))
+        if blk is not None and blk.first_ins is rec and k + blk.count * len(blk.ins_plan) <= end:
+            flat.add_block(blk, False)
+            k += blk.count * len(blk.ins_plan)
+        else:
+            flat.add(rec, False)
+            k += 1
     tensors = rt.trace.tensors
-    for tid in range(a[1], b[1]):
+    tid, end = a[1], b[1]
+    while tid < end:
         info = tensors.get(tid)
+        blk = blocks.get(id(info)) if info is not None else None
+        if blk is not None and blk.first_tensor is info and tid + blk.count * len(blk.tens_plan) <= end:
+            flat.add_block(blk, True)
+            tid += blk.count * len(blk.tens_plan)
+            continue
         if info is not None:
-            sig.append(flat.add(info, True))
-    return tuple(sig), np.array(flat.ints, dtype=np.int64), flat
+            flat.add(info, True)
+        tid += 1
+    return tuple(flat.sigs), flat.array(), flat
 
 
 class _Codegen:
@@ -348,7 +439,7 @@ class _Codegen:
 
     def slot(self, wrap: type | None = None) -> str:
         self.k += 1
-        text = f"v[o+{self.k - 1}]"
+        text = f"v[o+{self.k - 1}]" if self.k > 1 else "v[o]"
         return text if wrap is None else f"{self.const(wrap)}({text})"
 
     def const(self, x: Any) -> str:
@@ -380,20 +471,19 @@ class _Codegen:
             tensor = self.slot()
             lo = "(" + "".join(self.slot() + "," for _ in range(nlo)) + ")"
             hi = "(" + "".join(self.slot() + "," for _ in range(nhi)) + ")"
-            return (f"R(tensor={tensor},buffer={self.const(buffer)},lo={lo},hi={hi},"
-                    f"elements={self.slot()},itemsize={self.slot()},block={self.slot()})")
+            return f"R({tensor},{self.const(buffer)},{lo},{hi},{self.slot()},{self.slot()},{self.slot()})"
         if kind == "N":
             cls, parts = sig[1], sig[2]
             names = _FIELDS[cls]
             args, id_slot = [], ""
-            for name, part in zip(names, parts):
+            for name, part in zip(names, parts):   # positional: the dataclasses' field order
                 if part == ("auto",):
-                    args.append(f"name={self.const(parts[names.index('kind')])}+str({id_slot})")
+                    args.append(f"{self.const(parts[names.index('kind')])}+str({id_slot})")
                     continue
                 text = self.expr(part)
                 if cls is TensorInfo and name == "id":
                     id_slot = text
-                args.append(f"{name}={text}")
+                args.append(text)
             return f"{_CTOR[cls]}({','.join(args)})"
         raise AssertionError(f"unknown signature node {kind!r}")
 
@@ -424,15 +514,22 @@ def _builder(sig: tuple) -> tuple[Any, list[Any]]:
 
 
 # ---- the check and the extrapolation -------------------------------------------------------------------
-def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: Probe, marks: list[tuple]) -> int | None:
-    """Append the records of as many iterations from ``pos`` as are provably identical; how many, or None."""
+def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: Probe, marks: list[tuple],
+                 events: list[list[tuple]]) -> int | None:
+    """Append the records of as many iterations from ``pos`` as provably repeat the last probes' step.
+
+    ``marks`` are the runtime at the boundaries of the last :data:`PROBES` iterations, ``events`` their
+    mask comparisons. Returns how many iterations were appended, or None (``probe.mismatch`` or
+    ``probe.reason`` says why).
+    """
+    probe.mismatch = None
     if any(m[4] != marks[0][4] for m in marks):
-        probe.fail("runtime state other than the trace changed in the loop body")
+        probe.mismatch = "runtime state other than the trace changed in the loop body"
         return None
     counters = np.array([m[:4] for m in marks], dtype=np.int64)
     steps = np.diff(counters, axis=0)
     if (steps != steps[0]).any():
-        probe.fail("iterations differ in their instruction, tensor, loop or epoch counts")
+        probe.mismatch = "iterations differ in their instruction, tensor, loop or epoch counts"
         return None
     flats = [_flatten(rt, marks[j], marks[j + 1]) for j in range(PROBES)]
     sig, last, flat = flats[-1]
@@ -441,41 +538,40 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
     except Exception:  # noqa: BLE001 - a constant whose == is not a truth value (an array): not provably equal
         same = False
     if not same:
-        probe.fail("iterations differ in structure")
+        probe.mismatch = "iterations differ in structure"
         return None
     deltas = np.diff(np.stack([f[1] for f in flats]), axis=0)
     if (deltas != deltas[0]).any():
-        probe.fail("a number in the records does not change by a constant step")
+        probe.mismatch = "a number in the records does not change by a constant step"
         return None
     delta = deltas[0]
-    count, comparisons = _mask_limit(probe, len(values) - pos)
+    count, comparisons = _mask_limit(probe, events, len(values) - pos)
     if count is None:
         return None
-    count = _bounds_limit(rt, flat, last, delta, count)
+    count = _bounds_limit(flat, last, delta, count)
     if count is None:
         probe.fail("a region of the records cannot be checked against its tensor")
         return None
     if count <= 0:
         return 0
-    _emit(rt, frame, values, pos, sig, last, delta, count, steps[0], flat)
+    _emit(rt, frame, values, pos, last, delta, count, steps[0], flat)
     # an enclosing probing loop must also see this loop's last mask outcomes: the far corner of its range
     for p in rt.probes:
         p.events[-1].extend((op, lhs + count * dl, rhs + count * dr, res) for op, lhs, dl, rhs, dr, res in comparisons)
     return count
 
 
-def _mask_limit(probe: Probe, count: int) -> tuple[int | None, list[tuple]]:
+def _mask_limit(probe: Probe, ev: list[list[tuple]], count: int) -> tuple[int | None, list[tuple]]:
     """How many of ``count`` further iterations see every mask comparison come out as in the probes,
     and each comparison as (op, lhs, lhs step, rhs, rhs step, outcome) at the last probe."""
-    ev = probe.events
     comparisons: list[tuple] = []
     if any(len(e) != len(ev[0]) for e in ev):
-        probe.fail("iterations differ in their mask comparisons")
+        probe.mismatch = "iterations differ in their mask comparisons"
         return None, comparisons
     for k in range(len(ev[0])):
         ops = {e[k][0] for e in ev}
         if len(ops) != 1:
-            probe.fail("iterations differ in their mask comparisons")
+            probe.mismatch = "iterations differ in their mask comparisons"
             return None, comparisons
         op = ev[0][k][0]
         lhs = [np.asarray(e[k][1]) for e in ev]
@@ -485,12 +581,12 @@ def _mask_limit(probe: Probe, count: int) -> tuple[int | None, list[tuple]]:
             dl = [lhs[j + 1] - lhs[j] for j in range(PROBES - 1)]
             dr = [rhs[j + 1] - rhs[j] for j in range(PROBES - 1)]
         except ValueError:
-            probe.fail("iterations differ in their mask comparisons")
+            probe.mismatch = "iterations differ in their mask comparisons"
             return None, comparisons
         if any(r.shape != res[0].shape or not np.array_equal(r, res[0]) for r in res) or \
                 any(d.shape != dl[0].shape or not np.array_equal(d, dl[0]) for d in dl) or \
                 any(d.shape != dr[0].shape or not np.array_equal(d, dr[0]) for d in dr):
-            probe.fail("a mask comparison changes between probe iterations")
+            probe.mismatch = "a mask comparison changes between probe iterations"
             return None, comparisons
         comparisons.append((op, lhs[-1], dl[0], rhs[-1], dr[0], res[0]))
         count = min(count, _comparison_limit(op, lhs[-1], dl[0], rhs[-1], dr[0], res[0], count))
@@ -528,59 +624,74 @@ def _comparison_limit(op: Any, lhs: np.ndarray, dl: np.ndarray, rhs: np.ndarray,
     return lo
 
 
-def _bounds_limit(rt: Runtime, flat: _Flat, last: np.ndarray, delta: np.ndarray, count: int) -> int | None:
-    """Largest t <= count whose extrapolated regions all stay inside their (view) shapes; None if unknown."""
-    for first, ndim, shape in flat.regions:
-        if ndim < 0:
-            return None
-        lo_slots = tuple(range(first + 1, first + 1 + ndim))
-        hi_slots = tuple(range(first + 1 + ndim, first + 1 + 2 * ndim))
-        if shape is None or len(shape) != ndim:
-            if delta[list(lo_slots + hi_slots)].any():
-                return None  # a moving region of unknown shape
-            continue
-        for slot_lo, slot_hi, size in zip(lo_slots, hi_slots, shape):
-            d_lo, d_hi = int(delta[slot_lo]), int(delta[slot_hi])
-            if d_lo < 0:
-                count = min(count, int(last[slot_lo]) // -d_lo)
-            if d_hi > 0:
-                count = min(count, (size - int(last[slot_hi])) // d_hi)
-            if d_lo > 0:
-                count = min(count, (size - int(last[slot_lo])) // d_lo)
-            if d_hi < 0:
-                count = min(count, int(last[slot_hi]) // -d_hi)
+def _bounds_limit(flat: _Flat, last: np.ndarray, delta: np.ndarray, count: int) -> int | None:
+    """Largest t <= count whose extrapolated regions all stay inside their view shapes; None if unknown."""
+    if flat.unchecked:
+        return None
+    free = flat.slots(flat.free)
+    if free.size and delta[free].any():
+        return None  # a moving region of unknown shape
+    lo, hi, size = flat.slots(flat.lo), flat.slots(flat.hi), flat.slots(flat.size)
+    for slots, low_side in ((lo, True), (hi, False)):
+        # a region bound must stay within [0, size]; lo and hi are both bounds of the same box
+        base, step = last[slots], delta[slots]
+        down, up = step < 0, step > 0
+        if down.any():
+            count = min(count, int((base[down] // -step[down]).min()))
+        if up.any():
+            count = min(count, int(((size[up] - base[up]) // step[up]).min()))
     return count
 
 
-def _emit(rt: Runtime, frame: LoopFrame, values: range, pos: int, sig: tuple, last: np.ndarray,
-          delta: np.ndarray, count: int, step: np.ndarray, flat: _Flat) -> None:
+def _emit(rt: Runtime, frame: LoopFrame, values: range, pos: int, last: np.ndarray, delta: np.ndarray,
+          count: int, step: np.ndarray, flat: _Flat) -> None:
     """Append ``count`` extrapolated iterations and advance the runtime's counters past them."""
     plan = [(*_builder(rec_sig), first, tensor) for rec_sig, first, tensor in flat.plan]
-    rows = (last[None, :] + np.arange(1, count + 1, dtype=np.int64)[:, None] * delta[None, :]).tolist()
+    rows = last[None, :] + np.arange(1, count + 1, dtype=np.int64)[:, None] * delta[None, :]
     trace = rt.trace
     ins, tens = trace.instructions, trace.tensors
-    first_new = len(ins)
+    first_ins, first_tensor = len(ins), rt._next_tensor
     append = ins.append
-    for v in rows:
+    for v in rows.tolist():
         for build, consts, o, tensor in plan:
             rec = build(v, o, consts)
             if tensor:
                 tens[rec.id] = rec
             else:
                 append(rec)
-    shapes = [r[2] for r in flat.regions]
-    if rt.probes and shapes:  # an enclosing loop is probing: it needs the shapes of the regions just built
-        k = 0
-        for instr in ins[first_new:]:
-            for reg in instr.reads + instr.writes:
-                if shapes[k % len(shapes)] is not None:
-                    rt.region_shapes[id(reg)] = shapes[k % len(shapes)]
-                k += 1
-    trace.replayed += len(ins) - first_new
-    n_ins, n_tensor, n_uid, n_epoch = (int(x) * count for x in step)
+    trace.replayed += len(ins) - first_ins
+    if rt.probes:  # an enclosing loop is probing: it reads these records back as one block
+        _keep_block(rt, flat, rows, count, ins[first_ins] if len(ins) > first_ins else None,
+                    tens.get(first_tensor), int(step[1]))
+    _, n_tensor, n_uid, n_epoch = (int(x) * count for x in step)
     rt._next_tensor += n_tensor
     rt._next_uid += n_uid
     rt.epoch += n_epoch
     frame.iteration = values[pos + count - 1]
     if frame.kind == "affine":
         frame.iter_epoch = rt.epoch - int(step[3]) + 1
+
+
+def _keep_block(rt: Runtime, flat: _Flat, rows: np.ndarray, count: int, first_ins: Any, first_tensor: Any,
+                tensor_ids: int) -> None:
+    blk = _Block()
+    ins_plan = [(sig, first) for sig, first, tensor in flat.plan if not tensor]
+    tens_plan = [(sig, first) for sig, first, tensor in flat.plan if tensor]
+    width = rows.shape[1]
+    split = tens_plan[0][1] if tens_plan else width
+    if tens_plan and len(tens_plan) != tensor_ids:
+        tens_plan, first_tensor = [], None  # ids without a record: read back record by record
+    blk.first_ins, blk.first_tensor, blk.count = first_ins, first_tensor, count
+    blk.ins_plan = ins_plan
+    blk.tens_plan = [(sig, first - split) for sig, first in tens_plan]
+    blk.ins_sigs = tuple(sig for sig, _ in ins_plan)
+    blk.tens_sigs = tuple(sig for sig, _ in tens_plan)
+    blk.width_ins, blk.width_tens = split, width - split
+    blk.ins_ints = np.ascontiguousarray(rows[:, :split]).ravel()
+    blk.tens_ints = np.ascontiguousarray(rows[:, split:]).ravel()
+    blk.lo, blk.hi, blk.size, blk.free = (flat.slots(getattr(flat, n)) for n in ("lo", "hi", "size", "free"))
+    blk.unchecked = flat.unchecked
+    if first_ins is not None and ins_plan:
+        rt.replayed_blocks[id(first_ins)] = blk
+    if first_tensor is not None and tens_plan:
+        rt.replayed_blocks[id(first_tensor)] = blk

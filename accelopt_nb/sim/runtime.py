@@ -94,6 +94,7 @@ class Runtime:
         self.pending_reduction: Any = None   # (result, how to reduce it into a destination) of the last loop_reduce
         self.probes: list[Any] = []          # replay probes of the loops whose probe iterations are running
         self.region_shapes: dict[int, tuple[int, ...]] = {}   # id(Region) -> its view's shape, while probing
+        self.replayed_blocks: dict[int, Any] = {}   # id(first record) -> a block replay built while a parent probes
         self.replay = options.trace_only and options.loop_replay and options.record_trace
 
     # ---- identities --------------------------------------------------------------
