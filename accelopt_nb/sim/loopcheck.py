@@ -88,7 +88,8 @@ def _analyse(tree: ast.Module | None, code: types.CodeType, line: int) -> LoopSi
     fn = _find_function(tree, code)
     if fn is None:
         return "kernel function not found in its source"
-    fors = [n for n in _walk_scope(fn) if isinstance(n, ast.For) and n.lineno == line]
+    facts = _function_facts(fn)
+    fors = facts.fors.get(line, [])
     if len(fors) != 1:
         return "the loop's for statement is not found in its source"
     loop = fors[0]
@@ -108,16 +109,43 @@ def _analyse(tree: ast.Module | None, code: types.CodeType, line: int) -> LoopSi
         return reason
     target = loop.target.id
     bound = {target} | _bound_names(loop.body)
-    live_out, body_in = _liveness_at(fn, loop)
+    live_out, body_in = facts.live[loop]
     carried = (bound - {target}) & body_in
     if carried:
         return f"Python names carried between iterations: {', '.join(sorted(carried))}"
-    escaping = bound & (live_out | _closure_names(fn))
+    escaping = bound & (live_out | facts.closure)
     if escaping:
         return f"names bound in the loop are read after it: {', '.join(sorted(escaping))}"
     site = LoopSite(target=target, varying=frozenset(bound), accumulated=frozenset(_accumulated_names(loop.body)))
     _collect(loop.body, site)
     return site
+
+
+@dataclass
+class _Facts:
+    """What every loop of one kernel function needs: its for statements by line, liveness, closure reads."""
+
+    fors: dict[int, list[ast.For]]
+    live: dict[ast.AST, tuple[set[str], set[str]]]
+    closure: set[str]
+
+
+_facts: dict[ast.AST, _Facts] = {}
+
+
+def _function_facts(fn: ast.FunctionDef) -> _Facts:
+    hit = _facts.get(fn)
+    if hit is None:
+        fors: dict[int, list[ast.For]] = {}
+        for node in _walk_scope(fn):
+            if isinstance(node, ast.For):
+                fors.setdefault(node.lineno, []).append(node)
+        lv = _Liveness()
+        lv.block(fn.body, set())
+        if len(_facts) >= 512:
+            _facts.clear()
+        hit = _facts[fn] = _Facts(fors, lv.at, _closure_names(fn))
+    return hit
 
 
 def _find_function(tree: ast.Module, code: types.CodeType) -> ast.FunctionDef | None:
@@ -291,12 +319,6 @@ def _plain_targets(t: ast.AST) -> set[str]:
     if isinstance(t, (ast.Tuple, ast.List)):
         return set().union(*(_plain_targets(e) for e in t.elts)) if t.elts else set()
     return set()
-
-
-def _liveness_at(fn: ast.FunctionDef, loop: ast.For) -> tuple[set[str], set[str]]:
-    lv = _Liveness()
-    lv.block(fn.body, set())
-    return lv.at[loop]
 
 
 # ---- runtime resolution against the kernel frame -----------------------------------------------------

@@ -201,6 +201,7 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
         if not rt.probes:
             rt.region_shapes.clear()
             rt.replayed_blocks.clear()
+            rt.flattened.clear()
         if done is None:
             site = probe.reason or probe.mismatch or "replay check failed"
             _log.debug("loop at %s:%s runs every iteration: %s", caller.f_code.co_filename, caller.f_lineno, site)
@@ -215,7 +216,7 @@ def _sim_types() -> tuple[type, ...]:
 
 
 _MARK_SKIP = frozenset({"trace", "loops", "loop_key", "epoch", "_next_uid", "_next_tensor", "probes", "region_shapes",
-                        "replayed_blocks"})
+                        "replayed_blocks", "flattened"})
 
 
 def _mark(rt: Runtime) -> tuple:
@@ -261,6 +262,7 @@ class _Flat:
         self.base = 0
         self.shapes = rt.region_shapes
         self.blocks = rt.replayed_blocks
+        self.seen = rt.flattened
         self.lo: list[Any] = []
         self.hi: list[Any] = []
         self.size: list[Any] = []
@@ -288,7 +290,26 @@ class _Flat:
 
     def add(self, rec: Any, tensor: bool) -> None:
         first = self.pos()
-        sig = self.record(rec)
+        hit = self.seen.get(id(rec))
+        if hit is not None and hit[0] is rec:   # flattened already by a nested loop's probe
+            _, sig, ints, lo, hi, size, free, unchecked = hit
+            self.ints += ints
+            if lo:
+                self.lo.extend(first + r for r in lo)
+                self.hi.extend(first + r for r in hi)
+                self.size.extend(size)
+            if free:
+                self.free.extend(first + r for r in free)
+            self.unchecked = self.unchecked or unchecked
+        else:
+            marks = (len(self.lo), len(self.free), self.unchecked)
+            sig = self.record(rec)
+            if len(self.seen) < 1_000_000:
+                base = first
+                self.seen[id(rec)] = (rec, sig, self.ints[first - self.base:] if first >= self.base else [],
+                                      [x - base for x in self.lo[marks[0]:]], [x - base for x in self.hi[marks[0]:]],
+                                      self.size[marks[0]:], [x - base for x in self.free[marks[1]:]],
+                                      self.unchecked and not marks[2])
         self.plan.append((sig, first, tensor))
         self.sigs.append(sig)
 
