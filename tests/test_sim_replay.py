@@ -87,7 +87,8 @@ def test_control_flow_on_the_loop_variable():
 
 
 @pytest.mark.parametrize("expr", ["(i // 4) * 128", "(i % 3) * 128", "min(i, 5) * 128", "int(np.int64(i)) * 128",
-                                  "[0, 1, 2, 3, 5, 4, 6, 7, 8, 9][i] * 128", "{4: 640}.get(i, i * 128)"])
+                                  "[0, 1, 2, 3, 5, 4, 6, 7, 8, 9][i] * 128", "{4: 640}.get(i, i * 128)",
+                                  "(i.real // 4) * 128", "int(str(i)[-1]) * 128"])
 def test_non_affine_use_of_the_loop_variable(expr):
     src = PLAIN.replace("t = nl.load(a[i * 128 + ip, jf])", f"t = nl.load(a[{expr} + ip, jf])")
     fast, _ = run_both(src, rows(1280))

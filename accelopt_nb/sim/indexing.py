@@ -95,8 +95,9 @@ class IndexExpr:
     def _compare(self, o: Any, op) -> "Mask":
         rhs = _arr(o)
         out = Mask(op(self.values, rhs))
-        if _replay.probing:  # trace-only loop replay extrapolates mask outcomes (sim/replay.py)
-            _replay.note_mask(op, self.values, rhs, out.values)
+        rt = _replay.probing()
+        if rt is not None:  # trace-only loop replay extrapolates mask outcomes (sim/replay.py)
+            _replay.note_mask(rt, op, self.values, rhs, out.values)
         return out
 
     def __lt__(self, o): return self._compare(o, np.less)

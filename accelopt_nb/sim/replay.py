@@ -45,7 +45,6 @@ from accelopt_nb.sim.trace import Instruction, Region, TensorInfo
 PROBES = 3         # iterations compared (two steps: a constant step is seen twice)
 WARMUP = 1         # iterations that may run first when the probes differ (a loop_reduce restarting at the start)
 _SIM_DIR = str(Path(__file__).parent)
-probing = 0        # probes active in any thread: gates the hooks' slow path
 _log = logging.getLogger(__name__)
 
 
@@ -111,8 +110,21 @@ for _name in ("__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__divmod_
               "__and__", "__rand__", "__or__", "__ror__", "__xor__", "__rxor__", "__invert__", "__abs__", "__lt__",
               "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__bool__", "__hash__", "__int__", "__float__",
               "__index__", "__format__", "__str__", "__repr__", "__round__", "__trunc__", "__floor__", "__ceil__",
-              "bit_length", "to_bytes", "as_integer_ratio"):
+              "bit_length", "bit_count", "to_bytes", "as_integer_ratio", "conjugate", "__reduce_ex__", "__getnewargs__"):
     setattr(_TaintOps, _name, _escaping(_name))
+
+
+def _escaping_attribute(name: str) -> property:
+    base = getattr(int, name)
+
+    def get(self):
+        self._escape()
+        return base.__get__(self)
+    return property(get)
+
+
+for _name in ("real", "imag", "numerator", "denominator"):   # plain ints: the taint would be lost
+    setattr(_TaintOps, _name, _escaping_attribute(_name))
 
 
 class Tainted(_TaintOps, int):
@@ -137,22 +149,22 @@ class Probe:
             self.reason = reason
 
 
-def note_mask(op: Any, lhs: np.ndarray, rhs: Any, result: np.ndarray) -> None:
-    """A mask comparison made while probing (``IndexExpr`` comparison hook)."""
+def probing() -> Runtime | None:
+    """The runtime of this thread when one of its loops is probing (the hooks' gate)."""
     rt = active()
-    if rt is None:
-        return
+    return rt if rt is not None and rt.probes else None
+
+
+def note_mask(rt: Runtime, op: Any, lhs: np.ndarray, rhs: Any, result: np.ndarray) -> None:
+    """A mask comparison made while probing (``IndexExpr`` comparison hook)."""
     rhs = np.asarray(rhs)
     for p in rt.probes:
         if p.events:
             p.events[-1].append((op, lhs, rhs, result))
 
 
-def note_region(region: Region, shape: tuple[int, ...], clamped: bool) -> None:
+def note_region(rt: Runtime, region: Region, shape: tuple[int, ...], clamped: bool) -> None:
     """A region recorded while probing (``View.region`` hook): its view's shape, and whether it was clamped."""
-    rt = active()
-    if rt is None or not rt.probes:
-        return
     rt.region_shapes[id(region)] = shape
     if clamped:
         for p in rt.probes:
@@ -169,7 +181,6 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
         _log.debug("loop at %s runs every iteration: %s", caller and caller.f_lineno, site)
     n = len(values)
     pos = 0
-    global probing
     while pos < n:
         if isinstance(site, str) or n - pos <= PROBES:
             for i in values[pos:]:
@@ -181,13 +192,11 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
         while done is None and probe.reason is None and pos < n and len(marks) <= PROBES + WARMUP:
             probe.events.append([])
             rt.probes.append(probe)
-            probing += 1
             try:
                 idx = rt.enter_iteration(frame, values[pos], ProbeIndex)
                 idx.deps = (probe,)
                 yield idx
             finally:
-                probing -= 1
                 rt.probes.remove(probe)
             pos += 1
             marks.append(_mark(rt))

@@ -517,8 +517,9 @@ class View(_Opaque):
                 block = -1
         reg = Region(tensor=t.id, buffer=t.buffer, lo=tuple(lo), hi=tuple(hi), elements=elements,
                      itemsize=dt.itemsize(t.dtype), block=block)
-        if _replay.probing:  # trace-only loop replay checks extrapolated regions against this shape
-            _replay.note_region(reg, t.shape, clamped)
+        rt = _replay.probing()
+        if rt is not None:  # trace-only loop replay checks extrapolated regions against this shape
+            _replay.note_region(rt, reg, t.shape, clamped)
         if mask is None:
             self._region = reg
         return reg
