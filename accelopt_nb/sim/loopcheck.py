@@ -148,10 +148,20 @@ def _function_facts(fn: ast.FunctionDef) -> _Facts:
     return hit
 
 
+_functions_memo: dict[ast.AST, dict[tuple[str, int], list[ast.FunctionDef]]] = {}
+
+
 def _find_function(tree: ast.Module, code: types.CodeType) -> ast.FunctionDef | None:
-    hits = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and n.name == code.co_name
-            and code.co_firstlineno in {n.lineno} | {d.lineno for d in n.decorator_list}]
+    functions = _functions_memo.get(tree)
+    if functions is None:
+        if len(_functions_memo) > 256:
+            _functions_memo.clear()
+        functions = _functions_memo[tree] = {}
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for line in {n.lineno} | {d.lineno for d in n.decorator_list}:
+                    functions.setdefault((n.name, line), []).append(n)
+    hits = functions.get((code.co_name, code.co_firstlineno), [])
     return hits[0] if len(hits) == 1 else None
 
 
@@ -165,10 +175,23 @@ def _walk_scope(fn: ast.AST):
             todo.extend(ast.iter_child_nodes(node))
 
 
+_nodes_memo: dict[ast.AST, list[ast.AST]] = {}
+
+
+def _nodes(stmt: ast.AST) -> list[ast.AST]:
+    """Every node under a statement (memoized: several checks read the same loop body)."""
+    hit = _nodes_memo.get(stmt)
+    if hit is None:
+        if len(_nodes_memo) > 50_000:
+            _nodes_memo.clear()
+        hit = _nodes_memo[stmt] = list(ast.walk(stmt))
+    return hit
+
+
 def body_reason(body: list[ast.stmt], top_level_loop: bool, allow_return: bool = False) -> str | None:
     """Why statements cannot run as a replayed body (or a helper called from one), or None."""
     for stmt in body:
-        for node in ast.walk(stmt):
+        for node in _nodes(stmt):
             if isinstance(node, _FORBIDDEN) and not (allow_return and isinstance(node, ast.Return)):
                 return f"{type(node).__name__.lower()} statement in the loop body"
             if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
@@ -194,17 +217,17 @@ def _has_own_break(body: list[ast.stmt]) -> bool:
 
 
 def _accumulated_names(body: list[ast.stmt]) -> set[str]:
-    return {n.target.id for stmt in body for n in ast.walk(stmt)
+    return {n.target.id for stmt in body for n in _nodes(stmt)
             if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
 
 
 def _bound_names(body: list[ast.stmt]) -> set[str]:
     """Names the body rebinds; ``name += x`` is left to the runtime check (in place on an NKI tensor)."""
-    aug = {id(n.target) for stmt in body for n in ast.walk(stmt)
+    aug = {id(n.target) for stmt in body for n in _nodes(stmt)
            if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
     out: set[str] = set()
     for stmt in body:
-        for node in ast.walk(stmt):
+        for node in _nodes(stmt):
             if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)) and id(node) not in aug:
                 out.add(node.id)
     return out
@@ -221,7 +244,7 @@ def _closure_names(fn: ast.AST) -> set[str]:
 
 def _collect(body: list[ast.stmt], site: LoopSite) -> None:
     for stmt in body:
-        for node in ast.walk(stmt):
+        for node in _nodes(stmt):
             if isinstance(node, ast.Call):
                 site.calls.append(node)
             elif isinstance(node, ast.Subscript):
