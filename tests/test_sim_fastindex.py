@@ -267,14 +267,16 @@ def test_mask_summaries_equal_the_expanded_counts(rng, mshape, shape):
         mask_count(np.ones((3, 2), bool), (3, 4))
 
 
-def test_write_log_agrees_with_per_element_stamps(rng):
+@pytest.mark.parametrize("wide_rows", [0.0, 0.2])  # the log buckets boxes by their row; some span rows
+def test_write_log_agrees_with_per_element_stamps(rng, wide_rows):
     shape = (6, 40)
     log, stamps = WriteLog(2), np.zeros(shape, np.int64)
-    for epoch in range(1, 60):
+    for epoch in range(1, 200):
         r0 = int(rng.integers(0, 6))
+        rows = slice(r0, int(rng.integers(r0 + 1, 7)), 1) if epoch > 1 and rng.random() < wide_rows else r0
         c0, step = int(rng.integers(0, 30)), int(rng.integers(1, 4))
         n = int(rng.integers(1, (40 - c0 - 1) // step + 2))
-        key = (r0, slice(c0, c0 + step * (n - 1) + 1, step))
+        key = (rows, slice(c0, c0 + step * (n - 1) + 1, step))
         box = box_of(key)
         since = int(rng.integers(0, epoch))
         brute = {int(e) for e in np.unique(_touched(log, shape, since, key))}

@@ -85,9 +85,15 @@ def _axis_meets(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:
 
 
 class WriteLog:
-    """The boxes one tensor was assigned inside affine loops, in epoch order."""
+    """The boxes one tensor was assigned inside affine loops, in epoch order.
 
-    __slots__ = ("lo", "hi", "step", "epoch", "n")
+    Compiler-style kernels write one tile per instruction into a tensor with thousands of tiles, so a scan of
+    every logged box per write is quadratic. The rows are also bucketed by their coordinates on the *key axes*
+    (the axes on which the first logged box is a single element, usually the block axes): a box that is a single
+    element on every key axis can only meet boxes of its own bucket and the boxes wide on some key axis.
+    """
+
+    __slots__ = ("lo", "hi", "step", "epoch", "n", "boxes", "key_axes", "buckets", "wide")
 
     def __init__(self, ndim: int) -> None:
         cap = 16
@@ -96,6 +102,19 @@ class WriteLog:
         self.step = np.empty((cap, ndim), dtype=np.int64)
         self.epoch = np.empty(cap, dtype=np.int64)
         self.n = 0
+        self.boxes: list[Box] = []                          # the rows as tuples, for one-by-one tests
+        self.key_axes: tuple[int, ...] | None = None      # fixed by the first box
+        self.buckets: dict[tuple[int, ...], list[int]] = {}  # key-axis coordinates -> rows
+        self.wide: list[int] = []                           # rows wide on some key axis
+
+    def _bucket(self, box: Box) -> tuple[int, ...] | None:
+        coords = []
+        for d in self.key_axes or ():
+            first, stop, _ = box[d]
+            if stop - first != 1:
+                return None
+            coords.append(first)
+        return tuple(coords)
 
     def meeting_epochs(self, box: Box, since: int) -> np.ndarray:
         """Epochs (>= ``since``) of the logged boxes that share at least one element with ``box``."""
@@ -103,6 +122,11 @@ class WriteLog:
         first = int(np.searchsorted(self.epoch[:n], since, side="left"))
         if first == n:
             return self.epoch[:0]
+        coords = None if self.key_axes is None else self._bucket(box)
+        if coords is not None:
+            rows = [i for i in self.buckets.get(coords, ()) if i >= first] + [i for i in self.wide if i >= first]
+            if len(rows) <= 64:  # few candidates: test them one by one
+                return np.array([self.epoch[i] for i in sorted(rows) if self._meets(i, box)], dtype=np.int64)
         b_lo = np.array([a[0] for a in box], dtype=np.int64)
         b_hi = np.array([a[1] for a in box], dtype=np.int64)
         lo, hi = self.lo[first:n], self.hi[first:n]
@@ -111,13 +135,16 @@ class WriteLog:
             return self.epoch[:0]
         strided = any(a[2] != 1 for a in box) or bool((self.step[first:n][idx] != 1).any())
         if strided:  # bounding boxes meet; the progressions may still interleave
-            step = self.step[first:n]
-            idx = np.array([i for i in idx.tolist()
-                            if all(_axis_meets((int(lo[i, d]), int(hi[i, d]), int(step[i, d])), box[d])
-                                   for d in range(len(box)))], dtype=np.int64)
+            idx = np.array([i for i in idx.tolist() if self._meets(first + i, box)], dtype=np.int64)
             if idx.size == 0:
                 return self.epoch[:0]
         return self.epoch[first:n][idx]
+
+    def _meets(self, i: int, box: Box) -> bool:
+        for a, b in zip(self.boxes[i], box):
+            if a[0] >= b[1] or b[0] >= a[1] or ((a[2] != 1 or b[2] != 1) and not _axis_meets(a, b)):
+                return False
+        return True
 
     def add(self, box: Box, epoch: int) -> None:
         if self.n == len(self.epoch):
@@ -129,6 +156,14 @@ class WriteLog:
         self.step[i] = [a[2] for a in box]
         self.epoch[i] = epoch
         self.n += 1
+        self.boxes.append(box)
+        if self.key_axes is None:
+            self.key_axes = tuple(d for d, a in enumerate(box) if a[1] - a[0] == 1)
+        coords = self._bucket(box)
+        if coords is None:
+            self.wide.append(i)
+        else:
+            self.buckets.setdefault(coords, []).append(i)
 
     def stamps(self, shape: tuple[int, ...]) -> np.ndarray:
         """The per-element array of last-write epochs that the logged writes leave."""
