@@ -5,6 +5,7 @@ written boxes. Each kernel here runs both ways and must give identical outputs (
 instruction streams (regions, sizes, attributes) and identical errors and warnings.
 """
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -243,6 +244,51 @@ def test_basic_key_selects_the_same_elements_in_the_same_order(key, known):
     expected = a[norm]
     np.testing.assert_array_equal(a[basic].reshape(expected.shape), expected)
     assert np.shares_memory(a[basic], a)
+
+
+PLANNED_KEYS = [  # (key for loop value i, whether the plan builds it)
+    (lambda i: (i, arange(128)[:, None], 512 * (i % 2) + arange(512)[None, :]), True),
+    # two varying axes in one expression: no known progression, the general path
+    (lambda i: (i, arange(128)[:, None, None], 128 * arange(8)[None, :, None] + arange(128)[None, None, :]), False),
+    (lambda i: (i, 2 * arange(64)[:, None] + 1, arange(0, 7)[None, :] * 3), True),     # strided both ways
+    (lambda i: (i, arange(5 * i, 5 * i + 1)[:, None], arange(512)[None, :]), True),   # a 1-element expression
+    (lambda i: (i, 0, arange(128)), True),                                            # 1-D on chip: [P, 1]
+    (lambda i: (i, arange(128)[None, :], arange(512)[:, None]), False),               # transposed
+    (lambda i: (i, arange(128)[:, None] + 100, arange(512)[None, :]), False),         # out of bounds
+    (lambda i: (i, arange(3, 1)[:, None], arange(512)[None, :]), False),              # empty
+    (lambda i: (i + 5, arange(128)[:, None], arange(512)[None, :]), False),           # int out of bounds: error
+    (lambda i: (i, arange(128)[:, None] // 2, arange(512)[None, :]), False),          # no known progression
+    (lambda i: (i, slice(0, 128), arange(512)[None, :]), False),                      # a slice
+]
+
+
+@pytest.mark.parametrize("buffer", ["sbuf", "hbm"])
+@pytest.mark.parametrize("make_key, plans", PLANNED_KEYS, ids=range(len(PLANNED_KEYS)))
+def test_planned_views_equal_the_general_views(make_key, plans, buffer):
+    """Compiler-style keys take a per-structure plan; the view must be the one the general path builds."""
+    from accelopt_nb.sim.runtime import Runtime, SimOptions, running
+    from accelopt_nb.sim.tensor import Tensor, View, _compiler_view, normalize_key
+
+    def describe(v):
+        return (v.shape, v.advanced, [k.tolist() if isinstance(k, np.ndarray) else k for k in v.key], v.basic,
+                v._affs, v.region())
+
+    rt = Runtime(SimOptions(), "k", set())
+    with running(rt):
+        t = Tensor(rt, (4, 128, 1024), np.float32, buffer, "internal", par_axis=1 if buffer == "sbuf" else 0)
+        for i in range(4):
+            key = make_key(i)
+            try:
+                affs: dict = {}
+                general = View(t, normalize_key(t, key, affs), affs)
+            except KernelError as e:
+                with pytest.raises(KernelError, match=re.escape(e.message)):
+                    t[key]
+                continue
+            planned = _compiler_view(t, key)
+            assert (planned is not None) == plans
+            assert planned is None or describe(planned) == describe(general)
+            assert describe(t[key]) == describe(general)
 
 
 def test_basic_key_refuses_what_slices_cannot_express():

@@ -36,18 +36,28 @@ class IndexExpr:
     data path address compiler-style accesses as slices without inspecting the values.
     """
 
-    __slots__ = ("values", "aff")
+    __slots__ = ("values", "aff", "_subs")
     __array_priority__ = 100  # make ndarray operators defer to ours
 
     def __init__(self, values: np.ndarray, aff: tuple[int, int] | None = None) -> None:
         self.values = np.asarray(values, dtype=np.int64)
         self.aff = aff
+        self._subs: dict[tuple, IndexExpr] | None = None  # new axes taken of a shared (read-only) expression
 
     # shape manipulation used as nl.arange(n)[:, None]
     def __getitem__(self, key: Any) -> "IndexExpr":
         parts = key if isinstance(key, tuple) else (key,)
         keeps_order = all(k is None or k is Ellipsis or (isinstance(k, slice) and k == slice(None)) for k in parts)
-        return IndexExpr(self.values[key], self.aff if keeps_order else None)
+        if not keeps_order or self.values.flags.writeable:
+            return IndexExpr(self.values[key], self.aff if keeps_order else None)
+        # a shared arange: its [:, None] / [None, :] are shared too (kernels write them on every access)
+        sig = tuple(None if k is None else "..." if k is Ellipsis else ":" for k in parts)
+        if self._subs is None:
+            self._subs = {}
+        sub = self._subs.get(sig)
+        if sub is None:
+            sub = self._subs[sig] = IndexExpr(self.values[key], self.aff)
+        return sub
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -126,10 +136,22 @@ class Mask:
         return f"Mask(shape={self.values.shape}, true={int(self.values.sum())})"
 
 
+_ARANGES: dict[tuple[int, int], IndexExpr] = {}
+
+
 def arange(start: int, stop: int | None = None) -> IndexExpr:
+    """``nl.arange``: one shared, read-only expression per range (index expressions are values)."""
     if stop is None:
         start, stop = 0, start
-    return IndexExpr(np.arange(int(start), int(stop), dtype=np.int64), (int(start), 1))
+    start, stop = int(start), int(stop)
+    expr = _ARANGES.get((start, stop))
+    if expr is None:
+        if len(_ARANGES) >= 4096:  # ranges that move with a loop variable: keep the cache small
+            _ARANGES.clear()
+        values = np.arange(start, stop, dtype=np.int64)
+        values.flags.writeable = False
+        expr = _ARANGES[(start, stop)] = IndexExpr(values, (start, 1))
+    return expr
 
 
 class _Grid:

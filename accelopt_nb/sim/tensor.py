@@ -134,7 +134,7 @@ class Tensor(_Opaque):
 
     __slots__ = ("id", "name", "buffer", "kind", "shape", "dtype", "par_axis", "_data", "_written",
                  "_stamps", "_raw", "_mask", "_producer", "_consumed", "_alloc_epoch", "_fast", "_lazy",
-                 "__weakref__")
+                 "_full", "__weakref__")
 
     def __init__(self, rt: Runtime, shape: tuple[int, ...], dtype: Any, buffer: str, kind: str,
                  name: str = "", par_axis: int = 0, data: np.ndarray | None = None,
@@ -154,6 +154,7 @@ class Tensor(_Opaque):
         self._stamps = None
         self._fast = rt.options.fast_indexing
         self._lazy = False
+        self._full: View | None = None
         trace_only = rt.options.trace_only
         if trace_only:
             self._data = None
@@ -186,9 +187,16 @@ class Tensor(_Opaque):
         return self.buffer != "hbm"
 
     def full_view(self) -> "View":
-        return View(self, tuple(slice(0, s, 1) for s in self.shape))
+        # one per tensor: the simulator reads it often (operands, result regions) and never changes it
+        if self._full is None:
+            self._full = View(self, tuple(slice(0, s, 1) for s in self.shape))
+        return self._full
 
     def __getitem__(self, key: Any) -> "View":
+        if self._fast and type(key) is tuple:
+            view = _compiler_view(self, key)
+            if view is not None:
+                return view
         if isinstance(key, (Tensor, View)) or (isinstance(key, tuple) and any(isinstance(k, (Tensor, View)) for k in key)):
             return _indirect_view(self, key)
         affs: dict[int, Any] = {}
@@ -230,6 +238,7 @@ class _Alias(Tensor):
         self._stamps = None
         self._fast = base._fast
         self._lazy = base._lazy
+        self._full = None
         self._data = None if base._data is None else base._data.reshape(shape)
         self._written = None if base._written is None else base._written.reshape(shape)
 
@@ -319,6 +328,99 @@ def _full_slices_to_arrays(t: Tensor, norm: list[Any]) -> list[Any]:
 _UNSET = object()
 
 
+# ---- compiler-style keys ---------------------------------------------------------------
+# Compiler-style kernels index every axis with an int (a loop variable) or an affine nl.arange expression
+# (``t[i, j, nl.arange(128)[:, None], 512 * k + nl.arange(512)[None, :]]``), thousands of times from one
+# source line. The key's structure (which axes take ints, the shapes of the expressions) fixes the view's
+# shape and the layout of its basic key; only the ints and each expression's (start, step) change between
+# iterations. A plan per structure turns such a key into the View the general path builds (same key, shape
+# and basic key) with a bounds check per axis; anything else (slices, gathers, out-of-bounds indices that
+# a mask may excuse, errors) takes the general path.
+
+_PLANS: dict[tuple, tuple | None] = {}   # (tensor shape, on chip, key structure) -> (sizes, view shape) | None
+
+
+def _plan(shape: tuple[int, ...], on_chip: bool, sig: tuple) -> tuple | None:
+    """Per axis None (an int) or the expression's element count; and the view shape. None: no plan."""
+    arrays = [s for s in sig if s is not None]
+    nd = max(len(s) for s in arrays)
+    try:
+        bshape = _broadcast_shapes(arrays)
+    except ValueError:
+        return None
+    sizes: list[int | None] = []
+    last_axis = -1
+    for s in sig:
+        if s is None:
+            sizes.append(None)
+            continue
+        n = int(_prod(s))
+        varying = [d for d, m in enumerate(s) if m > 1]
+        if n == 0 or len(varying) > 1:
+            return None
+        if n > 1:  # one varying axis, in the order of the tensor's axes (else a transposed access: no box)
+            axis = nd - len(s) + varying[0]
+            if axis <= last_axis:
+                return None
+            last_axis = axis
+        sizes.append(n)
+    vshape = tuple(int(n) for n in bshape)
+    if on_chip and len(vshape) == 1:
+        vshape = (vshape[0], 1)
+    return tuple(sizes), vshape
+
+
+def _compiler_view(t: Tensor, key: tuple) -> "View | None":
+    """``t[key]`` for a compiler-style key through its plan, or None (then the general path decides)."""
+    if len(key) != len(t.shape):
+        return None
+    sig = []
+    for k in key:
+        if type(k) is IndexExpr:
+            if k.aff is None:
+                return None
+            sig.append(k.values.shape)
+        elif isinstance(k, int) or isinstance(k, np.integer):
+            sig.append(None)
+        else:
+            return None
+    plan_key = (t.shape, t.buffer != "hbm", tuple(sig))
+    try:
+        plan = _PLANS[plan_key]
+    except KeyError:
+        has_array = any(s is not None for s in sig)
+        plan = _PLANS[plan_key] = _plan(t.shape, t.buffer != "hbm", plan_key[2]) if has_array else None
+    if plan is None:
+        return None
+    sizes, vshape = plan
+    norm: list[Any] = []
+    basic: list[Any] = []
+    affs: dict[int, Any] = {}
+    for axis, k in enumerate(key):
+        size = t.shape[axis]
+        n = sizes[axis]
+        if n is None:
+            k = int(k)
+            if not 0 <= k < size:
+                return None
+            norm.append(k)
+            basic.append(k)
+            continue
+        start, step = k.aff
+        norm.append(k.values)
+        affs[axis] = k.aff
+        if n == 1:
+            if not 0 <= start < size:
+                return None
+            basic.append(start)
+            continue
+        last = start + step * (n - 1)
+        if step <= 0 or start < 0 or last >= size:
+            return None
+        basic.append(slice(start, last + 1, step))
+    return View.planned(t, tuple(norm), vshape, tuple(basic), affs)
+
+
 def _broadcast_shapes(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
     """``np.broadcast_shapes`` for the common case, falling back to it (and its error) otherwise."""
     nd = max(len(s) for s in shapes)
@@ -403,6 +505,21 @@ class View(_Opaque):
             shape = (shape[0], 1)  # a 1-D on-chip access keeps its partition axis: treat as [P, 1]
         self.shape = tuple(int(s) for s in shape)
 
+    @classmethod
+    def planned(cls, tensor: Tensor, key: tuple, shape: tuple[int, ...], basic: tuple, affs: dict[int, Any]) -> "View":
+        """An advanced view whose shape and basic key a key plan already knows (see ``_compiler_view``)."""
+        self = cls.__new__(cls)
+        self.tensor = tensor
+        self.key = key
+        self.indirect = ()
+        self.advanced = True
+        self._region = None
+        self._basic = basic
+        self._affs = affs
+        self._accum_pending = False
+        self.shape = shape
+        return self
+
     @property
     def basic(self) -> tuple | None:
         """For an advanced view, the basic key reaching the same elements as a NumPy view (or None).
@@ -484,14 +601,22 @@ class View(_Opaque):
 
     # ---- trace region ----------------------------------------------------------------
     def region(self, mask: Any = None) -> Region:
-        if self._region is not None and mask is None:
+        if mask is None and self._region is not None:
             return self._region
         t = self.tensor
         lo, hi = [], []
         # an affine arange key spans the same box as its basic equivalent
-        key = self.basic if self.advanced and self.basic is not None else self.key
+        key = self.key
+        if self.advanced:
+            basic = self.basic
+            if basic is not None:
+                key = basic
         for k, size in zip(key, t.shape):
-            if isinstance(k, slice):
+            kind = type(k)
+            if kind is int:
+                lo.append(k)
+                hi.append(k + 1)
+            elif kind is slice:
                 lo.append(k.start)
                 hi.append(max(k.start, k.stop))
             elif isinstance(k, np.ndarray):
@@ -502,16 +627,13 @@ class View(_Opaque):
             else:
                 lo.append(k)
                 hi.append(k + 1)
-        elements = int(_prod(self.shape)) if self.shape else 1
-        if mask is not None:
-            elements = mask_count(mask, self.shape)
+        elements = mask_count(mask, self.shape) if mask is not None else (int(_prod(self.shape)) if self.shape else 1)
         block = 0
-        if t.par_axis:
-            if all(hi[i] - lo[i] == 1 for i in range(t.par_axis)):
-                for i in range(t.par_axis):  # row-major flat index of the block
-                    block = block * t.shape[i] + lo[i]
-            else:
+        for i in range(t.par_axis):  # row-major flat index of the block, or -1 when it spans several
+            if hi[i] - lo[i] != 1:
                 block = -1
+                break
+            block = block * t.shape[i] + lo[i]
         reg = Region(tensor=t.id, buffer=t.buffer, lo=tuple(lo), hi=tuple(hi), elements=elements,
                      itemsize=dt.itemsize(t.dtype), block=block)
         if mask is None:
@@ -608,6 +730,8 @@ def read(view: View, mask: np.ndarray | None, api: str) -> tuple[np.ndarray | No
         key = _np_key(view)
         data = t._data[key]
         written = None if t._written is None else t._written[key]
+        if written is not None and written.all():
+            written = None
         data = _fill_unwritten(t, data, written)
     if data.shape != shape:
         data = data.reshape(shape)
@@ -628,6 +752,8 @@ def _read_basic(t: Tensor, basic: tuple, adv_shape: tuple[int, ...],
     """``read`` of an advanced view through its equivalent basic key (a view instead of a gather)."""
     data = t._data[basic]
     written = None if t._written is None else t._written[basic]
+    if written is not None and written.all():
+        written = None  # all valid: nothing to fill, and no validity to carry (what read() would conclude)
     data = _fill_unwritten(t, data, written)
     if mask is not None:
         m = np.broadcast_to(mask, adv_shape)
