@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from accelopt_nb.errors import KernelError, LoopCarriedDependencyError
-from accelopt_nb.sim.conflicts import EMPTY, WriteLog, box_of, masked_box
+from accelopt_nb.sim.conflicts import EMPTY, Cover, WriteLog, box_of, masked_box
 from accelopt_nb.sim.indexing import arange, basic_key, mask_count, mask_rows_cols
 
 
@@ -345,6 +345,34 @@ def _touched(log, shape, since, key):
     return np.array(out, dtype=np.int64)
 
 
+def test_cover_answers_for_boxes_inside_one_written_box(rng):
+    """Validity as written boxes: covers() only when one box holds the query, and then every element is valid."""
+    shape = (6, 40)
+    cover, painted = Cover(), np.zeros(shape, bool)
+    for step_no in range(150):
+        r0 = int(rng.integers(0, 6))
+        rows = slice(r0, int(rng.integers(r0 + 1, 7)), 1) if step_no and rng.random() < 0.2 else r0
+        c0, step = int(rng.integers(0, 30)), int(rng.integers(1, 4))
+        n = int(rng.integers(1, (40 - c0 - 1) // step + 2))
+        key = (rows, slice(c0, c0 + step * (n - 1) + 1, step))
+        box = box_of(key)
+        inside_one = any(np.all(_paint(shape, b)[key]) for b in cover.boxes)
+        assert cover.covers(box) == inside_one
+        if inside_one:
+            assert painted[key].all()
+        if rng.random() < 0.5:
+            cover.add(box)
+            painted[key] = True
+            assert cover.covers(box)
+    np.testing.assert_array_equal(cover.mask(shape), painted)
+
+
+def _paint(shape, box):
+    out = np.zeros(shape, bool)
+    out[tuple(slice(a, b, s) for a, b, s in box)] = True
+    return out
+
+
 def test_masked_box_is_the_kept_sub_box_or_none():
     key = (2, slice(10, 26, 2), slice(0, 8, 1))       # an (8, 8) box
     m = np.zeros((8, 8), bool)
@@ -384,3 +412,41 @@ def kernel(a, b):
     expected = np.full((4, 6), 4, np.int32)
     expected[1:3, 0:2] = b[1:3, 0:2]
     np.testing.assert_array_equal(out_i, expected)
+
+
+def test_validity_kept_as_written_boxes_until_a_question_needs_the_array(run_kernel, rng):
+    # written boxes answer for reads inside one box; halves read whole, masked writes, accumulation onto a
+    # partly written tile and a reshape switch to the per-element array: the same values, trace and errors
+    body = """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((6, 8, 16), dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((6, nl.par_dim(8), 16), dtype=nl.float32, buffer=nl.sbuf)
+    acc = nl.zeros((nl.par_dim(8), 16), dtype=nl.float32, buffer=nl.psum)
+    i_p, i_f = nl.arange(8)[:, None], nl.arange(16)[None, :]
+    t[0, i_p, i_f] = nl.load(a[0])                                     # one box, read inside it
+    t[1, i_p, nl.arange(8)[None, :]] = nl.load(a[1, :, 0:8])           # two halves, read whole
+    t[1, i_p, 8 + nl.arange(8)[None, :]] = nl.load(a[1, :, 8:16])
+    t[2, i_p, i_f] = nl.load(a[2], mask=i_f < 12)                      # masked: the tail stays unwritten
+    t[2, i_p, 12 + nl.arange(4)[None, :]] = nl.load(a[2, :, 12:16])
+    t[3, i_p, i_f] = nl.exp(t[0, i_p, i_f])
+    acc[i_p, nl.arange(8)[None, :]] += nl.load(a[4, :, 0:8])         # accumulate onto a partly written tile
+    acc[i_p, i_f] += nl.load(a[4])
+    t[4, i_p, i_f] = nl.copy(acc)
+    flat = t.reshape((6 * 8, 16))                                       # an alias shares the validity
+    t[5, i_p, i_f] = nl.add(t[1, i_p, i_f], t[2, i_p, i_f])
+    for j in nl.affine_range(6):
+        nl.store(out[j], value=t[j, i_p, i_f])
+    return out
+"""
+    a = rng.standard_normal((6, 8, 16)).astype(np.float32)
+    out = both(run_kernel, body, a).outputs[0]
+    np.testing.assert_allclose(out[0], a[0])
+    np.testing.assert_allclose(out[1], a[1])
+    np.testing.assert_allclose(out[2], a[2])
+    np.testing.assert_allclose(out[3], np.exp(a[0]), rtol=1e-6)
+    np.testing.assert_allclose(out[4], a[4] + np.pad(a[4, :, :8], ((0, 0), (0, 8))), rtol=1e-6)
+    np.testing.assert_allclose(out[5], a[1] + a[2], rtol=1e-6)
+    body_unwritten = body.replace("    t[2, i_p, 12 + nl.arange(4)[None, :]] = nl.load(a[2, :, 12:16])\n", "")
+    err = both_raise(run_kernel, body_unwritten, a)
+    assert "never written" in err[1]

@@ -84,30 +84,38 @@ def _axis_meets(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:
                                np.arange(lo + (b[0] - lo) % b[2], hi, b[2]), assume_unique=True).size)
 
 
-class WriteLog:
-    """The boxes one tensor was assigned inside affine loops, in epoch order.
+def _meets(a: Box, b: Box) -> bool:
+    """Whether two boxes share an element."""
+    for x, y in zip(a, b):
+        if x[0] >= y[1] or y[0] >= x[1] or ((x[2] != 1 or y[2] != 1) and not _axis_meets(x, y)):
+            return False
+    return True
 
-    Compiler-style kernels write one tile per instruction into a tensor with thousands of tiles, so a scan of
-    every logged box per write is quadratic. The rows are also bucketed by their coordinates on the *key axes*
-    (the axes on which the first logged box is a single element, usually the block axes): a box that is a single
-    element on every key axis can only meet boxes of its own bucket and the boxes wide on some key axis.
+
+def _contains(a: Box, b: Box) -> bool:
+    """Whether box ``a`` holds every element of box ``b``."""
+    for x, y in zip(a, b):
+        if y[0] < x[0] or y[1] > x[1] or (y[0] - x[0]) % x[2] or (y[1] - y[0] > 1 and y[2] % x[2]):
+            return False
+    return True
+
+
+class BoxBuckets:
+    """Rows of boxes, bucketed so that a box finds the rows that may meet it without scanning them all.
+
+    Compiler-style kernels write one tile per instruction into a tensor with thousands of tiles. The key axes
+    are the axes on which the first box is a single element (usually the block axes): a box that is a single
+    element on every key axis can only meet the boxes of its own bucket and the boxes wide on some key axis.
     """
 
-    __slots__ = ("lo", "hi", "step", "epoch", "n", "boxes", "key_axes", "buckets", "wide")
+    __slots__ = ("key_axes", "buckets", "wide")
 
-    def __init__(self, ndim: int) -> None:
-        cap = 16
-        self.lo = np.empty((cap, ndim), dtype=np.int64)
-        self.hi = np.empty((cap, ndim), dtype=np.int64)
-        self.step = np.empty((cap, ndim), dtype=np.int64)
-        self.epoch = np.empty(cap, dtype=np.int64)
-        self.n = 0
-        self.boxes: list[Box] = []                          # the rows as tuples, for one-by-one tests
-        self.key_axes: tuple[int, ...] | None = None      # fixed by the first box
+    def __init__(self) -> None:
+        self.key_axes: tuple[int, ...] | None = None        # fixed by the first box
         self.buckets: dict[tuple[int, ...], list[int]] = {}  # key-axis coordinates -> rows
         self.wide: list[int] = []                           # rows wide on some key axis
 
-    def _bucket(self, box: Box) -> tuple[int, ...] | None:
+    def _coords(self, box: Box) -> tuple[int, ...] | None:
         coords = []
         for d in self.key_axes or ():
             first, stop, _ = box[d]
@@ -116,17 +124,50 @@ class WriteLog:
             coords.append(first)
         return tuple(coords)
 
+    def add(self, row: int, box: Box) -> None:
+        if self.key_axes is None:
+            self.key_axes = tuple(d for d, a in enumerate(box) if a[1] - a[0] == 1)
+        coords = self._coords(box)
+        if coords is None:
+            self.wide.append(row)
+        else:
+            self.buckets.setdefault(coords, []).append(row)
+
+    def candidates(self, box: Box) -> list[int] | None:
+        """The rows that may meet ``box``, in row order; None when every row may."""
+        coords = None if self.key_axes is None else self._coords(box)
+        if coords is None:
+            return None
+        bucket, wide = self.buckets.get(coords, ()), self.wide
+        return sorted([*bucket, *wide]) if bucket and wide else list(bucket or wide)
+
+
+class WriteLog:
+    """The boxes one tensor was assigned inside affine loops, in epoch order (bucketed: see BoxBuckets)."""
+
+    __slots__ = ("lo", "hi", "step", "epoch", "n", "boxes", "index")
+
+    def __init__(self, ndim: int) -> None:
+        cap = 16
+        self.lo = np.empty((cap, ndim), dtype=np.int64)
+        self.hi = np.empty((cap, ndim), dtype=np.int64)
+        self.step = np.empty((cap, ndim), dtype=np.int64)
+        self.epoch = np.empty(cap, dtype=np.int64)
+        self.n = 0
+        self.boxes: list[Box] = []    # the rows as tuples, for one-by-one tests
+        self.index = BoxBuckets()
+
     def meeting_epochs(self, box: Box, since: int) -> np.ndarray:
         """Epochs (>= ``since``) of the logged boxes that share at least one element with ``box``."""
         n = self.n
         first = int(np.searchsorted(self.epoch[:n], since, side="left"))
         if first == n:
             return self.epoch[:0]
-        coords = None if self.key_axes is None else self._bucket(box)
-        if coords is not None:
-            rows = [i for i in self.buckets.get(coords, ()) if i >= first] + [i for i in self.wide if i >= first]
+        rows = self.index.candidates(box)
+        if rows is not None:
+            rows = [i for i in rows if i >= first]
             if len(rows) <= 64:  # few candidates: test them one by one
-                return np.array([self.epoch[i] for i in sorted(rows) if self._meets(i, box)], dtype=np.int64)
+                return np.array([self.epoch[i] for i in rows if _meets(self.boxes[i], box)], dtype=np.int64)
         b_lo = np.array([a[0] for a in box], dtype=np.int64)
         b_hi = np.array([a[1] for a in box], dtype=np.int64)
         lo, hi = self.lo[first:n], self.hi[first:n]
@@ -135,16 +176,10 @@ class WriteLog:
             return self.epoch[:0]
         strided = any(a[2] != 1 for a in box) or bool((self.step[first:n][idx] != 1).any())
         if strided:  # bounding boxes meet; the progressions may still interleave
-            idx = np.array([i for i in idx.tolist() if self._meets(first + i, box)], dtype=np.int64)
+            idx = np.array([i for i in idx.tolist() if _meets(self.boxes[first + i], box)], dtype=np.int64)
             if idx.size == 0:
                 return self.epoch[:0]
         return self.epoch[first:n][idx]
-
-    def _meets(self, i: int, box: Box) -> bool:
-        for a, b in zip(self.boxes[i], box):
-            if a[0] >= b[1] or b[0] >= a[1] or ((a[2] != 1 or b[2] != 1) and not _axis_meets(a, b)):
-                return False
-        return True
 
     def add(self, box: Box, epoch: int) -> None:
         if self.n == len(self.epoch):
@@ -157,13 +192,7 @@ class WriteLog:
         self.epoch[i] = epoch
         self.n += 1
         self.boxes.append(box)
-        if self.key_axes is None:
-            self.key_axes = tuple(d for d, a in enumerate(box) if a[1] - a[0] == 1)
-        coords = self._bucket(box)
-        if coords is None:
-            self.wide.append(i)
-        else:
-            self.buckets.setdefault(coords, []).append(i)
+        self.index.add(i, box)
 
     def stamps(self, shape: tuple[int, ...]) -> np.ndarray:
         """The per-element array of last-write epochs that the logged writes leave."""
@@ -172,4 +201,32 @@ class WriteLog:
             key: tuple[Any, ...] = tuple(slice(int(a), int(b), int(s))
                                          for a, b, s in zip(self.lo[i], self.hi[i], self.step[i]))
             out[key] = self.epoch[i]
+        return out
+
+
+class Cover:
+    """The elements of a tensor written so far, as the boxes its writes assigned (validity without a bool
+    array as large as the tensor). ``covers`` answers for a box inside one written box; any other question
+    is for the per-element array, which ``mask`` builds from the boxes."""
+
+    __slots__ = ("boxes", "index")
+
+    def __init__(self) -> None:
+        self.boxes: list[Box] = []
+        self.index = BoxBuckets()
+
+    def add(self, box: Box) -> None:
+        self.index.add(len(self.boxes), box)
+        self.boxes.append(box)
+
+    def covers(self, box: Box) -> bool:
+        rows = self.index.candidates(box)
+        boxes = self.boxes
+        return any(_contains(boxes[i], box) for i in (range(len(boxes)) if rows is None else rows))
+
+    def mask(self, shape: tuple[int, ...]) -> np.ndarray:
+        """The per-element validity the boxes leave."""
+        out = np.zeros(shape, dtype=bool)
+        for box in self.boxes:
+            out[tuple(slice(a, b, s) for a, b, s in box)] = True
         return out

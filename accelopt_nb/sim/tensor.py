@@ -3,7 +3,8 @@
 Inside a kernel, tensors are handles: indexing gives a :class:`View` (a region, no data),
 NKI APIs read and write through views, and any attempt to turn a handle into a NumPy array
 raises :class:`OpaqueTensorError`. The data lives in ``_data``; validity of each element
-(written, and not computed from unwritten memory) in ``_written`` (None = all valid).
+(written, and not computed from unwritten memory) in ``_written`` (None = all valid); a lazily allocated
+on-chip buffer keeps it as the boxes written so far (``_cover``) until a question needs the array.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from math import prod as _prod
 
 from accelopt_nb.errors import LoopCarriedDependencyError, OpaqueTensorError
 from accelopt_nb.sim import dtypes as dt
-from accelopt_nb.sim.conflicts import EMPTY, Box, WriteLog, box_of, masked_box
+from accelopt_nb.sim.conflicts import EMPTY, Box, Cover, WriteLog, box_of, masked_box
 from accelopt_nb.sim.indexing import IndexExpr, Mask, basic_key, compact, mask_all, mask_count
 from accelopt_nb.sim.runtime import PMAX, Runtime, current
 from accelopt_nb.sim.trace import Region, TensorInfo
@@ -134,7 +135,7 @@ class Tensor(_Opaque):
 
     __slots__ = ("id", "name", "buffer", "kind", "shape", "dtype", "par_axis", "_data", "_written",
                  "_stamps", "_raw", "_mask", "_producer", "_consumed", "_alloc_epoch", "_fast", "_lazy",
-                 "_full", "__weakref__")
+                 "_full", "_cover", "__weakref__")
 
     def __init__(self, rt: Runtime, shape: tuple[int, ...], dtype: Any, buffer: str, kind: str,
                  name: str = "", par_axis: int = 0, data: np.ndarray | None = None,
@@ -167,8 +168,11 @@ class Tensor(_Opaque):
             self._lazy = True
         else:
             self._data = np.full(self.shape, dt.nan_fill(self.dtype), dtype=dt.storage(self.dtype))
+        self._cover: Cover | None = None
         if written is True or trace_only:
             self._written = None
+        elif written is False and self._lazy:
+            self._written, self._cover = None, Cover()
         elif written is False:
             self._written = np.zeros(self.shape, dtype=bool)
         else:
@@ -240,6 +244,8 @@ class _Alias(Tensor):
         self._lazy = base._lazy
         self._full = None
         self._data = None if base._data is None else base._data.reshape(shape)
+        _materialize(base)  # the alias shares the per-element validity
+        self._cover = None
         self._written = None if base._written is None else base._written.reshape(shape)
 
 
@@ -724,12 +730,12 @@ def read(view: View, mask: np.ndarray | None, api: str) -> tuple[np.ndarray | No
             _check_bounds(view, None, api)
             key = _np_key(view)
         data = t._data[key]
-        written = None if t._written is None else t._written[key]
+        written = _validity(t, key)
         data = _fill_unwritten(t, data, written)
     else:
         key = _np_key(view)
         data = t._data[key]
-        written = None if t._written is None else t._written[key]
+        written = _validity(t, key)
         if written is not None and written.all():
             written = None
         data = _fill_unwritten(t, data, written)
@@ -751,7 +757,7 @@ def _read_basic(t: Tensor, basic: tuple, adv_shape: tuple[int, ...],
                 mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
     """``read`` of an advanced view through its equivalent basic key (a view instead of a gather)."""
     data = t._data[basic]
-    written = None if t._written is None else t._written[basic]
+    written = _validity(t, basic)
     if written is not None and written.all():
         written = None  # all valid: nothing to fill, and no validity to carry (what read() would conclude)
     data = _fill_unwritten(t, data, written)
@@ -761,11 +767,47 @@ def _read_basic(t: Tensor, basic: tuple, adv_shape: tuple[int, ...],
             # the general path reads masked-off elements at index 0 of every axis: same values here
             origin = (0,) * t._data.ndim
             data = data.copy()
-            np.copyto(data, _fill_unwritten(t, t._data[origin], None if t._written is None else t._written[origin]),
+            np.copyto(data, _fill_unwritten(t, t._data[origin], _validity(t, origin)),
                       where=~m.reshape(data.shape))
     if written is not None:
         written = written.copy()  # the general path's gather never aliased the tensor's validity
     return data, written
+
+
+def _validity(t: Tensor, key: tuple) -> np.ndarray | None:
+    """``t._written[key]``, or None when every element there is valid."""
+    if t._cover is not None:
+        box = _box(key)
+        if box is not None and t._cover.covers(box):
+            return None
+        _materialize(t)
+    return None if t._written is None else t._written[key]
+
+
+def _mark_written(t: Tensor, key: tuple, written: np.ndarray | None) -> None:
+    """``t._written[key] = written`` (None: all valid)."""
+    if t._cover is not None:
+        box = _box(key) if written is None else None
+        if box is not None:
+            t._cover.add(box)
+            return
+        _materialize(t)
+    if t._written is not None:
+        t._written[key] = True if written is None else written
+
+
+def _box(key: tuple) -> Box | None:
+    """The box of a basic key of ints and slices; None for anything else (arrays, empty slices)."""
+    for k in key:
+        if type(k) is not int and type(k) is not slice:
+            return None
+    return box_of(key)
+
+
+def _materialize(t: Tensor) -> None:
+    """Switch a tensor's validity from written boxes to the per-element array."""
+    if t._cover is not None:
+        t._written, t._cover = t._cover.mask(t.shape), None
 
 
 def _fill_unwritten(t: Tensor, data: Any, written: Any) -> Any:
@@ -825,12 +867,14 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
         m = np.broadcast_to(mask, sub.shape)
         if accumulate:
             prev = sub.astype(np.float32)
-            if t._written is not None:
-                prev = np.where(t._written[key], prev, 0.0)
+            prev_w = _validity(t, key)
+            if prev_w is not None:
+                prev = np.where(prev_w, prev, 0.0)
             new = dt.cast(prev + vals, t.dtype)
         else:
             new = dt.cast(np.asarray(vals), t.dtype)
         np.copyto(sub, np.broadcast_to(new, sub.shape).astype(store_dtype, copy=False), where=m)
+        _materialize(t)  # a masked write is no box
         if t._written is not None:
             wsub = t._written[key]
             src = True if written is None else np.broadcast_to(written, sub.shape)
@@ -852,12 +896,14 @@ def _write_basic(t: Tensor, basic: tuple, vals: np.ndarray, written: np.ndarray 
     m = m.reshape(sub.shape)
     if accumulate:
         prev = sub.astype(np.float32)
-        if t._written is not None:
-            prev = np.where(t._written[basic], prev, 0.0)
+        prev_w = _validity(t, basic)
+        if prev_w is not None:
+            prev = np.where(prev_w, prev, 0.0)
         new = dt.cast(prev + vals, t.dtype)
     else:
         new = dt.cast(np.asarray(vals), t.dtype) if not t._raw else vals
     np.copyto(sub, new, where=m, casting="unsafe")
+    _materialize(t)  # a partly masked write is no box
     if t._written is not None:
         np.copyto(t._written[basic], True if w_src is None else w_src, where=m)
 
@@ -865,16 +911,14 @@ def _write_basic(t: Tensor, basic: tuple, vals: np.ndarray, written: np.ndarray 
 def _store(t: Tensor, key: tuple, vals: np.ndarray, written: np.ndarray | None, store_dtype, accumulate: bool) -> None:
     if accumulate:
         prev = t._data[key].astype(np.float32)
-        if t._written is not None:
-            prev_w = t._written[key]
-            if not prev_w.all():
-                # PSUM accumulation onto never-written memory starts the group: overwrite
-                prev = np.where(prev_w, prev, 0.0)
+        prev_w = _validity(t, key)
+        if prev_w is not None and not prev_w.all():
+            # PSUM accumulation onto never-written memory starts the group: overwrite
+            prev = np.where(prev_w, prev, 0.0)
         t._data[key] = dt.cast(prev + vals, t.dtype)
     else:
         t._data[key] = dt.cast(np.asarray(vals), t.dtype) if not t._raw else vals
-    if t._written is not None:
-        t._written[key] = True if written is None else written
+    _mark_written(t, key, written)
 
 
 def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: str, accumulate: bool) -> None:
