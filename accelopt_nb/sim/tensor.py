@@ -3,8 +3,8 @@
 Inside a kernel, tensors are handles: indexing gives a :class:`View` (a region, no data),
 NKI APIs read and write through views, and any attempt to turn a handle into a NumPy array
 raises :class:`OpaqueTensorError`. The data lives in ``_data``; validity of each element
-(written, and not computed from unwritten memory) in ``_written`` (None = all valid); a lazily allocated
-on-chip buffer keeps it as the boxes written so far (``_cover``) until a question needs the array.
+(written, and not computed from unwritten memory) in ``_written`` (None = all valid); a new buffer keeps it
+as the boxes written so far (``_cover``) until a question needs the per-element array.
 """
 from __future__ import annotations
 
@@ -171,7 +171,7 @@ class Tensor(_Opaque):
         self._cover: Cover | None = None
         if written is True or trace_only:
             self._written = None
-        elif written is False and self._lazy:
+        elif written is False and self._fast:
             self._written, self._cover = None, Cover()
         elif written is False:
             self._written = np.zeros(self.shape, dtype=bool)
