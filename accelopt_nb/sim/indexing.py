@@ -46,17 +46,28 @@ class IndexExpr:
 
     # shape manipulation used as nl.arange(n)[:, None]
     def __getitem__(self, key: Any) -> "IndexExpr":
-        parts = key if isinstance(key, tuple) else (key,)
-        keeps_order = all(k is None or k is Ellipsis or (isinstance(k, slice) and k == slice(None)) for k in parts)
-        if not keeps_order or self.values.flags.writeable:
-            return IndexExpr(self.values[key], self.aff if keeps_order else None)
+        # new axes and full slices keep the progression; anything else may reorder or drop values
+        sig: list[Any] | None = []
+        for k in key if type(key) is tuple else (key,):
+            if k is None:
+                sig.append(None)
+            elif k is Ellipsis:
+                sig.append("...")
+            elif type(k) is slice and k.start is None and k.stop is None and k.step is None:
+                sig.append(":")
+            else:
+                sig = None
+                break
+        if sig is None:
+            return IndexExpr(self.values[key], None)
+        if self.values.flags.writeable:
+            return IndexExpr(self.values[key], self.aff)
         # a shared arange: its [:, None] / [None, :] are shared too (kernels write them on every access)
-        sig = tuple(None if k is None else "..." if k is Ellipsis else ":" for k in parts)
         if self._subs is None:
             self._subs = {}
-        sub = self._subs.get(sig)
+        sub = self._subs.get(tuple(sig))
         if sub is None:
-            sub = self._subs[sig] = IndexExpr(self.values[key], self.aff)
+            sub = self._subs[tuple(sig)] = IndexExpr(self.values[key], self.aff)
         return sub
 
     @property

@@ -401,30 +401,40 @@ def _compiler_view(t: Tensor, key: tuple) -> "View | None":
     sizes, vshape = plan
     norm: list[Any] = []
     basic: list[Any] = []
+    lo: list[int] = []   # the region's box, known here at no extra pass
+    hi: list[int] = []
     affs: dict[int, Any] = {}
     for axis, k in enumerate(key):
         size = t.shape[axis]
         n = sizes[axis]
         if n is None:
             k = int(k)
-            if not 0 <= k < size:
+            if k < 0 or k >= size:
                 return None
             norm.append(k)
             basic.append(k)
+            lo.append(k)
+            hi.append(k + 1)
             continue
         start, step = k.aff
         norm.append(k.values)
         affs[axis] = k.aff
         if n == 1:
-            if not 0 <= start < size:
+            if start < 0 or start >= size:
                 return None
             basic.append(start)
+            lo.append(start)
+            hi.append(start + 1)
             continue
         last = start + step * (n - 1)
         if step <= 0 or start < 0 or last >= size:
             return None
         basic.append(slice(start, last + 1, step))
-    return View.planned(t, tuple(norm), vshape, tuple(basic), affs)
+        lo.append(start)
+        hi.append(last + 1)
+    view = View.planned(t, tuple(norm), vshape, tuple(basic), affs)
+    view._box = (lo, hi)
+    return view
 
 
 def _broadcast_shapes(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
@@ -487,7 +497,8 @@ def _indirect_view(t: Tensor, key: Any) -> "View":
 class View(_Opaque):
     """A region of a tensor, produced by indexing. Holds no data."""
 
-    __slots__ = ("tensor", "key", "shape", "advanced", "_region", "_accum_pending", "_basic", "_affs", "indirect")
+    __slots__ = ("tensor", "key", "shape", "advanced", "_region", "_accum_pending", "_basic", "_affs", "indirect",
+                 "_box")
 
     def __init__(self, tensor: Tensor, key: tuple, affs: dict[int, Any] | None = None) -> None:
         self.tensor = tensor
@@ -499,6 +510,7 @@ class View(_Opaque):
         self._basic: Any = _UNSET
         self._affs = affs
         self._accum_pending = False
+        self._box: tuple[list[int], list[int]] | None = None   # the region's (lo, hi) when a key plan knew it
         if self.advanced:
             shape = _broadcast_shapes(arrays)
         else:
@@ -523,6 +535,7 @@ class View(_Opaque):
         self._basic = basic
         self._affs = affs
         self._accum_pending = False
+        self._box = None
         self.shape = shape
         return self
 
@@ -610,13 +623,17 @@ class View(_Opaque):
         if mask is None and self._region is not None:
             return self._region
         t = self.tensor
-        lo, hi = [], []
-        # an affine arange key spans the same box as its basic equivalent
-        key = self.key
-        if self.advanced:
-            basic = self.basic
-            if basic is not None:
-                key = basic
+        if self._box is not None:
+            lo, hi = self._box
+            key: tuple = ()
+        else:
+            lo, hi = [], []
+            # an affine arange key spans the same box as its basic equivalent
+            key = self.key
+            if self.advanced:
+                basic = self.basic
+                if basic is not None:
+                    key = basic
         for k, size in zip(key, t.shape):
             kind = type(k)
             if kind is int:
