@@ -450,3 +450,28 @@ def kernel(a):
     body_unwritten = body.replace("    t[2, i_p, 12 + nl.arange(4)[None, :]] = nl.load(a[2, :, 12:16])\n", "")
     err = both_raise(run_kernel, body_unwritten, a)
     assert "never written" in err[1]
+
+
+def test_kernel_inputs_are_read_in_place_and_copied_before_a_write(run_kernel, rng):
+    # inputs are borrowed (no copy at launch); a store into one, directly or through a reshape, copies it
+    # first, and an input returned as an output is a copy: the caller's arrays never change
+    body = """
+@nki.jit
+def kernel(a, b):
+    t = nl.load(a[0:4, 0:8])
+    nl.store(a[4:8, 0:8], value=nl.multiply(t, 2.0))
+    flat = b.reshape((4, 16))
+    nl.store(flat[0:4, 0:8], value=t)
+    return a, b
+"""
+    a = rng.standard_normal((8, 8)).astype(np.float32)
+    b = rng.standard_normal((4, 2, 8)).astype(np.float32)
+    a0, b0 = a.copy(), b.copy()
+    out_a, out_b = run_kernel(body, a, b).outputs
+    np.testing.assert_array_equal(a, a0)
+    np.testing.assert_array_equal(b, b0)
+    np.testing.assert_array_equal(out_a[4:8], 2 * a0[0:4])
+    np.testing.assert_array_equal(out_b.reshape(4, 16)[:, 0:8], a0[0:4])
+    assert not np.shares_memory(out_a, a) and not np.shares_memory(out_b, b)
+    out_a, out_b = run_kernel(body.replace("    nl.store(a[4:8, 0:8], value=nl.multiply(t, 2.0))\n", ""), a, b).outputs
+    assert not np.shares_memory(out_a, a)

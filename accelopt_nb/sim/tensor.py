@@ -135,11 +135,12 @@ class Tensor(_Opaque):
 
     __slots__ = ("id", "name", "buffer", "kind", "shape", "dtype", "par_axis", "_data", "_written",
                  "_stamps", "_raw", "_mask", "_producer", "_consumed", "_alloc_epoch", "_fast", "_lazy",
-                 "_full", "_cover", "__weakref__")
+                 "_full", "_cover", "_borrowed", "__weakref__")
 
     def __init__(self, rt: Runtime, shape: tuple[int, ...], dtype: Any, buffer: str, kind: str,
                  name: str = "", par_axis: int = 0, data: np.ndarray | None = None,
-                 written: np.ndarray | None | bool = False, raw: bool = False) -> None:
+                 written: np.ndarray | None | bool = False, raw: bool = False, borrowed: bool = False) -> None:
+        """``borrowed``: ``data`` is the caller's (read-only) array, copied before the first write into it."""
         self.id = rt.new_tensor_id()
         self.name = name or f"{kind}{self.id}"
         self.buffer = buffer
@@ -156,6 +157,7 @@ class Tensor(_Opaque):
         self._fast = rt.options.fast_indexing
         self._lazy = False
         self._full: View | None = None
+        self._borrowed = borrowed and data is not None
         trace_only = rt.options.trace_only
         if trace_only:
             self._data = None
@@ -189,6 +191,12 @@ class Tensor(_Opaque):
     @property
     def on_chip(self) -> bool:
         return self.buffer != "hbm"
+
+    def own(self) -> None:
+        """Copy borrowed data before it changes (kernel inputs are the caller's arrays until written)."""
+        if self._borrowed:
+            self._data = self._data.copy()
+            self._borrowed = False
 
     def full_view(self) -> "View":
         # one per tensor: the simulator reads it often (operands, result regions) and never changes it
@@ -243,6 +251,8 @@ class _Alias(Tensor):
         self._fast = base._fast
         self._lazy = base._lazy
         self._full = None
+        base.own()  # writes through the alias reach the base's memory
+        self._borrowed = False
         self._data = None if base._data is None else base._data.reshape(shape)
         _materialize(base)  # the alias shares the per-element validity
         self._cover = None
@@ -836,7 +846,7 @@ def _fill_unwritten(t: Tensor, data: Any, written: Any) -> Any:
 
 
 def _adv_shape(view: View) -> tuple[int, ...]:
-    return np.broadcast_shapes(*[k.shape for k in view.key if isinstance(k, np.ndarray)])
+    return _broadcast_shapes([k.shape for k in view.key if isinstance(k, np.ndarray)])
 
 
 def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mask: np.ndarray | None,
@@ -851,6 +861,7 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
     _loop_conflict_check(rt, view, mask, api, accumulate or reduction)
     if t._data is None or values is None:
         return
+    t.own()
     shape = view.shape
     store_dtype = dt.storage(t.dtype)
     vals = np.broadcast_to(values, shape)
@@ -927,12 +938,17 @@ def _write_basic(t: Tensor, basic: tuple, vals: np.ndarray, written: np.ndarray 
 
 def _store(t: Tensor, key: tuple, vals: np.ndarray, written: np.ndarray | None, store_dtype, accumulate: bool) -> None:
     if accumulate:
-        prev = t._data[key].astype(np.float32)
         prev_w = _validity(t, key)
-        if prev_w is not None and not prev_w.all():
-            # PSUM accumulation onto never-written memory starts the group: overwrite
-            prev = np.where(prev_w, prev, 0.0)
-        t._data[key] = dt.cast(prev + vals, t.dtype)
+        if (prev_w is None or prev_w.all()) and t.dtype == dt.float32 and vals.dtype == np.float32 \
+                and _box(key) is not None:
+            sub = t._data[key]  # a view: fp32 + fp32 rounds the same in place
+            np.add(sub, vals, out=sub)
+        else:
+            prev = t._data[key].astype(np.float32)
+            if prev_w is not None and not prev_w.all():
+                # PSUM accumulation onto never-written memory starts the group: overwrite
+                prev = np.where(prev_w, prev, 0.0)
+            t._data[key] = dt.cast(prev + vals, t.dtype)
     else:
         t._data[key] = dt.cast(np.asarray(vals), t.dtype) if not t._raw else vals
     _mark_written(t, key, written)
