@@ -475,3 +475,39 @@ def kernel(a, b):
     assert not np.shares_memory(out_a, a) and not np.shares_memory(out_b, b)
     out_a, out_b = run_kernel(body.replace("    nl.store(a[4:8, 0:8], value=nl.multiply(t, 2.0))\n", ""), a, b).outputs
     assert not np.shares_memory(out_a, a)
+
+
+# ---- whole kernels: every fast path against the general path ---------------------------------------------
+def _whole_kernels():
+    import nkibench
+    cases = [(name, nkibench.get_problem(name)) for name in nkibench.list_problems()]
+    return [pytest.param(p, id=name) for name, p in cases]
+
+
+@pytest.mark.parametrize("problem", _whole_kernels())
+def test_nkibench_baselines_same_values_and_trace_on_both_paths(problem):
+    """Our baselines (small preset) run with every fast path (key plans, written boxes, bucketed write log,
+    lazy buffers) and on the general path: identical outputs, instruction streams and tensors."""
+    from accelopt_nb.sim import SimOptions, load_kernel, simulate
+    task = problem.task("small")
+    inputs = task.to_nki(task.get_inputs(seed=0))
+    kernel = load_kernel(problem.baseline_path)
+    fast = simulate(kernel, *inputs, options=SimOptions(fast_indexing=True))
+    general = simulate(kernel, *inputs, options=SimOptions(fast_indexing=False))
+    for a, b in zip(fast.outputs, general.outputs, strict=True):
+        np.testing.assert_array_equal(a.astype(np.float32), b.astype(np.float32))
+    assert _stream(fast) == _stream(general)
+    assert fast.trace.tensors == general.trace.tensors
+
+
+def test_arange_mask_benchmark_kernel_same_values_and_trace_on_both_paths(rng):
+    from pathlib import Path
+    from accelopt_nb.sim import SimOptions, load_kernel, simulate
+    kernel = load_kernel(Path(__file__).parents[1] / "benchmarks" / "kernels" / "arange_mask.py")
+    xs = [rng.standard_normal((300, 700)).astype(np.float32) for _ in range(3)]   # ragged on both axes
+    fast = simulate(kernel, *xs, options=SimOptions(fast_indexing=True))
+    general = simulate(kernel, *xs, options=SimOptions(fast_indexing=False))
+    np.testing.assert_array_equal(fast.outputs[0], general.outputs[0])
+    np.testing.assert_allclose(fast.outputs[0], xs[0] / (1 + np.exp(-xs[1])) + xs[2], rtol=1e-5, atol=1e-6)
+    assert _stream(fast) == _stream(general)
+    assert fast.trace.tensors == general.trace.tensors
