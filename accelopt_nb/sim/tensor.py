@@ -199,10 +199,14 @@ class Tensor(_Opaque):
             self._borrowed = False
 
     def full_view(self) -> "View":
-        # one per tensor: the simulator reads it often (operands, result regions) and never changes it
-        if self._full is None:
-            self._full = View(self, tuple(slice(0, s, 1) for s in self.shape))
-        return self._full
+        if self._full is not None:
+            return self._full
+        view = View(self, tuple(slice(0, s, 1) for s in self.shape))
+        # a buffer keeps one (the simulator reads it often and never changes it); a result tile does not:
+        # the reference cycle would keep its data alive until the garbage collector runs
+        if self.kind != "result":
+            self._full = view
+        return view
 
     def __getitem__(self, key: Any) -> "View":
         if self._fast and type(key) is tuple:
