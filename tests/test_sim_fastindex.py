@@ -220,6 +220,7 @@ def kernel(a):
 # ---- the helpers on their own ---------------------------------------------------------------------------
 KEYS = [
     (3, arange(8)[:, None] * 2 + 1, arange(5)[None, :] + 4),
+    (2, arange(8)[:, None, None], 4 * arange(3)[None, :, None] + arange(4)[None, None, :]),  # one axis, two dims
     (arange(8)[:, None], 7, arange(5)[None, :]),
     (arange(1)[:, None], arange(6)[None, :] * 3),
     (arange(8)[None, :], arange(5)[:, None]),                 # transposed: no basic key
@@ -293,10 +294,20 @@ def test_planned_views_equal_the_general_views(make_key, plans, buffer):
 
 def test_basic_key_refuses_what_slices_cannot_express():
     shape = (10, 16)
-    for key in KEYS[3:]:
+    for key in KEYS[4:]:
         norm = tuple(k.values if hasattr(k, "values") else k for k in key)
         assert basic_key(norm, shape, {i: k.aff for i, k in enumerate(key) if hasattr(k, "aff")}) is None
         assert basic_key(norm, shape) is None
+
+
+def test_basic_key_of_two_dims_on_one_axis_needs_one_progression():
+    shape = (10, 16, 12)
+    flat = tuple(k.values if hasattr(k, "values") else k for k in KEYS[1])   # 4 * i + j over (3, 4): 0..11
+    assert basic_key(flat, shape) == (2, slice(0, 8, 1), slice(0, 12, 1))
+    gap = (2, arange(8)[:, None, None], 5 * arange(2)[None, :, None] + arange(4)[None, None, :])     # 0-3, 5-8
+    apart = (2, arange(8)[:, None, None, None], 4 * arange(3)[None, :, None, None] + arange(4)[None, None, None, :])
+    for key in (gap, apart):
+        assert basic_key(tuple(k.values if hasattr(k, "values") else k for k in key), shape) is None
 
 
 @pytest.mark.parametrize("mshape, shape", [((128, 1), (128, 512)), ((1, 512), (128, 512)), ((128, 512), (128, 512)),
@@ -511,3 +522,21 @@ def test_arange_mask_benchmark_kernel_same_values_and_trace_on_both_paths(rng):
     np.testing.assert_allclose(fast.outputs[0], xs[0] / (1 + np.exp(-xs[1])) + xs[2], rtol=1e-5, atol=1e-6)
     assert _stream(fast) == _stream(general)
     assert fast.trace.tensors == general.trace.tensors
+
+
+def test_two_dim_index_on_one_axis_is_a_box_on_both_paths(run_kernel, rng):
+    # the compiler's way of moving a [128, 8, 128] view of a [128, 1024] tile: a slice on the fast path
+    body = """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((4, 128, 1024), dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((4, nl.par_dim(128), 1024), dtype=a.dtype, buffer=nl.sbuf)
+    for i in nl.affine_range(4):
+        t[i, nl.arange(128)[:, None, None], 128 * nl.arange(8)[None, :, None] + nl.arange(128)[None, None, :]] = nl.load(
+            a[i, nl.arange(128)[:, None, None], nl.arange(8)[None, :, None], nl.arange(128)[None, None, :]])
+        nl.store(out[i], value=nl.exp(t[i]))
+    return out
+"""
+    a = rng.standard_normal((4, 128, 8, 128)).astype(np.float32)
+    res = both(run_kernel, body, a)
+    np.testing.assert_allclose(res.outputs[0], np.exp(a.reshape(4, 128, 1024)), rtol=1e-6)

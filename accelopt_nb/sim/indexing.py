@@ -233,8 +233,9 @@ def basic_key(key: tuple, shape: tuple[int, ...], affs: dict[int, tuple[int, int
     """The basic (int/slice) key that selects the same elements as an advanced ``key``, or None.
 
     ``key`` is a normalized key (ints, slices, int64 arrays) with at least one array. The answer is
-    not None when every array is an in-bounds arithmetic progression (step > 0) along at most one
-    broadcast axis, and the varying axes increase with the tensor axes: then ``t[basic]`` holds the
+    not None when every array is, in row-major order, an in-bounds arithmetic progression (step > 0)
+    along one broadcast axis or several adjacent ones, and the varying axes increase with the tensor
+    axes: then ``t[basic]`` holds the
     elements of ``t[key]`` in the same order, and ``t[basic].reshape(adv_shape)`` equals ``t[key]``.
     Gathers, transposed or diagonal accesses and out-of-bounds indices (legal under a mask) give None.
     ``affs`` maps an axis to the known (start, step) of its array (``IndexExpr.aff``); other arrays are
@@ -261,12 +262,14 @@ def basic_key(key: tuple, shape: tuple[int, ...], affs: dict[int, tuple[int, int
             out.append(start)
             continue
         varying = [d for d, m in enumerate(k.shape) if m > 1]
-        if len(varying) > 1:
-            return None
+        if varying[-1] - varying[0] != len(varying) - 1:
+            return None  # varying axes with a broadcast axis between them
         axis = nd - k.ndim + varying[0]  # position in the right-aligned broadcast shape
         if axis <= last_axis:
             return None
-        last_axis = axis
+        # several adjacent varying axes (``128 * nl.arange(8)[:, None] + nl.arange(128)[None, :]``) address one
+        # tensor axis: a slice when their values, in row-major order, are one progression (checked below)
+        last_axis = axis + len(varying) - 1
         step = int(flat[1]) - start if aff is None else aff[1]
         last = start + step * (n - 1)
         if step <= 0 or start < 0 or last >= size:
