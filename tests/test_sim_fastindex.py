@@ -357,7 +357,8 @@ def _touched(log, shape, since, key):
 
 
 def test_cover_answers_for_boxes_inside_one_written_box(rng):
-    """Validity as written boxes: covers() only when one box holds the query, and then every element is valid."""
+    """Validity as written boxes: covers() only when one box holds the query (then every element is valid);
+    local() paints an unstrided query box exactly."""
     shape = (6, 40)
     cover, painted = Cover(), np.zeros(shape, bool)
     for step_no in range(150):
@@ -371,6 +372,11 @@ def test_cover_answers_for_boxes_inside_one_written_box(rng):
         assert cover.covers(box) == inside_one
         if inside_one:
             assert painted[key].all()
+        local = cover.local(box)   # the validity of this box alone, painted from the boxes that meet it
+        if step == 1 or n == 1:
+            np.testing.assert_array_equal(local, painted[tuple(slice(a, b, s) for a, b, s in box)])
+        else:
+            assert local is None
         if rng.random() < 0.5:
             cover.add(box)
             painted[key] = True

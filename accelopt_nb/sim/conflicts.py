@@ -206,8 +206,8 @@ class WriteLog:
 
 class Cover:
     """The elements of a tensor written so far, as the boxes its writes assigned (validity without a bool
-    array as large as the tensor). ``covers`` answers for a box inside one written box; any other question
-    is for the per-element array, which ``mask`` builds from the boxes."""
+    array as large as the tensor). ``covers`` answers for a box inside one written box, ``local`` paints the
+    validity of an unstrided box; any other question is for the per-element array that ``mask`` builds."""
 
     __slots__ = ("boxes", "index")
 
@@ -223,6 +223,24 @@ class Cover:
         rows = self.index.candidates(box)
         boxes = self.boxes
         return any(_contains(boxes[i], box) for i in (range(len(boxes)) if rows is None else rows))
+
+    def local(self, box: Box) -> np.ndarray | None:
+        """Validity of the elements of an unstrided ``box`` (one axis per box axis), painted from the written
+        boxes that meet it; None for a strided ``box``."""
+        if any(a[2] != 1 and a[1] - a[0] > 1 for a in box):
+            return None
+        out = np.zeros(tuple(a[1] - a[0] for a in box), dtype=bool)
+        rows = self.index.candidates(box)
+        for i in range(len(self.boxes)) if rows is None else rows:
+            written = self.boxes[i]
+            if not _meets(written, box):
+                continue
+            key = []
+            for (w0, w1, ws), (b0, b1, _) in zip(written, box):
+                first = w0 + -(-(max(w0, b0) - w0) // ws) * ws   # the written progression's first element >= b0
+                key.append(slice(first - b0, min(w1, b1) - b0, ws))
+            out[tuple(key)] = True
+        return out
 
     def mask(self, shape: tuple[int, ...]) -> np.ndarray:
         """The per-element validity the boxes leave."""

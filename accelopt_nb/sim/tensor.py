@@ -809,8 +809,12 @@ def _validity(t: Tensor, key: tuple) -> np.ndarray | None:
     """``t._written[key]``, or None when every element there is valid."""
     if t._cover is not None:
         box = _box(key)
-        if box is not None and t._cover.covers(box):
-            return None
+        if box is not None:
+            if t._cover.covers(box):
+                return None
+            local = t._cover.local(box)  # e.g. a ragged tile: painted for this box alone
+            if local is not None:
+                return local.reshape(tuple(n for k, n in zip(key, local.shape) if type(k) is slice))
         _materialize(t)
     return None if t._written is None else t._written[key]
 
@@ -935,7 +939,14 @@ def _write_basic(t: Tensor, basic: tuple, vals: np.ndarray, written: np.ndarray 
     else:
         new = dt.cast(np.asarray(vals), t.dtype) if not t._raw else vals
     np.copyto(sub, new, where=m, casting="unsafe")
-    _materialize(t)  # a partly masked write is no box
+    if t._cover is not None and w_src is None:
+        kept = masked_box(basic, m)   # a ragged tile's mask keeps a box
+        if kept is EMPTY:
+            return
+        if kept is not None:
+            t._cover.add(kept)
+            return
+    _materialize(t)
     if t._written is not None:
         np.copyto(t._written[basic], True if w_src is None else w_src, where=m)
 
