@@ -408,6 +408,8 @@ def _compiler_view(t: Tensor, key: tuple) -> "View | None":
     try:
         plan = _PLANS[plan_key]
     except KeyError:
+        if len(_PLANS) >= 4096:  # one entry per tensor shape and key structure: stays small in practice
+            _PLANS.clear()
         has_array = any(s is not None for s in sig)
         plan = _PLANS[plan_key] = _plan(t.shape, t.buffer != "hbm", plan_key[2]) if has_array else None
     if plan is None:
@@ -446,9 +448,7 @@ def _compiler_view(t: Tensor, key: tuple) -> "View | None":
         basic.append(slice(start, last + 1, step))
         lo.append(start)
         hi.append(last + 1)
-    view = View.planned(t, tuple(norm), vshape, tuple(basic), affs)
-    view._box = (lo, hi)
-    return view
+    return View.planned(t, tuple(norm), vshape, tuple(basic), affs, (lo, hi))
 
 
 def _broadcast_shapes(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
@@ -538,8 +538,9 @@ class View(_Opaque):
         self.shape = tuple(int(s) for s in shape)
 
     @classmethod
-    def planned(cls, tensor: Tensor, key: tuple, shape: tuple[int, ...], basic: tuple, affs: dict[int, Any]) -> "View":
-        """An advanced view whose shape and basic key a key plan already knows (see ``_compiler_view``)."""
+    def planned(cls, tensor: Tensor, key: tuple, shape: tuple[int, ...], basic: tuple, affs: dict[int, Any],
+                box: tuple[list[int], list[int]]) -> "View":
+        """An advanced view whose shape, basic key and region box a key plan already knows (``_compiler_view``)."""
         self = cls.__new__(cls)
         self.tensor = tensor
         self.key = key
@@ -549,7 +550,7 @@ class View(_Opaque):
         self._basic = basic
         self._affs = affs
         self._accum_pending = False
-        self._box = None
+        self._box = box
         self.shape = shape
         return self
 
