@@ -384,6 +384,16 @@ def test_cover_answers_for_boxes_inside_one_written_box(rng):
     np.testing.assert_array_equal(cover.mask(shape), painted)
 
 
+def test_cover_sends_wide_questions_over_many_boxes_to_the_array():
+    cover = Cover()
+    for r in range(Cover.SCAN_LIMIT + 1):
+        cover.add(((r, r + 1, 1), (0, 4, 1)))
+    wide = ((0, Cover.SCAN_LIMIT + 1, 1), (0, 4, 1))   # meets every row: the caller builds the array instead
+    assert not cover.covers(wide) and cover.local(wide) is None
+    assert cover.covers(((7, 8, 1), (1, 3, 1)))
+    assert cover.mask((Cover.SCAN_LIMIT + 1, 4)).all()
+
+
 def _paint(shape, box):
     out = np.zeros(shape, bool)
     out[tuple(slice(a, b, s) for a, b, s in box)] = True

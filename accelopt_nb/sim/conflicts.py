@@ -219,19 +219,27 @@ class Cover:
         self.index.add(len(self.boxes), box)
         self.boxes.append(box)
 
-    def covers(self, box: Box) -> bool:
+    # a box wide on the key axes (e.g. a whole tensor) meets every row: past this many rows, ask the array
+    SCAN_LIMIT = 256
+
+    def _rows(self, box: Box) -> list[int] | range | None:
         rows = self.index.candidates(box)
-        boxes = self.boxes
-        return any(_contains(boxes[i], box) for i in (range(len(boxes)) if rows is None else rows))
+        if rows is None:
+            return range(len(self.boxes)) if len(self.boxes) <= self.SCAN_LIMIT else None
+        return rows
+
+    def covers(self, box: Box) -> bool:
+        rows = self._rows(box)
+        return rows is not None and any(_contains(self.boxes[i], box) for i in rows)
 
     def local(self, box: Box) -> np.ndarray | None:
         """Validity of the elements of an unstrided ``box`` (one axis per box axis), painted from the written
-        boxes that meet it; None for a strided ``box``."""
-        if any(a[2] != 1 and a[1] - a[0] > 1 for a in box):
+        boxes that meet it; None for a strided ``box`` or one that meets too many rows to scan."""
+        rows = self._rows(box)
+        if rows is None or any(a[2] != 1 and a[1] - a[0] > 1 for a in box):
             return None
         out = np.zeros(tuple(a[1] - a[0] for a in box), dtype=bool)
-        rows = self.index.candidates(box)
-        for i in range(len(self.boxes)) if rows is None else rows:
+        for i in rows:
             written = self.boxes[i]
             if not _meets(written, box):
                 continue
