@@ -162,8 +162,17 @@ def _innermost_kernel_frame(exc: BaseException, files: set[str]) -> tuple[str | 
 def _as_input(rt: Runtime, value: Any, label: Any) -> Any:
     if isinstance(value, np.ndarray):
         dtype = _dt.canonical(value.dtype)
-        data = None if rt.options.trace_only else np.ascontiguousarray(value.astype(_dt.storage(dtype), copy=True))
-        return Tensor(rt, value.shape, dtype, "hbm", "input", name=f"input_{label}", data=data, written=True)
+        storage = _dt.storage(dtype)
+        borrowed = value.dtype == storage and value.flags.c_contiguous
+        if rt.options.trace_only:
+            data = None
+        elif borrowed:  # read in place; the tensor copies it before a kernel writes into it
+            data = value.view()
+            data.flags.writeable = False
+        else:
+            data = np.ascontiguousarray(value.astype(storage))
+        return Tensor(rt, value.shape, dtype, "hbm", "input", name=f"input_{label}", data=data, written=True,
+                      borrowed=borrowed)
     if hasattr(value, "numpy") and callable(value.numpy):  # torch tensors
         return _as_input(rt, np.asarray(value.numpy()), label)
     return value
@@ -190,6 +199,7 @@ def _collect_outputs(rt: Runtime, outputs: Any, name: str, inputs: Sequence[Any]
             rt.trace.tensors[t.id].kind = "output" if t.kind != "input" else "input"
         # the launch's memory is discarded afterwards: hand the output buffer over without a copy.
         # Unwritten elements keep their NaN fill, so coverage checks see them.
+        t.own()  # an input returned as an output must not be the caller's array
         arrays.append(t._data)
     return tuple(arrays)
 

@@ -34,9 +34,10 @@ class SimOptions:
         location: "error" (default), "warn" or "ignore".
     check_uninitialized: raise when a kernel output is computed from never-written memory.
     record_trace: keep the instruction stream (turn off for pure functional runs).
-    fast_indexing: address affine ``nl.arange`` accesses as slices, check loop-carried writes on a
-        log of written boxes, and fill unwritten on-chip memory lazily (same values, trace and errors
-        as the general gather/stamp/fill path, which ``False`` forces: for tests and side-by-side timing).
+    fast_indexing: address affine ``nl.arange`` accesses as slices (through a plan per key structure),
+        check loop-carried writes on a log of written boxes, keep new buffers' validity as written boxes,
+        and fill unwritten on-chip memory lazily (same values, trace and errors as the general
+        gather/stamp/fill path, which ``False`` forces: for tests and side-by-side timing).
     loop_replay: in trace-only mode, run a loop's first iterations and extrapolate the records of the
         others where that provably gives the same trace (``accelopt_nb.sim.replay``); ``False`` runs
         every iteration.
