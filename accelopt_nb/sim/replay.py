@@ -272,10 +272,11 @@ class _Flat:
         self.shapes = rt.region_shapes
         self.blocks = rt.replayed_blocks
         self.seen = rt.flattened
-        self.lo: list[Any] = []
-        self.hi: list[Any] = []
-        self.size: list[Any] = []
-        self.free: list[Any] = []
+        self.lo: list[int] = []
+        self.hi: list[int] = []
+        self.size: list[int] = []
+        self.free: list[int] = []
+        self.block_slots: dict[str, list[np.ndarray]] = {"lo": [], "hi": [], "size": [], "free": []}
         self.unchecked = False
         self.plan: list[tuple[tuple, int, bool]] = []    # per record: (signature, first slot, is a tensor)
         self.sigs: list[tuple] = []
@@ -293,9 +294,9 @@ class _Flat:
         self.flush()
         return np.concatenate(self.chunks) if self.chunks else np.zeros(0, dtype=np.int64)
 
-    def slots(self, parts: list[Any]) -> np.ndarray:
-        return np.concatenate([np.asarray(p, dtype=np.int64).ravel() for p in parts]) if parts else \
-            np.zeros(0, dtype=np.int64)
+    def slots(self, name: str) -> np.ndarray:
+        """All ``lo``/``hi``/``size``/``free`` entries: the records' own, then the blocks'."""
+        return np.concatenate([np.array(getattr(self, name), dtype=np.int64)] + self.block_slots[name])
 
     def add(self, rec: Any, tensor: bool) -> None:
         first = self.pos()
@@ -335,9 +336,9 @@ class _Flat:
             for name in ("lo", "hi", "free"):
                 rel = getattr(blk, name)
                 if rel.size:
-                    getattr(self, name).append((offs[:, None] + rel[None, :]).ravel())
+                    self.block_slots[name].append((offs[:, None] + rel[None, :]).ravel())
             if blk.size.size:
-                self.size.append(np.tile(blk.size, blk.count))
+                self.block_slots["size"].append(np.tile(blk.size, blk.count))
             self.unchecked = self.unchecked or blk.unchecked
         self.chunks.append(ints)
         self.base += ints.size
@@ -658,10 +659,10 @@ def _bounds_limit(flat: _Flat, last: np.ndarray, delta: np.ndarray, count: int) 
     """Largest t <= count whose extrapolated regions all stay inside their view shapes; None if unknown."""
     if flat.unchecked:
         return None
-    free = flat.slots(flat.free)
+    free = flat.slots("free")
     if free.size and delta[free].any():
         return None  # a moving region of unknown shape
-    lo, hi, size = flat.slots(flat.lo), flat.slots(flat.hi), flat.slots(flat.size)
+    lo, hi, size = flat.slots("lo"), flat.slots("hi"), flat.slots("size")
     for slots, low_side in ((lo, True), (hi, False)):
         # a region bound must stay within [0, size]; lo and hi are both bounds of the same box
         base, step = last[slots], delta[slots]
@@ -719,7 +720,7 @@ def _keep_block(rt: Runtime, flat: _Flat, rows: np.ndarray, count: int, first_in
     blk.width_ins, blk.width_tens = split, width - split
     blk.ins_ints = np.ascontiguousarray(rows[:, :split]).ravel()
     blk.tens_ints = np.ascontiguousarray(rows[:, split:]).ravel()
-    blk.lo, blk.hi, blk.size, blk.free = (flat.slots(getattr(flat, n)) for n in ("lo", "hi", "size", "free"))
+    blk.lo, blk.hi, blk.size, blk.free = (flat.slots(n) for n in ("lo", "hi", "size", "free"))
     blk.unchecked = flat.unchecked
     if first_ins is not None and ins_plan:
         rt.replayed_blocks[id(first_ins)] = blk
