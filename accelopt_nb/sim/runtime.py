@@ -155,7 +155,7 @@ class Runtime:
         if frame.kind == "affine":
             self.epoch += 1
             frame.iter_epoch = self.epoch
-            if frame.iteration < 0:
+            if not frame.inst_epoch:   # the instance's first iteration (epochs start at 1)
                 frame.inst_epoch = self.epoch
         frame.iteration = i
         self._refresh_loop_key()
