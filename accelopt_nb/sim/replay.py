@@ -240,14 +240,15 @@ def _mark(rt: Runtime) -> tuple:
 # nested tuples, and the list of its integers. Iterations whose records have equal signatures differ
 # only in their integers. Each record signature compiles, once, into a function that builds the record
 # from integers; an extrapolated iteration is those functions applied to the extrapolated integers.
-# Signature nodes: _INT (an integer), a str/bool/float/None (itself), ("c", x) (another constant),
+# Signature nodes: _INT (an integer), a str/bool/None (itself), ("f", hex, x) (a float), ("c", type, x)
+# (another constant),
 # ("g", type) (a NumPy integer), ("t"|"l", items), ("d", keys, values), ("R", ...) (a Region),
 # ("L", kinds) (a loops tuple), ("N", class, fields) (a record), ("auto",) (a tensor's default name).
 _FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in (Instruction, Region, TensorInfo)}
 _REGION_FAST = _FIELDS[Region] == ("tensor", "buffer", "lo", "hi", "elements", "itemsize", "block")
 _CTOR = {Instruction: "I", Region: "R", TensorInfo: "T"}
 _INT = ("i",)
-_PLAIN = (str, bool, float, type(None))
+_PLAIN = (str, bool, type(None))
 
 
 class _Block:
@@ -352,6 +353,8 @@ class _Flat:
             return _INT
         if t in _PLAIN:
             return x
+        if t is float:   # by its bits: 0.0 == -0.0 and nan != nan would mislead the comparison
+            return ("f", x.hex(), x)
         if t is tuple:
             return ("t", self.items(x))
         if t is Region:
@@ -368,7 +371,7 @@ class _Flat:
         if isinstance(x, np.integer):
             self.ints.append(int(x))
             return ("g", t)
-        return ("c", x)
+        return ("c", t, x)
 
     def items(self, xs: Any) -> tuple:
         out = []
@@ -486,7 +489,9 @@ class _Codegen:
         if kind == "i":
             return self.slot()
         if kind == "c":
-            return self.const(sig[1])
+            return self.const(sig[2])
+        if kind == "f":
+            return self.const(sig[2])
         if kind == "g":
             return self.slot(sig[1])
         if kind == "t":
