@@ -281,3 +281,16 @@ def test_nkibench_baselines_replay_to_the_same_trace_and_profile(name):
     full = simulate(kernel, *inputs, options=FULL).trace
     assert fields(fast) == fields(full)
     assert estimate(fast).to_dict() == estimate(full).to_dict()
+
+
+def test_unused_view_out_of_bounds_only_in_a_late_iteration():
+    src = PLAIN.replace("u = nl.exp(t)", "u = nl.exp(t)\n        unused = a[i * 128 + 100:i * 128 + 228, 0:64]")
+    fast, _ = run_both(src, rows(1280))
+    assert isinstance(fast, KernelError) and "out of bounds" in str(fast)
+
+
+def test_view_reindexed_out_of_its_bounds_only_in_a_late_iteration():
+    src = PLAIN.replace("u = nl.exp(t)", "u = nl.exp(t)\n        v = a[i * 128:(i + 1) * 128, :]\n"
+                        "        w = v[i * 14:i * 14 + 20, :]")
+    fast, _ = run_both(src, rows(1280))
+    assert isinstance(fast, KernelError) and "view axis" in str(fast)

@@ -143,6 +143,7 @@ class Probe:
         self.reason: str | None = None        # why this loop cannot be replayed at all
         self.mismatch: str | None = None      # why the latest probe iterations do not extrapolate
         self.events: list[list[tuple]] = []   # per probe iteration: (op, lhs, rhs, result) of mask comparisons
+        self.keys: list[list[int]] = []       # per probe iteration: (lo, hi, size) of every int and slice index
 
     def fail(self, reason: str) -> None:
         if self.reason is None:
@@ -161,6 +162,33 @@ def note_mask(rt: Runtime, op: Any, lhs: np.ndarray, rhs: Any, result: np.ndarra
     for p in rt.probes:
         if p.events:
             p.events[-1].append((op, lhs, rhs, result))
+
+
+def note_key(rt: Runtime, key: tuple, shape: tuple[int, ...]) -> None:
+    """A tensor indexed while probing (``Tensor.__getitem__`` hook): its ints and slices as (lo, hi, size)."""
+    out = []
+    for k, size in zip(key, shape):
+        if type(k) is int:
+            out += (k, k + 1, size)
+        elif type(k) is slice:
+            out += (k.start, k.stop, size)
+    if out:
+        for p in rt.probes:
+            p.keys[-1] += out
+
+
+def note_view_key(rt: Runtime, key: list[Any], lengths: list[int]) -> None:
+    """A view re-indexed while probing (``View.__getitem__`` hook): bounds relative to the view's axes."""
+    out: list[int] = []
+    for k, length in zip(key, lengths):
+        if isinstance(k, slice):
+            if (k.start is None or isinstance(k.start, int)) and (k.stop is None or isinstance(k.stop, int)):
+                out += (0 if k.start is None else int(k.start), length if k.stop is None else int(k.stop), length)
+        elif isinstance(k, int):
+            out += (int(k), int(k) + 1, length)
+    if out:
+        for p in rt.probes:
+            p.keys[-1] += out
 
 
 def note_region(rt: Runtime, region: Region, shape: tuple[int, ...], clamped: bool) -> None:
@@ -191,6 +219,7 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
         done = None
         while done is None and probe.reason is None and pos < n and len(marks) <= PROBES + WARMUP:
             probe.events.append([])
+            probe.keys.append([])
             rt.probes.append(probe)
             try:
                 idx = rt.enter_iteration(frame, values[pos], ProbeIndex)
@@ -206,7 +235,8 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
                 if reason:
                     probe.fail(reason)
             if len(marks) > PROBES and probe.reason is None:
-                done = _extrapolate(rt, frame, values, pos, probe, marks[-PROBES - 1:], probe.events[-PROBES:])
+                done = _extrapolate(rt, frame, values, pos, probe, marks[-PROBES - 1:], probe.events[-PROBES:],
+                                    probe.keys[-PROBES:])
         if not rt.probes:
             rt.region_shapes.clear()
             rt.replayed_blocks.clear()
@@ -551,7 +581,7 @@ def _builder(sig: tuple) -> tuple[Any, list[Any]]:
 
 # ---- the check and the extrapolation -------------------------------------------------------------------
 def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: Probe, marks: list[tuple],
-                 events: list[list[tuple]]) -> int | None:
+                 events: list[list[tuple]], keys: list[list[int]]) -> int | None:
     """Append the records of as many iterations from ``pos`` as provably repeat the last probes' step.
 
     ``marks`` are the runtime at the boundaries of the last :data:`PROBES` iterations, ``events`` their
@@ -584,6 +614,9 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
     count, comparisons = _mask_limit(probe, events, len(values) - pos)
     if count is None:
         return None
+    count, bounds = _key_limit(probe, keys, count)
+    if count is None:
+        return None
     count = _bounds_limit(flat, last, delta, count)
     if count is None:
         probe.fail("a region of the records cannot be checked against its tensor")
@@ -591,9 +624,11 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
     if count <= 0:
         return 0
     _emit(rt, frame, values, pos, last, delta, count, steps[0], flat)
-    # an enclosing probing loop must also see this loop's last mask outcomes: the far corner of its range
+    # an enclosing probing loop must also see this loop's last mask outcomes and index bounds: the far corner
+    # of its range (each is linear in both loops' variables, so the corners decide the whole rectangle)
     for p in rt.probes:
         p.events[-1].extend((op, lhs + count * dl, rhs + count * dr, res) for op, lhs, dl, rhs, dr, res in comparisons)
+        p.keys[-1] += bounds(count)
     return count
 
 
@@ -627,6 +662,27 @@ def _mask_limit(probe: Probe, ev: list[list[tuple]], count: int) -> tuple[int | 
         comparisons.append((op, lhs[-1], dl[0], rhs[-1], dr[0], res[0]))
         count = min(count, _comparison_limit(op, lhs[-1], dl[0], rhs[-1], dr[0], res[0], count))
     return count, comparisons
+
+
+def _key_limit(probe: Probe, keys: list[list[int]], count: int) -> tuple[int | None, Any]:
+    """How many of ``count`` further iterations keep every int and slice index in bounds, and the bounds
+    (as a flat list) at a given step past the last probe."""
+    arrs = [np.array(k, dtype=np.int64).reshape(-1, 3) for k in keys]
+    if any(a.shape != arrs[0].shape or (a[:, 2] != arrs[0][:, 2]).any() for a in arrs):
+        probe.mismatch = "iterations differ in the tensors they index"
+        return None, None
+    steps = np.diff(np.stack(arrs), axis=0)
+    if (steps != steps[0]).any():
+        probe.mismatch = "an index does not change by a constant step"
+        return None, None
+    last, step = arrs[-1], steps[0]
+    lo, hi, size = last[:, 0], last[:, 1], last[:, 2]
+    d_lo, d_hi = step[:, 0], step[:, 1]
+    for value, d in ((lo, d_lo), (size - hi, -d_hi), (hi - lo, d_hi - d_lo)):   # each must stay >= 0
+        down = d < 0
+        if down.any():
+            count = min(count, int((value[down] // -d[down]).min()))
+    return count, lambda t: (last + t * step).ravel().tolist()
 
 
 def _comparison_limit(op: Any, lhs: np.ndarray, dl: np.ndarray, rhs: np.ndarray, dr: np.ndarray,

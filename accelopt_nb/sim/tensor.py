@@ -210,6 +210,13 @@ class Tensor(_Opaque):
         return view
 
     def __getitem__(self, key: Any) -> "View":
+        view = self._view(key)
+        rt = _replay.probing()
+        if rt is not None:  # trace-only loop replay: this key's ints and slices must stay in bounds
+            _replay.note_key(rt, view.key, self.shape)
+        return view
+
+    def _view(self, key: Any) -> "View":
         if self._fast and type(key) is tuple:
             view = _compiler_view(self, key)
             if view is not None:
@@ -602,6 +609,9 @@ class View(_Opaque):
         if len(expanded) > len(sliced_axes):
             raise current().rule_error("indexing", f"too many indices for view of shape {self.shape}",
                                        "index count must not exceed tile rank")
+        rt = _replay.probing()
+        if rt is not None:  # trace-only loop replay: the view-relative bounds checked below
+            _replay.note_view_key(rt, expanded, [self.key[a].stop - self.key[a].start for a in sliced_axes])
         for axis, k in zip(sliced_axes, expanded):
             base = self.key[axis]
             length = base.stop - base.start
