@@ -15,7 +15,6 @@ CPU seconds of this process (``time.process_time``), best of ``--repeat``; ratio
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import traceback
 from pathlib import Path
@@ -28,13 +27,7 @@ from sim_speed import Case, best_of, our_cases, paper_cases  # noqa: E402
 
 from accelopt_nb.perf import estimate  # noqa: E402
 from accelopt_nb.sim import SimOptions, load_kernel, simulate  # noqa: E402
-from accelopt_nb.sim.trace import Trace  # noqa: E402
-
-
-def trace_fields(trace: Trace) -> tuple:
-    """Everything the trace records, as plain data, except the replay counter itself."""
-    return ([dataclasses.astuple(i) for i in trace.instructions], [dataclasses.astuple(t) for t in trace.tensors.values()],
-            list(trace.tensors), trace.grid, trace.trace_only, trace.num_cores, trace.program_cores)
+from accelopt_nb.sim.replay import trace_fields  # noqa: E402
 
 
 def measure(case: Case, repeat: int) -> dict:

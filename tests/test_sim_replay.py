@@ -9,7 +9,6 @@ extrapolate, so the comparison is not vacuous.
 """
 from __future__ import annotations
 
-import dataclasses
 import textwrap
 
 import numpy as np
@@ -19,16 +18,11 @@ import nkibench
 from accelopt_nb.errors import KernelError
 from accelopt_nb.perf import estimate
 from accelopt_nb.sim import SimOptions, load_kernel, simulate
+from accelopt_nb.sim.replay import trace_fields
 
 REPLAY = SimOptions(trace_only=True)
 FULL = SimOptions(trace_only=True, loop_replay=False)
 HEADER = "import numpy as np\nimport neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\n\n"
-
-
-def fields(trace) -> tuple:
-    """Everything a trace records except the replay counter."""
-    return ([dataclasses.astuple(i) for i in trace.instructions], [dataclasses.astuple(t) for t in trace.tensors.values()],
-            list(trace.tensors), trace.grid, trace.num_cores, trace.program_cores)
 
 
 def run_both(source: str, *inputs):
@@ -45,7 +39,7 @@ def run_both(source: str, *inputs):
         assert type(fast) is type(full) and str(fast) == str(full), (fast, full)
         assert (fast.line, fast.rule) == (full.line, full.rule)
     else:
-        assert fields(fast) == fields(full)
+        assert trace_fields(fast) == trace_fields(full)
         assert full.replayed == 0
     return fast, full
 
@@ -192,10 +186,11 @@ def test_pure_helper_is_replayed():
 
 
 def test_masked_ragged_tail_is_replayed_up_to_the_tail():
+    mask = "mask=(i * 128 + ip < a.shape[0])"
     src = PLAIN.replace("a.shape[0] // 128", "(a.shape[0] + 127) // 128").replace(
-        "t = nl.load(a[i * 128 + ip, jf])", "t = nl.load(a[i * 128 + ip, jf], mask=(i * 128 + ip < a.shape[0]))").replace(
-        "u = nl.exp(t)", "u = nl.exp(t, mask=(i * 128 + ip < a.shape[0]))").replace(
-        "nl.store(out[i * 128 + ip, jf], value=u)", "nl.store(out[i * 128 + ip, jf], value=u, mask=(i * 128 + ip < a.shape[0]))")
+        "t = nl.load(a[i * 128 + ip, jf])", f"t = nl.load(a[i * 128 + ip, jf], {mask})").replace(
+        "u = nl.exp(t)", f"u = nl.exp(t, {mask})").replace(
+        "nl.store(out[i * 128 + ip, jf], value=u)", f"nl.store(out[i * 128 + ip, jf], value=u, {mask})")
     fast, full = run_both(src, rows(128 * 9 + 40))
     assert 0 < fast.replayed < len(fast)
     assert fast.instructions[-1].writes[0].elements == 40 * 64   # the ragged tile ran for real
@@ -279,7 +274,7 @@ def test_nkibench_baselines_replay_to_the_same_trace_and_profile(name):
     kernel = load_kernel(problem.baseline_path)
     fast = simulate(kernel, *inputs, options=REPLAY).trace
     full = simulate(kernel, *inputs, options=FULL).trace
-    assert fields(fast) == fields(full)
+    assert trace_fields(fast) == trace_fields(full)
     assert estimate(fast).to_dict() == estimate(full).to_dict()
 
 

@@ -40,7 +40,7 @@ import numpy as np
 
 from accelopt_nb.sim import loopcheck
 from accelopt_nb.sim.runtime import LoopFrame, LoopIndex, Runtime, active
-from accelopt_nb.sim.trace import Instruction, Region, TensorInfo
+from accelopt_nb.sim.trace import Instruction, Region, TensorInfo, Trace
 
 PROBES = 3         # iterations compared (two steps: a constant step is seen twice)
 WARMUP = 1         # iterations that may run first when the probes differ (a loop_reduce restarting at the start)
@@ -110,7 +110,8 @@ for _name in ("__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__divmod_
               "__and__", "__rand__", "__or__", "__ror__", "__xor__", "__rxor__", "__invert__", "__abs__", "__lt__",
               "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__bool__", "__hash__", "__int__", "__float__",
               "__index__", "__format__", "__str__", "__repr__", "__round__", "__trunc__", "__floor__", "__ceil__",
-              "bit_length", "bit_count", "to_bytes", "as_integer_ratio", "conjugate", "__reduce_ex__", "__getnewargs__"):
+              "bit_length", "bit_count", "to_bytes", "as_integer_ratio", "conjugate", "__reduce_ex__",
+              "__getnewargs__"):
     setattr(_TaintOps, _name, _escaping(_name))
 
 
@@ -197,6 +198,13 @@ def note_region(rt: Runtime, region: Region, shape: tuple[int, ...], clamped: bo
     if clamped:
         for p in rt.probes:
             p.fail("a region was clamped to its tensor")
+
+
+def trace_fields(trace: Trace) -> tuple:
+    """Everything a trace records except ``replayed``, as plain data: what replay must leave unchanged."""
+    return ([dataclasses.astuple(i) for i in trace.instructions],
+            [dataclasses.astuple(t) for t in trace.tensors.values()], list(trace.tensors), trace.kernel_name,
+            trace.grid, trace.trace_only, trace.num_cores, trace.program_cores)
 
 
 # ---- the loop ---------------------------------------------------------------------------------------
