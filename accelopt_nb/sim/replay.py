@@ -344,21 +344,19 @@ class _Flat:
             _, sig, ints, lo, hi, size, free, unchecked = hit
             self.ints += ints
             if lo:
-                self.lo.extend(first + r for r in lo)
-                self.hi.extend(first + r for r in hi)
-                self.size.extend(size)
+                self.lo += [first + r for r in lo]
+                self.hi += [first + r for r in hi]
+                self.size += size
             if free:
-                self.free.extend(first + r for r in free)
+                self.free += [first + r for r in free]
             self.unchecked = self.unchecked or unchecked
         else:
-            marks = (len(self.lo), len(self.free), self.unchecked)
+            n_lo, n_free, unchecked = len(self.lo), len(self.free), self.unchecked
             sig = self.record(rec)
-            if len(self.seen) < 1_000_000:
-                base = first
-                self.seen[id(rec)] = (rec, sig, self.ints[first - self.base:] if first >= self.base else [],
-                                      [x - base for x in self.lo[marks[0]:]], [x - base for x in self.hi[marks[0]:]],
-                                      self.size[marks[0]:], [x - base for x in self.free[marks[1]:]],
-                                      self.unchecked and not marks[2])
+            if len(self.seen) < 1_000_000:   # a parent probe flattens this record again: keep the result
+                self.seen[id(rec)] = (rec, sig, self.ints[first - self.base:], [x - first for x in self.lo[n_lo:]],
+                                      [x - first for x in self.hi[n_lo:]], self.size[n_lo:],
+                                      [x - first for x in self.free[n_free:]], self.unchecked and not unchecked)
         self.plan.append((sig, first, tensor))
         self.sigs.append(sig)
 
