@@ -20,13 +20,18 @@ Extrapolation is only used where it provably gives the same records:
   replay stops at the first iteration where its outcome would change (a ragged tail), which then runs
   for real, and probing starts again after it;
 * no region was clamped to its tensor while probing, and replay stops before the first iteration
-  whose extrapolated regions would leave their tensor (where a real run clamps or raises);
+  whose extrapolated regions, or int and slice indices (used by an instruction or not), would leave
+  their tensor or view (where a real run clamps or raises);
 * the runtime's other state (log, warnings, pending ``loop_reduce``, shared HBM cursor, ...) does not
   change while probing.
 
-A nested loop replays inside each executed iteration of its parent, and the parent replays as a whole
-(its records include the child's extrapolated ones). ``Trace.replayed`` counts extrapolated
-instructions. ``SimOptions(loop_replay=False)`` runs every iteration.
+When the first probes differ (a ``loop_reduce`` restarting at the loop's first iteration) one more
+iteration runs and the last :data:`PROBES` are compared. A nested loop replays inside each executed
+iteration of its parent, and the parent replays as a whole (its records include the child's extrapolated
+ones; the child hands up its last mask outcomes and index bounds, the far corner of its range). Mask
+outcomes and bounds are linear in each loop variable, so checking a range's ends checks all of it.
+``Trace.replayed`` counts extrapolated instructions. ``SimOptions(loop_replay=False)`` runs every
+iteration.
 """
 from __future__ import annotations
 
@@ -279,9 +284,8 @@ def _mark(rt: Runtime) -> tuple:
 # only in their integers. Each record signature compiles, once, into a function that builds the record
 # from integers; an extrapolated iteration is those functions applied to the extrapolated integers.
 # Signature nodes: _INT (an integer), a str/bool/None (itself), ("f", hex, x) (a float), ("c", type, x)
-# (another constant),
-# ("g", type) (a NumPy integer), ("t"|"l", items), ("d", keys, values), ("R", ...) (a Region),
-# ("L", kinds) (a loops tuple), ("N", class, fields) (a record), ("auto",) (a tensor's default name).
+# (another constant), ("g", type) (a NumPy integer), ("t"|"l", items), ("d", keys, values), ("R", ...)
+# (a Region), ("L", kinds) (a loops tuple), ("N", class, fields) (a record), ("auto",) (a default name).
 _FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in (Instruction, Region, TensorInfo)}
 _REGION_FAST = _FIELDS[Region] == ("tensor", "buffer", "lo", "hi", "elements", "itemsize", "block")
 _CTOR = {Instruction: "I", Region: "R", TensorInfo: "T"}
@@ -772,6 +776,7 @@ def _emit(rt: Runtime, frame: LoopFrame, values: range, pos: int, last: np.ndarr
 
 def _keep_block(rt: Runtime, flat: _Flat, rows: np.ndarray, count: int, first_ins: Any, first_tensor: Any,
                 tensor_ids: int) -> None:
+    """Register the records just built as one block, keyed by their first instruction and first tensor."""
     blk = _Block()
     ins_plan = [(sig, first) for sig, first, tensor in flat.plan if not tensor]
     tens_plan = [(sig, first) for sig, first, tensor in flat.plan if tensor]
