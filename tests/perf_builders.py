@@ -55,8 +55,8 @@ class TraceBuilder:
     # ---- instructions --------------------------------------------------------------------
     def emit(self, engine: str, op: str, reads: Sequence[Region], writes: Sequence[Region], nparts: int,
              free: int, in_dtypes: Sequence[str] = ("float32",), out_dtype: str = "float32",
-             accumulate: bool = False, api: str | None = None, **attrs) -> Instruction:
-        ins = Instruction(len(self.trace.instructions), engine, op, api or op, tuple(reads), tuple(writes), nparts, free,
+             accumulate: bool = False, **attrs) -> Instruction:
+        ins = Instruction(len(self.trace.instructions), engine, op, op, tuple(reads), tuple(writes), nparts, free,
                           tuple(in_dtypes), out_dtype, accumulate, dict(attrs), self.loops, "kernel.py", self.line)
         self.trace.instructions.append(ins)
         return ins

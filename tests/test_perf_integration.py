@@ -31,8 +31,7 @@ def test_simulated_add_kernel(run_kernel, rng):
     p = estimate(res.trace)
     assert p.hbm_read_bytes == 2 * a.nbytes and p.hbm_write_bytes == a.nbytes
     assert p.dma_transfer_count == 12 and p.matmul_instruction_count == 0
-    # nl.add names no engine: the idle GpSimdE takes it (add runs there; VectorE is the other choice)
-    assert p.gpsimd_engine_active_time_percent > 0 and p.tensor_engine_active_time_percent == 0
+    assert p.vector_engine_active_time_percent > 0 and p.tensor_engine_active_time_percent == 0
     # 6 MB over 410 GB/s is the floor; several DMA queues overlap, so it is within ~2x of it
     assert 6 * 2**20 / 410e9 < p.total_time < 2.5 * 6 * 2**20 / 410e9
     assert p.bound in ("memory", "dma")

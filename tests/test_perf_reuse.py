@@ -82,26 +82,6 @@ def test_compiler_placed_tensor_scalar_moves_to_a_free_scalar_engine():
     assert pinned.scalar_engine_instruction_time == 0
 
 
-def test_language_add_and_multiply_may_run_on_gpsimd():
-    b = TraceBuilder()
-    a, c = b.tensor("a", (128, 4096)), b.tensor("c", (128, 4096))
-    acc = b.tensor("acc", (128, 512), buffer="psum")
-    outs = [b.tensor(f"o{i}", (128, 4096)) for i in range(5)]
-    b.vector("tensor_tensor", [b.region(a), b.region(c)], [b.region(outs[0])], 4096, alu="add", api="nisa.tensor_tensor")
-    b.vector("tensor_tensor", [b.region(a), b.region(c)], [b.region(outs[1])], 4096, alu="multiply", api="nl.multiply")
-    b.vector("tensor_tensor", [b.region(a), b.region(c)], [b.region(outs[2])], 4096, alu="subtract", api="nl.subtract")
-    b.vector("tensor_tensor", [b.region(a), b.region(acc)], [b.region(outs[3])], 512, alu="add", api="nl.add")
-    p = estimate(b.trace)
-    # nl.multiply goes to the idle GpSimdE (SHARED: add/multiply run there; 150 + N cycles); the ISA
-    # instruction, subtract (VectorE only) and the PSUM operand (GpSimdE never touches PSUM) stay on VectorE
-    assert p.gpsimd_engine_instruction_time == pytest.approx((150 + 4096) / 1.4e9)
-    tt = TRN1.tensor_tensor_cycles_per_elem
-    assert p.vector_engine_instruction_time == pytest.approx((2 * tt * 4096 + 512) / 1.12e9, rel=0.02)
-    # trn1: VectorE and GpSimdE share the SBUF port, so the GpSimdE op does not overlap VectorE work
-    assert p.latency * 1e-3 == pytest.approx(p.vector_engine_instruction_time + p.gpsimd_engine_instruction_time,
-                                             rel=0.02)
-
-
 def test_every_profile_carries_the_model_error():
     b = _reloading_kernel(weight_cols=512, iterations=2)
     p = estimate(b.trace)

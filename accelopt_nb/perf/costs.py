@@ -147,24 +147,12 @@ def _gpsimd_cycles(ins: Instruction, hw: HWConfig) -> float:
 # ScalarE computes func(x * scale + bias) with a scalar or per-partition scale and bias, so a
 # tensor_scalar made of multiplies and adds, or a copy, can run there as well (ISA26 §2.5).
 SCALAR_AFFINE = frozenset({"multiply", "mul", "add", "subtract", "sub"})
-# The language-level element-wise ops name no engine; of the ALU ops of two full tiles, add and
-# multiply also run on GpSimdE (SHARED "ALU ops by engine"), which reads and writes SBUF only.
-LANGUAGE_ADD_MUL = frozenset({"nl.add", "nl.multiply"})
-GPSIMD_ALU = frozenset({"add", "multiply", "mul"})
-
-
-def _sbuf_only(ins: Instruction) -> bool:
-    return all(r.buffer == "sbuf" for r in ins.reads) and all(w.buffer == "sbuf" for w in ins.writes)
 
 
 def placement_choices(ins: Instruction) -> tuple[str, ...]:
     """Engines the compiler may run this instruction on (the kernel left the engine to it)."""
     a = ins.attrs
-    if ins.engine != "vector":
-        return (ins.engine,)
-    if ins.op == "tensor_tensor" and ins.api in LANGUAGE_ADD_MUL and _alu(ins) in GPSIMD_ALU and _sbuf_only(ins):
-        return ("vector", "gpsimd")
-    if not (a.get("compiler_engine") or ins.api == "nl.copy"):
+    if ins.engine != "vector" or not (a.get("compiler_engine") or ins.api == "nl.copy"):
         return (ins.engine,)
     if ins.op == "tensor_copy":
         return ("vector", "scalar")
