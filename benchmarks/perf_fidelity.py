@@ -20,7 +20,7 @@ the free parameters at their documented values, redundant work not elided, engin
                                        [--json OUT.json] [--plot figures/perf_fidelity.png]
 
 ``--refit`` refits the free parameters on the fit half (what trn1.yaml ships); ``--loo`` adds a
-leave-one-out over all 14 kernels (slow: about one fit per kernel).
+leave-one-out over all 14 kernels (about 10 min CPU: one fit per kernel, sharing latencies).
 """
 from __future__ import annotations
 
