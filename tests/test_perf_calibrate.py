@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -11,7 +12,8 @@ from accelopt_nb.cli import main
 from accelopt_nb.commands.calibrate import _traces
 from accelopt_nb.errors import ConfigError
 from accelopt_nb.perf import estimate, load_hw
-from accelopt_nb.perf.calibrate import FREE_PARAMETERS, read_profile_latency
+from accelopt_nb.perf.calibrate import (FREE_PARAMETERS, HeldOut, LatencyCache, depends_on, grid, leave_one_out,
+                                        read_profile_latency)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "perf_calibration"
 KERNELS = [FIXTURES / f"{n}.py" for n in ("stream_mul", "stream_recip", "stream_copy", "dep_chain", "matmul_fp32")]
@@ -54,7 +56,7 @@ def test_calibrate_round_trip_recovers_perturbed_parameters(tmp_path, capsys):
     # held-out error, written as the file's model_error
     assert data["model_error"] == hw.model_error > 0
     text = capsys.readouterr().out
-    assert "RMS log error" in text and "leave-one-out" in text
+    assert "RMS log error" in text and "leave-one-out over 5" in text and "Spearman rho" in text
     # the calibrated file reproduces the "measured" latencies
     for kernel, trace, path in zip(KERNELS, _traces(KERNELS, [TASK], "kernel"), profiles):
         assert estimate(trace, hw).total_time == pytest.approx(read_profile_latency(path), rel=0.05), kernel.name
@@ -84,3 +86,39 @@ def test_calibrate_needs_one_profile_per_kernel(tmp_path, capsys):
                "--out", str(tmp_path / "x.yaml")])
     assert rc == 2
     assert "one --profiles JSON per kernel" in capsys.readouterr().err
+
+
+def test_fit_grids_are_fixed_so_fits_share_latencies():
+    p = FREE_PARAMETERS[0]
+    first = grid(p, 7)
+    assert len(first) == 7 and first[0] == pytest.approx(p.lo) and first[-1] == pytest.approx(p.hi)
+    later = grid(p, 7, first[3])
+    # one first-pass step either side, three times finer, hitting the first-pass points exactly
+    assert len(later) == 7 and later[0] == first[2] and later[3] == first[3] and later[-1] == first[4]
+    assert grid(p, 7, float(later[1])).tolist()[:4] == grid(p, 7, float(first[2])).tolist()[1:5]
+    assert grid(p, 7, p.lo)[0] == first[0] and len(grid(p, 7, p.lo)) == 4     # clipped at the range
+
+
+def test_latency_cache_times_each_trace_once_per_parameter_it_depends_on():
+    stream_copy, stream_recip = _traces([FIXTURES / "stream_copy.py", FIXTURES / "stream_recip.py"], [TASK], "kernel")
+    hw = load_hw("trn1")
+    assert not depends_on(stream_copy, hw, "reciprocal_cycles_per_elem")
+    assert depends_on(stream_recip, hw, "reciprocal_cycles_per_elem")
+    assert not depends_on(stream_recip, hw, "matmul_fp32_factor")
+    cache = LatencyCache()
+    for x in (2.0, 5.0):
+        other = hw.replace(reciprocal_cycles_per_elem=x)
+        for trace in (stream_copy, stream_recip):
+            assert cache.latency(trace, other) == pytest.approx(estimate(trace, other).total_time, rel=1e-12)
+    assert len(cache._seen) == 3            # the copy kernel was timed once for both values
+
+
+def test_held_out_summary():
+    held = HeldOut(("a", "b", "c", "d"), (1.1, 0.8, 1.3, 1.0), (1e-3, 2e-3, 3e-3, 4e-3))
+    assert held.median_error == pytest.approx(np.median([1.1, 1.25, 1.3, 1.0]))
+    assert held.worst_error == pytest.approx(1.3)
+    assert held.spearman == pytest.approx(1.0)          # 1.1, 1.6, 3.9, 4.0 ms: the measured order
+    text = held.format()
+    assert "worst x1.300" in text and "Spearman rho 1.000" in text and text.count("\n") == 5
+    with pytest.raises(ConfigError, match="2 names for 1 kernels"):
+        leave_one_out([object()], [1e-3], names=["a", "b"])

@@ -50,8 +50,7 @@ def _traces(kernels: list[Path], tasks: list[Path], kernel_name: str) -> list:
 
 def run(args: argparse.Namespace) -> int:
     from accelopt_nb.errors import ConfigError
-    from accelopt_nb.perf.calibrate import expected_error_factor, fit, leave_one_out, read_profile_latency, \
-        write_hw_yaml
+    from accelopt_nb.perf.calibrate import fit, leave_one_out, read_profile_latency, write_hw_yaml
 
     if len(args.profiles) != len(args.kernels):
         raise ConfigError(f"calibrate: need one --profiles JSON per kernel ({len(args.kernels)} kernels, "
@@ -70,9 +69,11 @@ def run(args: argparse.Namespace) -> int:
     for key, v in cal.overrides.items():
         print(f"  {key}: {v:.6g}")
     if len(traces) >= 3 and not args.no_loo:
-        held_out = leave_one_out(traces, measured, base=args.base, progress=say)
-        err = expected_error_factor(held_out) - 1
+        held_out = leave_one_out(traces, measured, names=[str(k) for k in args.kernels], base=args.base,
+                                 progress=say)
+        err = held_out.median_error - 1
         cal.overrides["model_error"] = round(err, 3)
+        print(held_out.format())
         print(f"leave-one-out: median held-out error ±{100 * err:.0f}% (written as model_error)")
     write_hw_yaml(cal, args.out, note=f"{len(traces)} kernel(s)")
     print(f"wrote {args.out}; use it with --hw {args.out}")

@@ -23,8 +23,10 @@ import numpy as np
 import yaml
 
 from accelopt_nb.errors import ConfigError
+from accelopt_nb.perf.costs import compute_cost, placement_choices
 from accelopt_nb.perf.hardware import HWConfig, load_hw
-from accelopt_nb.perf.model import estimate
+from accelopt_nb.perf.model import gc_paused
+from accelopt_nb.perf.schedule import DEPENDENT_OVERHEAD_ENGINES, TraceAnalysis, analyse, schedule
 from accelopt_nb.sim.trace import Trace
 
 
@@ -66,17 +68,50 @@ class Calibration:
 
 
 class LatencyCache:
-    """Model latency per (trace, parameter values): leave-one-out fits walk mostly the same grid."""
+    """Model latency per (trace, the free parameters it depends on), for fits over many parameter values.
 
-    def __init__(self) -> None:
+    Each trace is analysed once (liveness, spills, elided work: nothing a free parameter changes,
+    schedule.analyse) and only scheduled inside the optimiser. A trace whose instructions no
+    parameter touches (no reciprocal, say) shares its latency across that parameter's grid, and
+    leave-one-out fits, which walk mostly the same grid, share all of it.
+    """
+
+    def __init__(self, params: Sequence[FreeParameter] = FREE_PARAMETERS) -> None:
+        self._params = tuple(params)
         self._seen: dict[tuple, float] = {}
+        self._traces: dict[int, tuple[Trace, TraceAnalysis, tuple[str, ...]]] = {}
 
-    def latency(self, trace: Trace, hw: HWConfig, values: Mapping[str, float]) -> float:
-        key = (id(trace), tuple(sorted(values.items())))
+    def latency(self, trace: Trace, hw: HWConfig) -> float:
+        entry = self._traces.get(id(trace))
+        if entry is None:           # the entry keeps the trace alive, so its id stays unique
+            keys = tuple(p.key for p in self._params if depends_on(trace, hw, p.key))
+            entry = self._traces[id(trace)] = (trace, analyse(trace, hw), keys)
+        _, analysis, keys = entry
+        key = (id(trace), tuple(getattr(hw, k) for k in keys))
         t = self._seen.get(key)
         if t is None:
-            t = self._seen[key] = estimate(trace, hw).total_time
+            with gc_paused():
+                t = self._seen[key] = schedule(trace, hw, analysis).total_time
         return t
+
+
+def depends_on(trace: Trace, hw: HWConfig, key: str) -> bool:
+    """Whether the model's latency of ``trace`` can change with the free parameter ``key``.
+
+    True when some compute instruction's cost changes with it on an engine it may run on, or,
+    for the dependent-issue overhead, when some instruction runs on an engine that pays it.
+    """
+    other = hw.replace(**{key: getattr(hw, key) * 1.5})
+    for ins in trace.instructions:
+        if ins.engine == "dma":
+            continue
+        for engine in (placement_choices(ins) if hw.compiler_engine_placement else (ins.engine,)):
+            if key == "dependent_overhead_cycles":
+                if engine in DEPENDENT_OVERHEAD_ENGINES:
+                    return True
+            elif compute_cost(ins, hw, engine) != compute_cost(ins, other, engine):
+                return True
+    return False
 
 
 def documented_overrides(params: Sequence[FreeParameter] = FREE_PARAMETERS) -> dict[str, float]:
@@ -84,14 +119,31 @@ def documented_overrides(params: Sequence[FreeParameter] = FREE_PARAMETERS) -> d
     return {p.key: p.documented for p in params}
 
 
-def _ratios(traces: Sequence[Trace], measured_s: Sequence[float], hw: HWConfig, values: Mapping[str, float],
-            cache: LatencyCache) -> np.ndarray:
-    return np.array([cache.latency(t, hw, values) / m for t, m in zip(traces, measured_s)])
+def _ratios(traces: Sequence[Trace], measured_s: Sequence[float], hw: HWConfig, cache: LatencyCache) -> np.ndarray:
+    return np.array([cache.latency(t, hw) / m for t, m in zip(traces, measured_s)])
 
 
 def rms_log_error(ratios: Sequence[float]) -> float:
     r = np.asarray(ratios, dtype=float)
     return float(np.sqrt(np.mean(np.log(r) ** 2))) if len(r) else 0.0
+
+
+def grid(p: FreeParameter, steps: int, center: float | None = None) -> np.ndarray:
+    """The values a fit tries for ``p`` (log-spaced inside its range).
+
+    The first pass: ``steps`` points over the range. Later passes: around ``center``, the points
+    within one first-pass step on a grid ``(steps - 1) // 2`` times finer. Both grids are fixed,
+    so fits that walk different paths (leave-one-out) try the same values and share latencies.
+    """
+    lo, hi = math.log(p.lo), math.log(p.hi)
+    m = max((steps - 1) // 2, 1)
+    fine = (hi - lo) / ((steps - 1) * m)
+    if center is None:
+        j = m * np.arange(steps)
+    else:
+        k = round((math.log(center) - lo) / fine)
+        j = np.arange(max(k - m, 0), min(k + m, (steps - 1) * m) + 1)
+    return np.exp(lo + fine * j)
 
 
 def fit(traces: Sequence[Trace], measured_s: Sequence[float], *, base: "str | Path | HWConfig" = "trn1",
@@ -103,26 +155,22 @@ def fit(traces: Sequence[Trace], measured_s: Sequence[float], *, base: "str | Pa
                           f"{len(measured_s)} latencies)")
     if any(not m > 0 for m in measured_s):
         raise ConfigError("calibrate: measured latencies must be positive")
+    if steps < 3 or passes < 1:
+        raise ConfigError(f"calibrate: need steps >= 3 and passes >= 1 (got steps={steps}, passes={passes})")
     base_hw = load_hw(base)
     current = {p.key: float(getattr(base_hw, p.key)) for p in params}
-    cache = cache if cache is not None else LatencyCache()
+    cache = cache if cache is not None else LatencyCache(params)
 
     def error(values: Mapping[str, float]) -> tuple[float, np.ndarray]:
-        r = _ratios(traces, measured_s, base_hw.replace(**values), values, cache)
+        r = _ratios(traces, measured_s, base_hw.replace(**values), cache)
         return rms_log_error(r), r
 
     before, r_before = error(current)
     best = before
     r_best = r_before
     for sweep in range(passes):
-        # the grid narrows each pass around the current value (in log space)
         for p in params:
-            lo, hi = math.log(p.lo), math.log(p.hi)
-            if sweep:
-                width = (hi - lo) / (2 * (steps - 1)) * 2
-                c = math.log(max(current[p.key], p.lo * 1.0001))
-                lo, hi = max(lo, c - width), min(hi, c + width)
-            for x in np.exp(np.linspace(lo, hi, steps)):
+            for x in grid(p, steps, current[p.key] if sweep else None):
                 trial = dict(current, **{p.key: float(x)})
                 e, r = error(trial)
                 if e < best - 1e-12:
@@ -134,30 +182,72 @@ def fit(traces: Sequence[Trace], measured_s: Sequence[float], *, base: "str | Pa
     return Calibration(name, changed, before, best, r_before.tolist(), r_best.tolist(), base_hw)
 
 
-def leave_one_out(traces: Sequence[Trace], measured_s: Sequence[float], *, base: "str | Path | HWConfig" = "trn1",
-                  progress: Callable[[str], None] | None = None, **fit_kw: Any) -> list[float]:
-    """Held-out ratio model/measured of each kernel, the model fitted on all the others."""
-    cache = LatencyCache()
+@dataclass(frozen=True)
+class HeldOut:
+    """Leave-one-out: each kernel's model / measured latency with the model fitted on all the others."""
+
+    names: tuple[str, ...]
+    ratios: tuple[float, ...]
+    measured_s: tuple[float, ...]
+
+    @property
+    def errors(self) -> np.ndarray:
+        r = np.asarray(self.ratios, dtype=float)
+        return np.maximum(r, 1 / r)
+
+    @property
+    def median_error(self) -> float:
+        return expected_error_factor(self.ratios)
+
+    @property
+    def worst_error(self) -> float:
+        return float(self.errors.max())
+
+    @property
+    def spearman(self) -> float | None:
+        """Rank correlation of the held-out model latencies with the measured ones (None below 3 kernels)."""
+        if len(self.ratios) < 3:
+            return None
+        return spearman([r * m for r, m in zip(self.ratios, self.measured_s)], list(self.measured_s))
+
+    def format(self) -> str:
+        lines = [f"{'left out':32s} {'measured ms':>12s} {'held-out model/measured':>24s}"]
+        lines += [f"{n[-32:]:32s} {m * 1e3:12.4f} {r:23.3f}x" for n, m, r in zip(self.names, self.measured_s, self.ratios)]
+        rho = f"{self.spearman:.3f}" if self.spearman is not None else "-"
+        lines.append(f"leave-one-out over {len(self.ratios)}: median error x{self.median_error:.3f}, "
+                     f"worst x{self.worst_error:.3f}, Spearman rho {rho}")
+        return "\n".join(lines)
+
+
+def leave_one_out(traces: Sequence[Trace], measured_s: Sequence[float], *, names: Sequence[str] | None = None,
+                  base: "str | Path | HWConfig" = "trn1", progress: Callable[[str], None] | None = None,
+                  **fit_kw: Any) -> HeldOut:
+    """Fit on all kernels but one and time the one left out, for each kernel (one shared latency cache)."""
+    names = tuple(names) if names is not None else tuple(f"kernel {k + 1}" for k in range(len(traces)))
+    if len(names) != len(traces):
+        raise ConfigError(f"leave_one_out: {len(names)} names for {len(traces)} kernels")
+    cache = LatencyCache(fit_kw.get("params", FREE_PARAMETERS))
     out = []
     for k in range(len(traces)):
         rest = [i for i in range(len(traces)) if i != k]
         cal = fit([traces[i] for i in rest], [measured_s[i] for i in rest], base=base, cache=cache, **fit_kw)
-        hw = cal.hw()
-        out.append(cache.latency(traces[k], hw, {**_values(hw, fit_kw.get("params", FREE_PARAMETERS))})
-                   / measured_s[k])
+        out.append(cache.latency(traces[k], cal.hw()) / measured_s[k])
         if progress:
-            progress(f"left out {k + 1}/{len(traces)}: model/measured {out[-1]:.3f}")
-    return out
-
-
-def _values(hw: HWConfig, params: Sequence[FreeParameter]) -> dict[str, float]:
-    return {p.key: float(getattr(hw, p.key)) for p in params}
+            progress(f"left out {names[k]} ({k + 1}/{len(traces)}): model/measured {out[-1]:.3f}")
+    return HeldOut(names, tuple(out), tuple(float(m) for m in measured_s))
 
 
 def expected_error_factor(ratios: Sequence[float]) -> float:
     """The error bar quoted with estimates: the median of max(r, 1/r) over held-out kernels."""
     r = np.asarray(ratios, dtype=float)
     return float(np.median(np.maximum(r, 1 / r)))
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman rank correlation (no ties expected among latencies)."""
+    rx = np.argsort(np.argsort(x)).astype(float)
+    ry = np.argsort(np.argsort(y)).astype(float)
+    return float(np.corrcoef(rx, ry)[0, 1])
 
 
 def write_hw_yaml(cal: Calibration, path: "str | Path", note: str = "") -> Path:
@@ -194,7 +284,6 @@ def read_profile_latency(path: "str | Path") -> float:
     raise ConfigError(f"profile {path}: no positive 'total_time' (s) or 'latency' (ms) field")
 
 
-__all__ = ["Calibration", "FREE_PARAMETERS", "FreeParameter", "LatencyCache", "documented_overrides",
-           "expected_error_factor", "fit",
-           "leave_one_out",
-           "read_profile_latency", "rms_log_error", "write_hw_yaml"]
+__all__ = ["Calibration", "FREE_PARAMETERS", "FreeParameter", "HeldOut", "LatencyCache", "depends_on",
+           "documented_overrides", "expected_error_factor", "fit", "grid", "leave_one_out", "read_profile_latency",
+           "rms_log_error", "spearman", "write_hw_yaml"]

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import gc
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from accelopt_nb.perf.hardware import HWConfig, load_hw
 from accelopt_nb.perf.profile import Profile, build_profile
@@ -23,15 +24,24 @@ def estimate(trace: Trace, hw: "str | Path | HWConfig" = "trn1",
         raise TypeError(f"estimate() needs an accelopt_nb.sim.trace.Trace, got {type(trace).__name__} "
                         "(use SimResult.trace)")
     config = load_hw(hw, overrides)
-    # The model allocates many small acyclic objects next to a large trace; the cyclic garbage
-    # collector would rescan that trace over and over (it dominated the run time), so pause it.
+    with gc_paused():
+        return build_profile(trace, schedule(trace, config))
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while the model runs.
+
+    The model allocates many small acyclic objects next to a large trace; the collector would
+    rescan that trace over and over (it dominated the run time).
+    """
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return build_profile(trace, schedule(trace, config))
+        yield
     finally:
         if was_enabled:
             gc.enable()
 
 
-__all__ = ["estimate"]
+__all__ = ["estimate", "gc_paused"]

@@ -35,6 +35,8 @@ from accelopt_nb.sim.trace import Trace
 COMPUTE_ENGINES = ("tensor", "vector", "scalar", "gpsimd")
 _ENGINE_ROW = {e: i for i, e in enumerate(COMPUTE_ENGINES)}
 _EPS = 1e-15
+# engines whose instructions pay the dependent-issue overhead (ARCH1: Vector, Scalar, GpSimd)
+DEPENDENT_OVERHEAD_ENGINES = ("vector", "scalar", "gpsimd")
 
 
 @dataclass
@@ -127,27 +129,65 @@ def _reads_that_matter(trace: Trace) -> set[int]:
     return out
 
 
-def schedule(trace: Trace, hw: HWConfig) -> Schedule:
-    """Assign a start and end time to every instruction of ``trace`` on ``hw``."""
+def _analysis_key(hw: HWConfig) -> tuple:
+    """The hardware numbers :func:`analyse` reads (capacities and the elision switch), nothing timed."""
+    return (hw.sbuf_usable_bytes_per_partition, hw.sbuf_partitions, hw.psum_banks, hw.psum_bank_bytes,
+            hw.elide_redundant_work)
+
+
+@dataclass(frozen=True)
+class TraceAnalysis:
+    """What the schedule needs from a trace that no timing number changes.
+
+    A fit times one trace under many cost parameters (calibrate.py): it analyses each trace once
+    and passes the analysis to :func:`schedule`.
+    """
+
+    hw_key: tuple
+    plan: MemoryPlan
+    alias_prev: dict[int, int]
+    folded: set[int]
+    reused: dict[int, int]
+    reads_that_matter: set[int]
+
+
+def analyse(trace: Trace, hw: HWConfig) -> TraceAnalysis:
+    """Liveness and spills, loop-buffer aliases, folded PSUM zero-fills and elided redundant work."""
     instrs = trace.instructions
-    n = len(instrs)
     if any(ins.index != k for k, ins in enumerate(instrs)):
         raise ValueError("trace instructions must be numbered 0..n-1 in stream order (Instruction.index)")
+    plan = plan_memory(trace, hw)
+    reused = redundant_instructions(trace, hw, plan.peak_demand["sbuf"]) if hw.elide_redundant_work else {}
+    return TraceAnalysis(_analysis_key(hw), plan, _alias_map(trace), _folded_psum_zeroing(trace), reused,
+                         _reads_that_matter(trace))
+
+
+def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) -> Schedule:
+    """Assign a start and end time to every instruction of ``trace`` on ``hw``.
+
+    ``analysis`` is :func:`analyse` of the same trace on hardware with the same capacities.
+    """
+    if analysis is None:
+        analysis = analyse(trace, hw)
+    elif analysis.hw_key != _analysis_key(hw):
+        raise ValueError("schedule: the trace analysis was made for other on-chip capacities")
+    instrs = trace.instructions
+    n = len(instrs)
     start = np.zeros(n)
     end = np.zeros(n)
     busy_end = np.zeros(n)
     row = np.zeros(n, dtype=np.int32)
     overhead = np.zeros(n)
 
-    plan = plan_memory(trace, hw)
+    plan = analysis.plan
     ranges = plan.ranges
     pools = {"sbuf": TimedPool(plan.capacity["sbuf"]), "psum": TimedPool(plan.capacity["psum"])}
     range_last_end = [0.0] * len(ranges)
-    alias_prev = _alias_map(trace)
+    alias_prev = analysis.alias_prev
     tensor_last_end: dict[int, float] = {}
     first_touch_done: set[int] = set()
 
-    deps = DependencyTracker(_reads_that_matter(trace))
+    deps = DependencyTracker(analysis.reads_that_matter)
     queues = QueueAssigner(hw)
     ledger = BandwidthLedger(hw)
     n_queues = hw.dma_queues
@@ -165,7 +205,7 @@ def schedule(trace: Trace, hw: HWConfig) -> Schedule:
     spill_events: list[SpillEvent] = []
     save_end: dict[int, float] = {}      # id(spill) -> when its save finished
     tensors = trace.tensors
-    dep_over = {e: hw.dependent_overhead_cycles / hw.clock(e) for e in ("vector", "scalar", "gpsimd")}
+    dep_over = {e: hw.dependent_overhead_cycles / hw.clock(e) for e in DEPENDENT_OVERHEAD_ENGINES}
 
     def spill_dma(kind: str, rid: int, ready: float) -> float:
         nonlocal spill_free
@@ -182,8 +222,7 @@ def schedule(trace: Trace, hw: HWConfig) -> Schedule:
         return max(s + latency, data_end)
 
     alias_sources = set(alias_prev.values())
-    folded = _folded_psum_zeroing(trace)
-    reused = redundant_instructions(trace, hw, plan.peak_demand["sbuf"]) if hw.elide_redundant_work else {}
+    folded, reused = analysis.folded, analysis.reused
     place = hw.compiler_engine_placement
     spills_at, reloads_at, starts = plan.spills_at, plan.reloads_at, plan.starts
     access_ranges, ends = plan.access_ranges, plan.ends
@@ -306,4 +345,5 @@ def schedule(trace: Trace, hw: HWConfig) -> Schedule:
     return Schedule(hw, start, end, busy_end, row, overhead, spill_events, plan, n_queues, spill_row, transfers)
 
 
-__all__ = ["COMPUTE_ENGINES", "Schedule", "SpillEvent", "schedule"]
+__all__ = ["COMPUTE_ENGINES", "DEPENDENT_OVERHEAD_ENGINES", "Schedule", "SpillEvent", "TraceAnalysis", "analyse",
+           "schedule"]
