@@ -397,3 +397,49 @@ def test_overridden_swaps_config_and_clients_for_a_block_then_restores_them(prob
     assert s.config.beam_width == 2
     assert s.client("planner") is client and s.client("executor") is client
     step_client.close()
+
+
+class RecordingEvaluator:
+    """A real local pool with a known capacity that records what was submitted, in order."""
+
+    def __init__(self, workers: int) -> None:
+        from accelopt_nb.evaluation import LocalPoolEvaluator
+
+        self.pool = LocalPoolEvaluator(workers)
+        self.workers = workers
+        self.submitted: list[tuple[str, str]] = []
+
+    def submit(self, job):
+        self.submitted.append((job.label, job.fidelity))
+        return self.pool.submit(job)
+
+    def shutdown(self, wait=True):
+        self.pool.shutdown(wait)
+
+
+def test_multi_fidelity_confirms_the_tentative_beam_in_the_stream_after_the_screens(problem, tmp_path, server):
+    model = FakeNKIModel(plans=["DOUBLE the tile width.", "WRONG: fold the constant.", "NARROW to 64 columns."],
+                         rewrites=[("DOUBLE", double_tile), ("WRONG", wrong_result), ("NARROW", set_tile(64))])
+    server.responder = model.responder
+    evaluator = RecordingEvaluator(workers=1)
+    s, client, _ = new_session(problem, tmp_path, server, eval_executor=evaluator,
+                               config=small_config(plans_per_kernel=3, **{"evaluation.fidelity": "multi"}))
+    s.plan()
+    s.execute()
+    evaluator.submitted.clear()
+    s.evaluate()
+    by_plan = {word: k.kernel_id for k in s.iteration_kernels() for word in ("DOUBLE", "WRONG", "NARROW")
+               if word in s.plans[k.plan_id].text}
+    # Screens first (none waits for a worker while a confirmation runs), then only the kernel
+    # that would take a beam slot now: the faster DOUBLE (the baseline is confirmed, the slower
+    # NARROW is third of a beam of two, WRONG is incorrect).
+    fidelities = [f for _, f in evaluator.submitted]
+    assert fidelities == ["screen"] * 3 + ["confirm"]
+    assert evaluator.submitted[-1][0] == by_plan["DOUBLE"]
+    assert s.kernels[by_plan["DOUBLE"]].confirmed and not s.kernels[by_plan["NARROW"]].confirmed
+    s.select()                          # nothing left to confirm
+    assert len(evaluator.submitted) == 4
+    assert s.beam == [by_plan["DOUBLE"], "baseline"]
+    client.close()
+    s.close()
+    evaluator.shutdown()

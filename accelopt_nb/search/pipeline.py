@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import queue
 import random
+from collections import deque
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -120,9 +121,26 @@ class Front:
         s = self.session
         futures = {kid: self._submit(kid, s.kernels[kid].source, "confirm") for kid in kernel_ids}
         for n, (kid, fut) in enumerate(futures.items(), 1):
-            s.state.record_evaluation(kid, fut.result(), attempt=1)
-            s._emit("select", s.iteration, "eval_done", done=n, total=len(futures),
-                    message=f"confirmed {kid}: {s.kernels[kid].status}")
+            self._record_confirmation(kid, fut.result(), "select", done=n, total=len(futures))
+
+    def _record_confirmation(self, kid: str, result: "EvalResult", phase: str, **counts: int) -> None:
+        s = self.session
+        s.state.record_evaluation(kid, result, attempt=1)
+        s._emit(phase, s.iteration, "eval_done", message=f"confirmed {kid}: {s.kernels[kid].status}", **counts)
+
+    def capacity(self) -> int | None:
+        """How many evaluations the evaluator runs at once (None: unknown, e.g. a Dask cluster)."""
+        workers = getattr(self._executor(), "workers", None)
+        return workers if isinstance(workers, int) and workers > 0 else None
+
+    def next_to_confirm(self, exclude: Iterable[str] = ()) -> str | None:
+        """The best screened kernel that would take a beam slot now and is not confirmed yet."""
+        s = self.session
+        skip = set(exclude)
+        for c in s.beam_choice():
+            if c.kernel_id not in skip and not s.kernels[c.kernel_id].confirmed:
+                return c.kernel_id
+        return None
 
     def close(self) -> None:
         if self._owned_executor is not None:
@@ -274,9 +292,13 @@ class Front:
         for k in to_evaluate:
             events.put(("kernel", k.kernel_id))
 
-        running: set[str] = set()
+        running: set[str] = set()               # kernels being screened or confirmed
+        confirming: set[str] = set()            # the confirmations among them
+        waiting: "deque[str]" = deque()         # kernels to evaluate, in arrival order
         llm_running = llm_future is not None
         ev = stats.get("evaluate")
+        capacity = self.capacity() if "evaluate" in phases else None
+        multi = "evaluate" in phases and s.config.evaluation.fidelity == "multi"
         # Kernels with the same normalized AST are evaluated once; the others get a copy.
         twins: dict[str, list[str]] = {}        # leader kernel id -> kernels waiting on its result
         leader_of: dict[str, str] = {}          # normalized key -> leader kernel id
@@ -291,23 +313,47 @@ class Front:
                 ev.failed += 1
             s._emit("evaluate", t, "eval_done", done=ev.calls, total=expected_evals, failed=ev.failed)
 
-        while llm_running or running or not events.empty():
+        def start(kid: str, fidelity: str | None = None) -> None:
+            running.add(kid)
+            kind = "result" if fidelity is None else "confirmed"
+            fut = self._submit(kid, s.kernels[kid].source, fidelity)
+            fut.add_done_callback(lambda f: events.put((kind, (kid, f))))
+
+        def free() -> bool:
+            return capacity is None or len(running) < capacity
+
+        def pump() -> None:
+            """Keep the evaluators busy: screens first, then (multi-fidelity) confirmations of
+            the kernels that would take a beam slot now, whenever no screen waits for a worker."""
+            if s.stop_requested:
+                waiting.clear()  # counted as missing below
+                return
+            while waiting and free():
+                kid = waiting.popleft()
+                key = self._same_kernel_key(s.kernels[kid].source)
+                if key in known:
+                    record(kid, _copy_of(known[key], kid, leader_of[key], s.kernels[kid].source))
+                elif key in leader_of:
+                    twins.setdefault(leader_of[key], []).append(kid)
+                else:
+                    leader_of[key] = kid
+                    start(kid)
+            # Without a known capacity, confirm only once nothing is being screened.
+            while multi and not waiting and (free() if capacity is not None else running <= confirming):
+                kid = self.next_to_confirm(exclude=confirming)
+                if kid is None:
+                    break
+                confirming.add(kid)
+                start(kid, "confirm")
+
+        pump()
+        while llm_running or running or waiting or not events.empty():
             what, item = events.get()
             if what == "llm_done":
                 llm_running = False
             elif what == "kernel":
-                if s.stop_requested:
-                    continue  # counted as missing below
-                key = self._same_kernel_key(s.kernels[item].source)
-                if key in known:
-                    record(item, _copy_of(known[key], item, leader_of[key], s.kernels[item].source))
-                elif key in leader_of:
-                    twins.setdefault(leader_of[key], []).append(item)
-                else:
-                    leader_of[key] = item
-                    running.add(item)
-                    fut = self._submit(item, s.kernels[item].source)
-                    fut.add_done_callback(lambda f, kid=item: events.put(("result", (kid, f))))
+                if not s.stop_requested:
+                    waiting.append(item)
             elif what == "result":
                 kid, fut = item
                 running.discard(kid)
@@ -316,6 +362,14 @@ class Front:
                 known[self._same_kernel_key(s.kernels[kid].source)] = result
                 for twin in twins.pop(kid, []):
                     record(twin, _copy_of(result, twin, kid, s.kernels[twin].source))
+            elif what == "confirmed":
+                kid, fut = item
+                running.discard(kid)
+                confirming.discard(kid)
+                assert ev is not None
+                self._record_confirmation(kid, fut.result(), "evaluate", done=ev.calls, total=expected_evals,
+                                          failed=ev.failed)
+            pump()
 
         fatal: BaseException | None = None
         if llm_future is not None:
