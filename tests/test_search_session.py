@@ -97,6 +97,11 @@ def test_two_iterations_improve_the_beam_fill_memory_and_account_every_call(prob
     assert [(e.done, e.failed) for e in ends] == [(2, 0), (4, 0)]
     assert s.last_step.phase == "summarize" and s.last_step.done
     assert "best:" in report.to_text() and "executor" in report.to_text()
+    # Every call's finish_reason is in the ledger and counted per role in the report.
+    assert calls["finish_reason"].tolist() == ["stop"] * len(calls)
+    by_role = {u.role: u for u in report.usage}
+    assert by_role["executor"].finish_reasons == {"stop": 6} and by_role["planner"].finish_reasons == {"stop": 6}
+    assert "finish reasons: planner 6 stop; executor 6 stop" in report.to_text()
     client.close()
     s.close()
 
