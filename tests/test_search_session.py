@@ -413,9 +413,11 @@ class RecordingEvaluator:
         self.pool = LocalPoolEvaluator(workers)
         self.workers = workers
         self.submitted: list[tuple[str, str]] = []
+        self.profiled: list[bool] = []
 
     def submit(self, job):
         self.submitted.append((job.label, job.fidelity))
+        self.profiled.append(job.options.profile)
         return self.pool.submit(job)
 
     def shutdown(self, wait=True):
@@ -432,6 +434,7 @@ def test_multi_fidelity_confirms_the_tentative_beam_in_the_stream_after_the_scre
     s.plan()
     s.execute()
     evaluator.submitted.clear()
+    evaluator.profiled.clear()
     s.evaluate()
     by_plan = {word: k.kernel_id for k in s.iteration_kernels() for word in ("DOUBLE", "WRONG", "NARROW")
                if word in s.plans[k.plan_id].text}
@@ -442,6 +445,16 @@ def test_multi_fidelity_confirms_the_tentative_beam_in_the_stream_after_the_scre
     assert fidelities == ["screen"] * 3 + ["confirm"]
     assert evaluator.submitted[-1][0] == by_plan["DOUBLE"]
     assert s.kernels[by_plan["DOUBLE"]].confirmed and not s.kernels[by_plan["NARROW"]].confirmed
+    # The confirmation checks correctness only; latency and profile come from the screening.
+    assert evaluator.profiled[-1] is False
+    double = s.kernels[by_plan["DOUBLE"]]
+    confirmation = s.store.rows("evaluations", "r1")[-1]["result"]
+    screening = next(r["result"] for r in s.store.rows("evaluations", "r1")
+                     if r["kernel_id"] == double.kernel_id and r["result"]["fidelity"] == "screen")
+    assert confirmation["fidelity"] == "confirm" and confirmation["status"] == "correct"
+    assert confirmation["latency_ms"] == screening["latency_ms"] == double.latency_ms
+    assert confirmation["profile"] == screening["profile"]
+    assert any("from this kernel's screening" in line for line in confirmation["log"])
     s.select()                          # nothing left to confirm
     assert len(evaluator.submitted) == 4
     assert s.beam == [by_plan["DOUBLE"], "baseline"]

@@ -71,16 +71,18 @@ class Front:
         """``screen`` under multi-fidelity search (confirmed later, before the beam), else ``full``."""
         return "screen" if self.session.config.evaluation.fidelity == "multi" else "full"
 
-    def _job(self, label: str, source: str, fidelity: str) -> Any:
+    def _job(self, label: str, source: str, fidelity: str, options: "EvalOptions | None" = None) -> Any:
         from accelopt_nb.evaluation import make_job
 
         ev, problem = self.session.config.evaluation, self.session.problem
         return make_job(problem.eval_target, source, backend=ev.backend, hw=ev.hw, preset=problem.preset,
-                        options=self.eval_options, label=label, fidelity=fidelity)  # type: ignore[arg-type]
+                        options=options or self.eval_options, label=label,
+                        fidelity=fidelity)  # type: ignore[arg-type]
 
-    def _submit(self, label: str, source: str, fidelity: str | None = None) -> "Future[EvalResult]":
+    def _submit(self, label: str, source: str, fidelity: str | None = None,
+                options: "EvalOptions | None" = None) -> "Future[EvalResult]":
         """A future of the evaluation, answered from the cache when it holds this kernel."""
-        job = self._job(label, source, fidelity or self.candidate_fidelity)
+        job = self._job(label, source, fidelity or self.candidate_fidelity, options)
         cache = self._open_cache()
         hit = cache.get(job) if cache is not None else None
         if hit is not None:
@@ -116,10 +118,43 @@ class Front:
         result.label = label
         return result
 
+    def submit_confirmation(self, kid: str) -> "Future[EvalResult]":
+        """Evaluate a screened kernel at full fidelity.
+
+        On the simulator the screening already profiled this kernel at the problem's shape (a
+        trace-only run: the same instruction stream as a run with values), so the confirmation
+        checks correctness only and takes the latency and profile from the screening."""
+        from dataclasses import replace
+
+        from accelopt_nb.evaluation import EvalOptions, Status
+
+        s = self.session
+        view = s.kernels[kid]
+        screened = view.fidelity == "screen" and view.latency_ms is not None and bool(view.profile)
+        if s.config.evaluation.backend != "simulator" or not screened:
+            return self._submit(kid, view.source, "confirm")
+        latency_ms, profile = view.latency_ms, dict(view.profile or {})
+        inner = self._submit(kid, view.source, "confirm", replace(self.eval_options or EvalOptions(), profile=False))
+        out: Future = Future()
+
+        def merge(f: Future) -> None:
+            exc = f.exception()
+            if exc is not None:
+                out.set_exception(exc)
+                return
+            result = f.result()
+            if result.status in (Status.CORRECT, Status.CHEAT):
+                result.latency_ms, result.profile = latency_ms, profile
+                result.log.append(f"[search] latency and profile from this kernel's screening (a trace-only run at "
+                                  f"the {s.problem.preset} shape; the same instruction stream)")
+            out.set_result(result)
+        inner.add_done_callback(merge)
+        return out
+
     def confirm(self, kernel_ids: Sequence[str]) -> None:
         """Evaluate screened kernels at full fidelity (in parallel) and record the results."""
         s = self.session
-        futures = {kid: self._submit(kid, s.kernels[kid].source, "confirm") for kid in kernel_ids}
+        futures = {kid: self.submit_confirmation(kid) for kid in kernel_ids}
         for n, (kid, fut) in enumerate(futures.items(), 1):
             self._record_confirmation(kid, fut.result(), "select", done=n, total=len(futures))
 
@@ -313,11 +348,10 @@ class Front:
                 ev.failed += 1
             s._emit("evaluate", t, "eval_done", done=ev.calls, total=expected_evals, failed=ev.failed)
 
-        def start(kid: str, fidelity: str | None = None) -> None:
+        def start(kid: str, confirm: bool = False) -> None:
             running.add(kid)
-            kind = "result" if fidelity is None else "confirmed"
-            fut = self._submit(kid, s.kernels[kid].source, fidelity)
-            fut.add_done_callback(lambda f: events.put((kind, (kid, f))))
+            fut = self.submit_confirmation(kid) if confirm else self._submit(kid, s.kernels[kid].source)
+            fut.add_done_callback(lambda f: events.put(("confirmed" if confirm else "result", (kid, f))))
 
         def free() -> bool:
             return capacity is None or len(running) < capacity
@@ -344,7 +378,7 @@ class Front:
                 if kid is None:
                     break
                 confirming.add(kid)
-                start(kid, "confirm")
+                start(kid, confirm=True)
 
         pump()
         while llm_running or running or waiting or not events.empty():
