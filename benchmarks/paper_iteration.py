@@ -18,9 +18,11 @@ Arms, measured side by side in one run, each with its own empty evaluation cache
   preset).
 
 The timed part is one ``Session.step()`` (plan → execute → evaluate → select → summarize); the
-baseline's own evaluation when the run opens is not counted. With ``--candidates`` below 144 the
-144-candidate time is **extrapolated** (printed as such): fixed part (LLM, select, summarize)
-+ evaluation time × 144 / candidates.
+baseline's own evaluation when the run opens is not counted. Under ``new-multi`` the beam's
+confirmations run in the evaluation stream once no screen waits for a worker. With
+``--candidates`` below 144 the 144-candidate time is **extrapolated** (printed as such): the
+measured time plus the missing candidates' evaluations (the mean evaluation time of the measured
+candidates, spread over the workers); confirmations do not grow with the candidates.
 """
 from __future__ import annotations
 
@@ -88,16 +90,17 @@ def measure(problem: str, arm: str, candidates: int, workers: int, latency_s: fl
             statuses: dict[str, int] = {}
             for k in kernels:
                 statuses[k.status or "none"] = statuses.get(k.status or "none", 0) + 1
-            confirmed = sum(1 for k in kernels if k.fidelity == "confirm")
+            ids = {k.kernel_id for k in kernels}
+            evals = [r["result"] for r in s.store.rows("evaluations", s.run_id) if r["kernel_id"] in ids]
+            candidate_s = [e["wall_time_s"] or 0.0 for e in evals if e["fidelity"] != "confirm"]
+            confirm_s = [e["wall_time_s"] or 0.0 for e in evals if e["fidelity"] == "confirm"]
             out = {"problem": problem, "arm": arm, "candidates": len(kernels), "wall_s": wall,
-                   "open_s": t0 - t_open, "phases_s": phases, "statuses": statuses, "confirmed": confirmed,
+                   "open_s": t0 - t_open, "phases_s": phases, "statuses": statuses, "confirmed": len(confirm_s),
+                   "candidate_eval_s": sum(candidate_s), "confirm_eval_s": sum(confirm_s),
                    "llm_calls": srv.chat_requests, "beam": len(s.beam)}
-    # LLM, select and summarize do not grow with the evaluations; evaluation time scales with candidates.
-    eval_s = phases.get("evaluate", 0.0) if not settings["pipeline"] else wall - phases.get("select", 0.0) \
-        - phases.get("summarize", 0.0)
-    fixed = wall - eval_s
-    out["extrapolated_144_s"] = None if len(kernels) >= PAPER_CANDIDATES else \
-        fixed + eval_s * PAPER_CANDIDATES / max(1, len(kernels))
+    missing = PAPER_CANDIDATES - len(kernels)
+    mean = sum(candidate_s) / max(1, len(candidate_s))
+    out["extrapolated_144_s"] = None if missing <= 0 else wall + missing * mean / workers
     return out
 
 
@@ -128,7 +131,9 @@ def main() -> int:
                 ext = r["extrapolated_144_s"]
                 print(f"{problem:<8} {arm:<10} {r['candidates']:>4} candidates  {r['wall_s']:8.1f} s measured"
                       + (f"  ~{ext:8.1f} s for 144 (extrapolated)" if ext is not None else "")
-                      + f"  statuses {r['statuses']}  confirmed {r['confirmed']}  phases "
+                      + f"  statuses {r['statuses']}  confirmed {r['confirmed']}"
+                      + f"  evaluation s (summed over workers): candidates {r['candidate_eval_s']:.1f},"
+                      + f" confirmations {r['confirm_eval_s']:.1f}  phases "
                       + ", ".join(f"{p} {s:.1f}" for p, s in r["phases_s"].items()), flush=True)
     print("\nratios (same problem, same run):")
     for problem in args.problems:
