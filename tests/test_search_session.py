@@ -407,11 +407,11 @@ def test_overridden_swaps_config_and_clients_for_a_block_then_restores_them(prob
 class RecordingEvaluator:
     """A real local pool with a known capacity that records what was submitted, in order."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int | None) -> None:
         from accelopt_nb.evaluation import LocalPoolEvaluator
 
-        self.pool = LocalPoolEvaluator(workers)
-        self.workers = workers
+        self.pool = LocalPoolEvaluator(workers or 2)
+        self.workers = workers          # None: a capacity the search cannot know (as on Dask)
         self.submitted: list[tuple[str, str]] = []
         self.profiled: list[bool] = []
 
@@ -424,11 +424,13 @@ class RecordingEvaluator:
         self.pool.shutdown(wait)
 
 
-def test_multi_fidelity_confirms_the_tentative_beam_in_the_stream_after_the_screens(problem, tmp_path, server):
+@pytest.mark.parametrize("workers", [1, None])
+def test_multi_fidelity_confirms_the_tentative_beam_in_the_stream_after_the_screens(problem, tmp_path, server,
+                                                                                    workers):
     model = FakeNKIModel(plans=["DOUBLE the tile width.", "WRONG: fold the constant.", "NARROW to 64 columns."],
                          rewrites=[("DOUBLE", double_tile), ("WRONG", wrong_result), ("NARROW", set_tile(64))])
     server.responder = model.responder
-    evaluator = RecordingEvaluator(workers=1)
+    evaluator = RecordingEvaluator(workers)
     s, client, _ = new_session(problem, tmp_path, server, eval_executor=evaluator,
                                config=small_config(plans_per_kernel=3, **{"evaluation.fidelity": "multi"}))
     s.plan()
