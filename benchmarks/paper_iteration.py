@@ -135,13 +135,15 @@ def main() -> int:
                       + f"  evaluation s (summed over workers): candidates {r['candidate_eval_s']:.1f},"
                       + f" confirmations {r['confirm_eval_s']:.1f}  phases "
                       + ", ".join(f"{p} {s:.1f}" for p, s in r["phases_s"].items()), flush=True)
-    print("\nratios (same problem, same run):")
+    print("\nratios (same problem, same run; at 144 candidates, extrapolated where fewer were measured):")
+    at_144 = (lambda r: r["extrapolated_144_s"] or r["wall_s"])
     for problem in args.problems:
         by_arm = {r["arm"]: r for r in results if r["problem"] == problem}
         base = by_arm.get("old")
         for arm, r in by_arm.items():
             if base is not None and arm != "old":
-                print(f"  {problem}: old / {arm} = {base['wall_s'] / r['wall_s']:.2f}x")
+                print(f"  {problem}: old / {arm} = {base['wall_s'] / r['wall_s']:.2f}x measured, "
+                      f"{at_144(base) / at_144(r):.2f}x at 144 candidates")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0
