@@ -18,7 +18,10 @@ Arms, measured side by side in one run, each with its own empty evaluation cache
   preset).
 
 The timed part is one ``Session.step()`` (plan → execute → evaluate → select → summarize); the
-baseline's own evaluation when the run opens is not counted. Under ``new-multi`` the beam's
+baseline is evaluated once per problem beforehand and handed to every arm's cache, so opening a
+run evaluates nothing. Besides wall time (which on a shared box mostly measures the other jobs)
+each arm reports the CPU time of its evaluation processes and that CPU time divided by the
+workers: the iteration's evaluation time on an otherwise idle machine, if the workers never idle. Under ``new-multi`` the beam's
 confirmations run in the evaluation stream once no screen waits for a worker. With
 ``--candidates`` below 144 the 144-candidate time is **extrapolated** (printed as such): the
 measured time plus the missing candidates' evaluations (the mean evaluation time of the measured
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import resource
 import sys
 import tempfile
 import threading
@@ -71,8 +75,34 @@ class DistinctKernels:
         return Slow(self.latency_s, reply) if self.latency_s else reply
 
 
+def seed_baseline(problem: str, root: Path, cache_dir: Path) -> None:
+    """Put the problem's baseline result (evaluated once, here) into an arm's empty cache."""
+    from accelopt_nb.evaluation import evaluate, make_job
+    from accelopt_nb.evaluation.api import open_cache
+    from accelopt_nb.search.config import SearchConfig
+    from accelopt_nb.search.problem import SearchProblem
+
+    ev = SearchConfig.from_preset("paper").evaluation
+    target = SearchProblem.from_nkibench(problem, ev.shape_preset)
+    job = make_job(target.eval_target, target.baseline_source, backend=ev.backend, hw=ev.hw, preset=target.preset)
+    shared = open_cache(root / f"baseline-{problem}")
+    result = shared.get(job)
+    if result is None:
+        result = evaluate(target.eval_target, target.baseline_source, backend=ev.backend, hw=ev.hw,
+                          preset=target.preset, cache=shared)
+    open_cache(cache_dir).put(job, result)
+
+
+def children_cpu_s() -> float:
+    """CPU time of the finished child processes (warm workers count once the pool has shut down)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def measure(problem: str, arm: str, candidates: int, workers: int, latency_s: float, root: Path) -> dict:
     settings = ARMS[arm]
+    seed_baseline(problem, root, root / f"cache-{arm}")
+    cpu0 = children_cpu_s()
     with FakeOpenAIServer(models=["fake-kernels"], responder=DistinctKernels(latency_s)) as srv:
         spec = LaunchSpec(problem, run_dir=root / arm / problem, preset="paper",
                           overrides={"iterations": 2, "plans_per_kernel": candidates // 2, "samples_per_plan": 2,
@@ -98,6 +128,8 @@ def measure(problem: str, arm: str, candidates: int, workers: int, latency_s: fl
                    "open_s": t0 - t_open, "phases_s": phases, "statuses": statuses, "confirmed": len(confirm_s),
                    "candidate_eval_s": sum(candidate_s), "confirm_eval_s": sum(confirm_s),
                    "llm_calls": srv.chat_requests, "beam": len(s.beam)}
+    out["eval_cpu_s"] = children_cpu_s() - cpu0       # the session closed: its pool is shut down
+    out["idle_box_s"] = out["eval_cpu_s"] / workers
     missing = PAPER_CANDIDATES - len(kernels)
     mean = sum(candidate_s) / max(1, len(candidate_s))
     out["extrapolated_144_s"] = None if missing <= 0 else wall + missing * mean / workers
@@ -131,6 +163,8 @@ def main() -> int:
                 ext = r["extrapolated_144_s"]
                 print(f"{problem:<8} {arm:<10} {r['candidates']:>4} candidates  {r['wall_s']:8.1f} s measured"
                       + (f"  ~{ext:8.1f} s for 144 (extrapolated)" if ext is not None else "")
+                      + f"  evaluation CPU {r['eval_cpu_s']:.1f} s = {r['idle_box_s']:.1f} s on {args.workers} idle"
+                      + " workers"
                       + f"  statuses {r['statuses']}  confirmed {r['confirmed']}"
                       + f"  evaluation s (summed over workers): candidates {r['candidate_eval_s']:.1f},"
                       + f" confirmations {r['confirm_eval_s']:.1f}  phases "
