@@ -7,6 +7,11 @@ is evaluated the moment it is stored, while other LLM calls are still in flight.
 are recorded on the LLM client's worker thread; evaluations are submitted and recorded on the
 caller's thread, which waits on one queue for both.
 
+Evaluations are handed to the evaluator only as it has free workers, screens first. Under
+multi-fidelity search a worker with no screen to run confirms the best unconfirmed kernel of the
+beam as it would be chosen now, so confirmations overlap screening and LLM calls instead of
+waiting for ``select``.
+
 Whatever was already stored is not redone, so running the front again after a crash or a
 stop makes only the missing calls and evaluations. Each step is then closed in order; the
 first that is not complete leaves the later ones open.
