@@ -5,12 +5,13 @@ written boxes. Each kernel here runs both ways and must give identical outputs (
 instruction streams (regions, sizes, attributes) and identical errors and warnings.
 """
 import dataclasses
+import re
 
 import numpy as np
 import pytest
 
 from accelopt_nb.errors import KernelError, LoopCarriedDependencyError
-from accelopt_nb.sim.conflicts import EMPTY, WriteLog, box_of, masked_box
+from accelopt_nb.sim.conflicts import EMPTY, Cover, WriteLog, box_of, masked_box
 from accelopt_nb.sim.indexing import arange, basic_key, mask_count, mask_rows_cols
 
 
@@ -219,6 +220,7 @@ def kernel(a):
 # ---- the helpers on their own ---------------------------------------------------------------------------
 KEYS = [
     (3, arange(8)[:, None] * 2 + 1, arange(5)[None, :] + 4),
+    (2, arange(8)[:, None, None], 4 * arange(3)[None, :, None] + arange(4)[None, None, :]),  # one axis, two dims
     (arange(8)[:, None], 7, arange(5)[None, :]),
     (arange(1)[:, None], arange(6)[None, :] * 3),
     (arange(8)[None, :], arange(5)[:, None]),                 # transposed: no basic key
@@ -245,12 +247,67 @@ def test_basic_key_selects_the_same_elements_in_the_same_order(key, known):
     assert np.shares_memory(a[basic], a)
 
 
+PLANNED_KEYS = [  # (key for loop value i, whether the plan builds it)
+    (lambda i: (i, arange(128)[:, None], 512 * (i % 2) + arange(512)[None, :]), True),
+    # two varying axes in one expression: no known progression, the general path
+    (lambda i: (i, arange(128)[:, None, None], 128 * arange(8)[None, :, None] + arange(128)[None, None, :]), False),
+    (lambda i: (i, 2 * arange(64)[:, None] + 1, arange(0, 7)[None, :] * 3), True),     # strided both ways
+    (lambda i: (i, arange(5 * i, 5 * i + 1)[:, None], arange(512)[None, :]), True),   # a 1-element expression
+    (lambda i: (i, 0, arange(128)), True),                                            # 1-D on chip: [P, 1]
+    (lambda i: (i, arange(128)[None, :], arange(512)[:, None]), False),               # transposed
+    (lambda i: (i, arange(128)[:, None] + 100, arange(512)[None, :]), False),         # out of bounds
+    (lambda i: (i, arange(3, 1)[:, None], arange(512)[None, :]), False),              # empty
+    (lambda i: (i + 5, arange(128)[:, None], arange(512)[None, :]), False),           # int out of bounds: error
+    (lambda i: (i, arange(128)[:, None] // 2, arange(512)[None, :]), False),          # no known progression
+    (lambda i: (i, slice(0, 128), arange(512)[None, :]), False),                      # a slice
+]
+
+
+@pytest.mark.parametrize("buffer", ["sbuf", "hbm"])
+@pytest.mark.parametrize("make_key, plans", PLANNED_KEYS, ids=range(len(PLANNED_KEYS)))
+def test_planned_views_equal_the_general_views(make_key, plans, buffer):
+    """Compiler-style keys take a per-structure plan; the view must be the one the general path builds."""
+    from accelopt_nb.sim.runtime import Runtime, SimOptions, running
+    from accelopt_nb.sim.tensor import Tensor, View, _compiler_view, normalize_key
+
+    def describe(v):
+        return (v.shape, v.advanced, [k.tolist() if isinstance(k, np.ndarray) else k for k in v.key], v.basic,
+                v._affs, v.region())
+
+    rt = Runtime(SimOptions(), "k", set())
+    with running(rt):
+        t = Tensor(rt, (4, 128, 1024), np.float32, buffer, "internal", par_axis=1 if buffer == "sbuf" else 0)
+        for i in range(4):
+            key = make_key(i)
+            try:
+                affs: dict = {}
+                general = View(t, normalize_key(t, key, affs), affs)
+            except KernelError as e:
+                with pytest.raises(KernelError, match=re.escape(e.message)):
+                    t[key]
+                continue
+            planned = _compiler_view(t, key)
+            assert (planned is not None) == plans
+            assert planned is None or describe(planned) == describe(general)
+            assert describe(t[key]) == describe(general)
+
+
 def test_basic_key_refuses_what_slices_cannot_express():
     shape = (10, 16)
-    for key in KEYS[3:]:
+    for key in KEYS[4:]:
         norm = tuple(k.values if hasattr(k, "values") else k for k in key)
         assert basic_key(norm, shape, {i: k.aff for i, k in enumerate(key) if hasattr(k, "aff")}) is None
         assert basic_key(norm, shape) is None
+
+
+def test_basic_key_of_two_dims_on_one_axis_needs_one_progression():
+    shape = (10, 16, 12)
+    flat = tuple(k.values if hasattr(k, "values") else k for k in KEYS[1])   # 4 * i + j over (3, 4): 0..11
+    assert basic_key(flat, shape) == (2, slice(0, 8, 1), slice(0, 12, 1))
+    gap = (2, arange(8)[:, None, None], 5 * arange(2)[None, :, None] + arange(4)[None, None, :])     # 0-3, 5-8
+    apart = (2, arange(8)[:, None, None, None], 4 * arange(3)[None, :, None, None] + arange(4)[None, None, None, :])
+    for key in (gap, apart):
+        assert basic_key(tuple(k.values if hasattr(k, "values") else k for k in key), shape) is None
 
 
 @pytest.mark.parametrize("mshape, shape", [((128, 1), (128, 512)), ((1, 512), (128, 512)), ((128, 512), (128, 512)),
@@ -267,14 +324,16 @@ def test_mask_summaries_equal_the_expanded_counts(rng, mshape, shape):
         mask_count(np.ones((3, 2), bool), (3, 4))
 
 
-def test_write_log_agrees_with_per_element_stamps(rng):
+@pytest.mark.parametrize("wide_rows", [0.0, 0.2])  # the log buckets boxes by their row; some span rows
+def test_write_log_agrees_with_per_element_stamps(rng, wide_rows):
     shape = (6, 40)
     log, stamps = WriteLog(2), np.zeros(shape, np.int64)
-    for epoch in range(1, 60):
+    for epoch in range(1, 200):
         r0 = int(rng.integers(0, 6))
+        rows = slice(r0, int(rng.integers(r0 + 1, 7)), 1) if epoch > 1 and rng.random() < wide_rows else r0
         c0, step = int(rng.integers(0, 30)), int(rng.integers(1, 4))
         n = int(rng.integers(1, (40 - c0 - 1) // step + 2))
-        key = (r0, slice(c0, c0 + step * (n - 1) + 1, step))
+        key = (rows, slice(c0, c0 + step * (n - 1) + 1, step))
         box = box_of(key)
         since = int(rng.integers(0, epoch))
         brute = {int(e) for e in np.unique(_touched(log, shape, since, key))}
@@ -295,6 +354,50 @@ def _touched(log, shape, since, key):
         if log.epoch[i] >= since and (cover & hit).any():
             out.append(log.epoch[i])
     return np.array(out, dtype=np.int64)
+
+
+def test_cover_answers_for_boxes_inside_one_written_box(rng):
+    """Validity as written boxes: covers() only when one box holds the query (then every element is valid);
+    local() paints an unstrided query box exactly."""
+    shape = (6, 40)
+    cover, painted = Cover(), np.zeros(shape, bool)
+    for step_no in range(150):
+        r0 = int(rng.integers(0, 6))
+        rows = slice(r0, int(rng.integers(r0 + 1, 7)), 1) if step_no and rng.random() < 0.2 else r0
+        c0, step = int(rng.integers(0, 30)), int(rng.integers(1, 4))
+        n = int(rng.integers(1, (40 - c0 - 1) // step + 2))
+        key = (rows, slice(c0, c0 + step * (n - 1) + 1, step))
+        box = box_of(key)
+        inside_one = any(np.all(_paint(shape, b)[key]) for b in cover.boxes)
+        assert cover.covers(box) == inside_one
+        if inside_one:
+            assert painted[key].all()
+        local = cover.local(box)   # the validity of this box alone, painted from the boxes that meet it
+        if step == 1 or n == 1:
+            np.testing.assert_array_equal(local, painted[tuple(slice(a, b, s) for a, b, s in box)])
+        else:
+            assert local is None
+        if rng.random() < 0.5:
+            cover.add(box)
+            painted[key] = True
+            assert cover.covers(box)
+    np.testing.assert_array_equal(cover.mask(shape), painted)
+
+
+def test_cover_sends_wide_questions_over_many_boxes_to_the_array():
+    cover = Cover()
+    for r in range(Cover.SCAN_LIMIT + 1):
+        cover.add(((r, r + 1, 1), (0, 4, 1)))
+    wide = ((0, Cover.SCAN_LIMIT + 1, 1), (0, 4, 1))   # meets every row: the caller builds the array instead
+    assert not cover.covers(wide) and cover.local(wide) is None
+    assert cover.covers(((7, 8, 1), (1, 3, 1)))
+    assert cover.mask((Cover.SCAN_LIMIT + 1, 4)).all()
+
+
+def _paint(shape, box):
+    out = np.zeros(shape, bool)
+    out[tuple(slice(a, b, s) for a, b, s in box)] = True
+    return out
 
 
 def test_masked_box_is_the_kept_sub_box_or_none():
@@ -336,3 +439,120 @@ def kernel(a, b):
     expected = np.full((4, 6), 4, np.int32)
     expected[1:3, 0:2] = b[1:3, 0:2]
     np.testing.assert_array_equal(out_i, expected)
+
+
+def test_validity_kept_as_written_boxes_until_a_question_needs_the_array(run_kernel, rng):
+    # written boxes answer for reads inside one box; halves read whole, masked writes, accumulation onto a
+    # partly written tile and a reshape switch to the per-element array: the same values, trace and errors
+    body = """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((6, 8, 16), dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((6, nl.par_dim(8), 16), dtype=nl.float32, buffer=nl.sbuf)
+    acc = nl.zeros((nl.par_dim(8), 16), dtype=nl.float32, buffer=nl.psum)
+    i_p, i_f = nl.arange(8)[:, None], nl.arange(16)[None, :]
+    t[0, i_p, i_f] = nl.load(a[0])                                     # one box, read inside it
+    t[1, i_p, nl.arange(8)[None, :]] = nl.load(a[1, :, 0:8])           # two halves, read whole
+    t[1, i_p, 8 + nl.arange(8)[None, :]] = nl.load(a[1, :, 8:16])
+    t[2, i_p, i_f] = nl.load(a[2], mask=i_f < 12)                      # masked: the tail stays unwritten
+    t[2, i_p, 12 + nl.arange(4)[None, :]] = nl.load(a[2, :, 12:16])
+    t[3, i_p, i_f] = nl.exp(t[0, i_p, i_f])
+    acc[i_p, nl.arange(8)[None, :]] += nl.load(a[4, :, 0:8])         # accumulate onto a partly written tile
+    acc[i_p, i_f] += nl.load(a[4])
+    t[4, i_p, i_f] = nl.copy(acc)
+    flat = t.reshape((6 * 8, 16))                                       # an alias shares the validity
+    t[5, i_p, i_f] = nl.add(t[1, i_p, i_f], t[2, i_p, i_f])
+    for j in nl.affine_range(6):
+        nl.store(out[j], value=t[j, i_p, i_f])
+    return out
+"""
+    a = rng.standard_normal((6, 8, 16)).astype(np.float32)
+    out = both(run_kernel, body, a).outputs[0]
+    np.testing.assert_allclose(out[0], a[0])
+    np.testing.assert_allclose(out[1], a[1])
+    np.testing.assert_allclose(out[2], a[2])
+    np.testing.assert_allclose(out[3], np.exp(a[0]), rtol=1e-6)
+    np.testing.assert_allclose(out[4], a[4] + np.pad(a[4, :, :8], ((0, 0), (0, 8))), rtol=1e-6)
+    np.testing.assert_allclose(out[5], a[1] + a[2], rtol=1e-6)
+    body_unwritten = body.replace("    t[2, i_p, 12 + nl.arange(4)[None, :]] = nl.load(a[2, :, 12:16])\n", "")
+    err = both_raise(run_kernel, body_unwritten, a)
+    assert "never written" in err[1]
+
+
+def test_kernel_inputs_are_read_in_place_and_copied_before_a_write(run_kernel, rng):
+    # inputs are borrowed (no copy at launch); a store into one, directly or through a reshape, copies it
+    # first, and an input returned as an output is a copy: the caller's arrays never change
+    body = """
+@nki.jit
+def kernel(a, b):
+    t = nl.load(a[0:4, 0:8])
+    nl.store(a[4:8, 0:8], value=nl.multiply(t, 2.0))
+    flat = b.reshape((4, 16))
+    nl.store(flat[0:4, 0:8], value=t)
+    return a, b
+"""
+    a = rng.standard_normal((8, 8)).astype(np.float32)
+    b = rng.standard_normal((4, 2, 8)).astype(np.float32)
+    a0, b0 = a.copy(), b.copy()
+    out_a, out_b = run_kernel(body, a, b).outputs
+    np.testing.assert_array_equal(a, a0)
+    np.testing.assert_array_equal(b, b0)
+    np.testing.assert_array_equal(out_a[4:8], 2 * a0[0:4])
+    np.testing.assert_array_equal(out_b.reshape(4, 16)[:, 0:8], a0[0:4])
+    assert not np.shares_memory(out_a, a) and not np.shares_memory(out_b, b)
+    out_a, out_b = run_kernel(body.replace("    nl.store(a[4:8, 0:8], value=nl.multiply(t, 2.0))\n", ""), a, b).outputs
+    assert not np.shares_memory(out_a, a)
+
+
+# ---- whole kernels: every fast path against the general path ---------------------------------------------
+def _whole_kernels():
+    import nkibench
+    cases = [(name, nkibench.get_problem(name)) for name in nkibench.list_problems()]
+    return [pytest.param(p, id=name) for name, p in cases]
+
+
+@pytest.mark.parametrize("problem", _whole_kernels())
+def test_nkibench_baselines_same_values_and_trace_on_both_paths(problem):
+    """Our baselines (small preset) run with every fast path (key plans, written boxes, bucketed write log,
+    lazy buffers) and on the general path: identical outputs, instruction streams and tensors."""
+    from accelopt_nb.sim import SimOptions, load_kernel, simulate
+    task = problem.task("small")
+    inputs = task.to_nki(task.get_inputs(seed=0))
+    kernel = load_kernel(problem.baseline_path)
+    fast = simulate(kernel, *inputs, options=SimOptions(fast_indexing=True))
+    general = simulate(kernel, *inputs, options=SimOptions(fast_indexing=False))
+    for a, b in zip(fast.outputs, general.outputs, strict=True):
+        np.testing.assert_array_equal(a.astype(np.float32), b.astype(np.float32))
+    assert _stream(fast) == _stream(general)
+    assert fast.trace.tensors == general.trace.tensors
+
+
+def test_arange_mask_benchmark_kernel_same_values_and_trace_on_both_paths(rng):
+    from pathlib import Path
+    from accelopt_nb.sim import SimOptions, load_kernel, simulate
+    kernel = load_kernel(Path(__file__).parents[1] / "benchmarks" / "kernels" / "arange_mask.py")
+    xs = [rng.standard_normal((300, 700)).astype(np.float32) for _ in range(3)]   # ragged on both axes
+    fast = simulate(kernel, *xs, options=SimOptions(fast_indexing=True))
+    general = simulate(kernel, *xs, options=SimOptions(fast_indexing=False))
+    np.testing.assert_array_equal(fast.outputs[0], general.outputs[0])
+    np.testing.assert_allclose(fast.outputs[0], xs[0] / (1 + np.exp(-xs[1])) + xs[2], rtol=1e-5, atol=1e-6)
+    assert _stream(fast) == _stream(general)
+    assert fast.trace.tensors == general.trace.tensors
+
+
+def test_two_dim_index_on_one_axis_is_a_box_on_both_paths(run_kernel, rng):
+    # the compiler's way of moving a [128, 8, 128] view of a [128, 1024] tile: a slice on the fast path
+    body = """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((4, 128, 1024), dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((4, nl.par_dim(128), 1024), dtype=a.dtype, buffer=nl.sbuf)
+    for i in nl.affine_range(4):
+        t[i, nl.arange(128)[:, None, None], 128 * nl.arange(8)[None, :, None] + nl.arange(128)[None, None, :]] = nl.load(
+            a[i, nl.arange(128)[:, None, None], nl.arange(8)[None, :, None], nl.arange(128)[None, None, :]])
+        nl.store(out[i], value=nl.exp(t[i]))
+    return out
+"""
+    a = rng.standard_normal((4, 128, 8, 128)).astype(np.float32)
+    res = both(run_kernel, body, a)
+    np.testing.assert_allclose(res.outputs[0], np.exp(a.reshape(4, 128, 1024)), rtol=1e-6)

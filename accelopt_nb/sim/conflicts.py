@@ -84,10 +84,68 @@ def _axis_meets(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:
                                np.arange(lo + (b[0] - lo) % b[2], hi, b[2]), assume_unique=True).size)
 
 
-class WriteLog:
-    """The boxes one tensor was assigned inside affine loops, in epoch order."""
+def _meets(a: Box, b: Box) -> bool:
+    """Whether two boxes share an element."""
+    for x, y in zip(a, b):
+        if x[0] >= y[1] or y[0] >= x[1] or ((x[2] != 1 or y[2] != 1) and not _axis_meets(x, y)):
+            return False
+    return True
 
-    __slots__ = ("lo", "hi", "step", "epoch", "n")
+
+def _contains(a: Box, b: Box) -> bool:
+    """Whether box ``a`` holds every element of box ``b``."""
+    for x, y in zip(a, b):
+        if y[0] < x[0] or y[1] > x[1] or (y[0] - x[0]) % x[2] or (y[1] - y[0] > 1 and y[2] % x[2]):
+            return False
+    return True
+
+
+class BoxBuckets:
+    """Rows of boxes, bucketed so that a box finds the rows that may meet it without scanning them all.
+
+    Compiler-style kernels write one tile per instruction into a tensor with thousands of tiles. The key axes
+    are the axes on which the first box is a single element (usually the block axes): a box that is a single
+    element on every key axis can only meet the boxes of its own bucket and the boxes wide on some key axis.
+    """
+
+    __slots__ = ("key_axes", "buckets", "wide")
+
+    def __init__(self) -> None:
+        self.key_axes: tuple[int, ...] | None = None        # fixed by the first box
+        self.buckets: dict[tuple[int, ...], list[int]] = {}  # key-axis coordinates -> rows
+        self.wide: list[int] = []                           # rows wide on some key axis
+
+    def _coords(self, box: Box) -> tuple[int, ...] | None:
+        coords = []
+        for d in self.key_axes or ():
+            first, stop, _ = box[d]
+            if stop - first != 1:
+                return None
+            coords.append(first)
+        return tuple(coords)
+
+    def add(self, row: int, box: Box) -> None:
+        if self.key_axes is None:
+            self.key_axes = tuple(d for d, a in enumerate(box) if a[1] - a[0] == 1)
+        coords = self._coords(box)
+        if coords is None:
+            self.wide.append(row)
+        else:
+            self.buckets.setdefault(coords, []).append(row)
+
+    def candidates(self, box: Box) -> list[int] | None:
+        """The rows that may meet ``box``, in row order; None when every row may."""
+        coords = None if self.key_axes is None else self._coords(box)
+        if coords is None:
+            return None
+        bucket, wide = self.buckets.get(coords, ()), self.wide
+        return sorted([*bucket, *wide]) if bucket and wide else list(bucket or wide)
+
+
+class WriteLog:
+    """The boxes one tensor was assigned inside affine loops, in epoch order (bucketed: see BoxBuckets)."""
+
+    __slots__ = ("lo", "hi", "step", "epoch", "n", "boxes", "index")
 
     def __init__(self, ndim: int) -> None:
         cap = 16
@@ -96,6 +154,8 @@ class WriteLog:
         self.step = np.empty((cap, ndim), dtype=np.int64)
         self.epoch = np.empty(cap, dtype=np.int64)
         self.n = 0
+        self.boxes: list[Box] = []    # the rows as tuples, for one-by-one tests
+        self.index = BoxBuckets()
 
     def meeting_epochs(self, box: Box, since: int) -> np.ndarray:
         """Epochs (>= ``since``) of the logged boxes that share at least one element with ``box``."""
@@ -103,6 +163,11 @@ class WriteLog:
         first = int(np.searchsorted(self.epoch[:n], since, side="left"))
         if first == n:
             return self.epoch[:0]
+        rows = self.index.candidates(box)
+        if rows is not None:
+            rows = [i for i in rows if i >= first]
+            if len(rows) <= 64:  # few candidates: test them one by one
+                return np.array([self.epoch[i] for i in rows if _meets(self.boxes[i], box)], dtype=np.int64)
         b_lo = np.array([a[0] for a in box], dtype=np.int64)
         b_hi = np.array([a[1] for a in box], dtype=np.int64)
         lo, hi = self.lo[first:n], self.hi[first:n]
@@ -111,10 +176,7 @@ class WriteLog:
             return self.epoch[:0]
         strided = any(a[2] != 1 for a in box) or bool((self.step[first:n][idx] != 1).any())
         if strided:  # bounding boxes meet; the progressions may still interleave
-            step = self.step[first:n]
-            idx = np.array([i for i in idx.tolist()
-                            if all(_axis_meets((int(lo[i, d]), int(hi[i, d]), int(step[i, d])), box[d])
-                                   for d in range(len(box)))], dtype=np.int64)
+            idx = np.array([i for i in idx.tolist() if _meets(self.boxes[first + i], box)], dtype=np.int64)
             if idx.size == 0:
                 return self.epoch[:0]
         return self.epoch[first:n][idx]
@@ -129,6 +191,8 @@ class WriteLog:
         self.step[i] = [a[2] for a in box]
         self.epoch[i] = epoch
         self.n += 1
+        self.boxes.append(box)
+        self.index.add(i, box)
 
     def stamps(self, shape: tuple[int, ...]) -> np.ndarray:
         """The per-element array of last-write epochs that the logged writes leave."""
@@ -137,4 +201,58 @@ class WriteLog:
             key: tuple[Any, ...] = tuple(slice(int(a), int(b), int(s))
                                          for a, b, s in zip(self.lo[i], self.hi[i], self.step[i]))
             out[key] = self.epoch[i]
+        return out
+
+
+class Cover:
+    """The elements of a tensor written so far, as the boxes its writes assigned (validity without a bool
+    array as large as the tensor). ``covers`` answers for a box inside one written box, ``local`` paints the
+    validity of an unstrided box; any other question is for the per-element array that ``mask`` builds."""
+
+    __slots__ = ("boxes", "index")
+
+    def __init__(self) -> None:
+        self.boxes: list[Box] = []
+        self.index = BoxBuckets()
+
+    def add(self, box: Box) -> None:
+        self.index.add(len(self.boxes), box)
+        self.boxes.append(box)
+
+    # a box wide on the key axes (e.g. a whole tensor) meets every row: past this many rows, ask the array
+    SCAN_LIMIT = 256
+
+    def _rows(self, box: Box) -> list[int] | range | None:
+        rows = self.index.candidates(box)
+        if rows is None:
+            return range(len(self.boxes)) if len(self.boxes) <= self.SCAN_LIMIT else None
+        return rows
+
+    def covers(self, box: Box) -> bool:
+        rows = self._rows(box)
+        return rows is not None and any(_contains(self.boxes[i], box) for i in rows)
+
+    def local(self, box: Box) -> np.ndarray | None:
+        """Validity of the elements of an unstrided ``box`` (one axis per box axis), painted from the written
+        boxes that meet it; None for a strided ``box`` or one that meets too many rows to scan."""
+        rows = self._rows(box)
+        if rows is None or any(a[2] != 1 and a[1] - a[0] > 1 for a in box):
+            return None
+        out = np.zeros(tuple(a[1] - a[0] for a in box), dtype=bool)
+        for i in rows:
+            written = self.boxes[i]
+            if not _meets(written, box):
+                continue
+            key = []
+            for (w0, w1, ws), (b0, b1, _) in zip(written, box):
+                first = w0 + -(-(max(w0, b0) - w0) // ws) * ws   # the written progression's first element >= b0
+                key.append(slice(first - b0, min(w1, b1) - b0, ws))
+            out[tuple(key)] = True
+        return out
+
+    def mask(self, shape: tuple[int, ...]) -> np.ndarray:
+        """The per-element validity the boxes leave."""
+        out = np.zeros(shape, dtype=bool)
+        for box in self.boxes:
+            out[tuple(slice(a, b, s) for a, b, s in box)] = True
         return out

@@ -27,7 +27,7 @@ from accelopt_nb.sim import dtypes as _dt
 from accelopt_nb.sim import isa as _isa
 from accelopt_nb.sim import language as _nl
 from accelopt_nb.sim.launch import Grid, parse_grid, run_grid
-from accelopt_nb.sim.runtime import Runtime, SimOptions, active, running
+from accelopt_nb.sim.runtime import Runtime, SimOptions, active, gc_paused, running
 from accelopt_nb.sim.tensor import Tensor
 from accelopt_nb.sim.trace import Trace
 
@@ -116,7 +116,7 @@ def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None
     launch_grid = parse_grid(tuple(grid)) if grid is not None else kernel.grid_spec
     rt = Runtime(options, kernel.__name__, _kernel_files(kernel))
     # per-tile BLAS calls are tiny: extra BLAS threads only add synchronization (5x slower measured)
-    with running(rt), threadpool_limits(limits=1, user_api="blas"):
+    with running(rt), threadpool_limits(limits=1, user_api="blas"), gc_paused(options.trace_only):
         args = [_as_input(rt, a, i) for i, a in enumerate(inputs)]
         kw = {k: _as_input(rt, v, k) for k, v in kwargs.items()}
         try:
@@ -162,8 +162,17 @@ def _innermost_kernel_frame(exc: BaseException, files: set[str]) -> tuple[str | 
 def _as_input(rt: Runtime, value: Any, label: Any) -> Any:
     if isinstance(value, np.ndarray):
         dtype = _dt.canonical(value.dtype)
-        data = None if rt.options.trace_only else np.ascontiguousarray(value.astype(_dt.storage(dtype), copy=True))
-        return Tensor(rt, value.shape, dtype, "hbm", "input", name=f"input_{label}", data=data, written=True)
+        storage = _dt.storage(dtype)
+        borrowed = value.dtype == storage and value.flags.c_contiguous
+        if rt.options.trace_only:
+            data = None
+        elif borrowed:  # read in place; the tensor copies it before a kernel writes into it
+            data = value.view()
+            data.flags.writeable = False
+        else:
+            data = np.ascontiguousarray(value.astype(storage))
+        return Tensor(rt, value.shape, dtype, "hbm", "input", name=f"input_{label}", data=data, written=True,
+                      borrowed=borrowed)
     if hasattr(value, "numpy") and callable(value.numpy):  # torch tensors
         return _as_input(rt, np.asarray(value.numpy()), label)
     return value
@@ -190,6 +199,7 @@ def _collect_outputs(rt: Runtime, outputs: Any, name: str, inputs: Sequence[Any]
             rt.trace.tensors[t.id].kind = "output" if t.kind != "input" else "input"
         # the launch's memory is discarded afterwards: hand the output buffer over without a copy.
         # Unwritten elements keep their NaN fill, so coverage checks see them.
+        t.own()  # an input returned as an output must not be the caller's array
         arrays.append(t._data)
     return tuple(arrays)
 

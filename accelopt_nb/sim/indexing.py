@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from accelopt_nb.sim import replay as _replay
+
 
 def _const(x: Any) -> int | None:
     """``x`` as a plain int when it is an integer constant (for affine bookkeeping), else None."""
@@ -36,18 +38,39 @@ class IndexExpr:
     data path address compiler-style accesses as slices without inspecting the values.
     """
 
-    __slots__ = ("values", "aff")
+    __slots__ = ("values", "aff", "_subs")
     __array_priority__ = 100  # make ndarray operators defer to ours
 
     def __init__(self, values: np.ndarray, aff: tuple[int, int] | None = None) -> None:
         self.values = np.asarray(values, dtype=np.int64)
         self.aff = aff
+        self._subs: dict[tuple, IndexExpr] | None = None  # new axes taken of a shared (read-only) expression
 
     # shape manipulation used as nl.arange(n)[:, None]
     def __getitem__(self, key: Any) -> "IndexExpr":
-        parts = key if isinstance(key, tuple) else (key,)
-        keeps_order = all(k is None or k is Ellipsis or (isinstance(k, slice) and k == slice(None)) for k in parts)
-        return IndexExpr(self.values[key], self.aff if keeps_order else None)
+        # new axes and full slices keep the progression; anything else may reorder or drop values
+        sig: list[Any] | None = []
+        for k in key if type(key) is tuple else (key,):
+            if k is None:
+                sig.append(None)
+            elif k is Ellipsis:
+                sig.append("...")
+            elif type(k) is slice and k.start is None and k.stop is None and k.step is None:
+                sig.append(":")
+            else:
+                sig = None
+                break
+        if sig is None:
+            return IndexExpr(self.values[key], None)
+        if self.values.flags.writeable:
+            return IndexExpr(self.values[key], self.aff)
+        # a shared arange: its [:, None] / [None, :] are shared too (kernels write them on every access)
+        if self._subs is None:
+            self._subs = {}
+        sub = self._subs.get(tuple(sig))
+        if sub is None:
+            sub = self._subs[tuple(sig)] = IndexExpr(self.values[key], self.aff)
+        return sub
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -90,12 +113,20 @@ class IndexExpr:
     def __neg__(self): return IndexExpr(-self.values, None if self.aff is None else (-self.aff[0], -self.aff[1]))
     def __pos__(self): return self
 
-    def __lt__(self, o): return Mask(self.values < _arr(o))
-    def __le__(self, o): return Mask(self.values <= _arr(o))
-    def __gt__(self, o): return Mask(self.values > _arr(o))
-    def __ge__(self, o): return Mask(self.values >= _arr(o))
-    def __eq__(self, o): return Mask(self.values == _arr(o))  # type: ignore[override]
-    def __ne__(self, o): return Mask(self.values != _arr(o))  # type: ignore[override]
+    def _compare(self, o: Any, op) -> "Mask":
+        rhs = _arr(o)
+        out = Mask(op(self.values, rhs))
+        rt = _replay.probing()
+        if rt is not None:  # trace-only loop replay extrapolates mask outcomes (sim/replay.py)
+            _replay.note_mask(rt, op, self.values, rhs, out.values)
+        return out
+
+    def __lt__(self, o): return self._compare(o, np.less)
+    def __le__(self, o): return self._compare(o, np.less_equal)
+    def __gt__(self, o): return self._compare(o, np.greater)
+    def __ge__(self, o): return self._compare(o, np.greater_equal)
+    def __eq__(self, o): return self._compare(o, np.equal)  # type: ignore[override]
+    def __ne__(self, o): return self._compare(o, np.not_equal)  # type: ignore[override]
     __hash__ = None  # type: ignore[assignment]
 
 
@@ -126,10 +157,22 @@ class Mask:
         return f"Mask(shape={self.values.shape}, true={int(self.values.sum())})"
 
 
+_ARANGES: dict[tuple[int, int], IndexExpr] = {}
+
+
 def arange(start: int, stop: int | None = None) -> IndexExpr:
+    """``nl.arange``: one shared, read-only expression per range (index expressions are values)."""
     if stop is None:
         start, stop = 0, start
-    return IndexExpr(np.arange(int(start), int(stop), dtype=np.int64), (int(start), 1))
+    start, stop = int(start), int(stop)
+    expr = _ARANGES.get((start, stop))
+    if expr is None:
+        if len(_ARANGES) >= 4096:  # ranges that move with a loop variable: keep the cache small
+            _ARANGES.clear()
+        values = np.arange(start, stop, dtype=np.int64)
+        values.flags.writeable = False
+        expr = _ARANGES[(start, stop)] = IndexExpr(values, (start, 1))
+    return expr
 
 
 class _Grid:
@@ -200,8 +243,9 @@ def basic_key(key: tuple, shape: tuple[int, ...], affs: dict[int, tuple[int, int
     """The basic (int/slice) key that selects the same elements as an advanced ``key``, or None.
 
     ``key`` is a normalized key (ints, slices, int64 arrays) with at least one array. The answer is
-    not None when every array is an in-bounds arithmetic progression (step > 0) along at most one
-    broadcast axis, and the varying axes increase with the tensor axes: then ``t[basic]`` holds the
+    not None when every array is, in row-major order, an in-bounds arithmetic progression (step > 0)
+    along one broadcast axis or several adjacent ones, and the varying axes increase with the tensor
+    axes: then ``t[basic]`` holds the
     elements of ``t[key]`` in the same order, and ``t[basic].reshape(adv_shape)`` equals ``t[key]``.
     Gathers, transposed or diagonal accesses and out-of-bounds indices (legal under a mask) give None.
     ``affs`` maps an axis to the known (start, step) of its array (``IndexExpr.aff``); other arrays are
@@ -228,12 +272,14 @@ def basic_key(key: tuple, shape: tuple[int, ...], affs: dict[int, tuple[int, int
             out.append(start)
             continue
         varying = [d for d, m in enumerate(k.shape) if m > 1]
-        if len(varying) > 1:
-            return None
+        if varying[-1] - varying[0] != len(varying) - 1:
+            return None  # varying axes with a broadcast axis between them
         axis = nd - k.ndim + varying[0]  # position in the right-aligned broadcast shape
         if axis <= last_axis:
             return None
-        last_axis = axis
+        # several adjacent varying axes (``128 * nl.arange(8)[:, None] + nl.arange(128)[None, :]``) address one
+        # tensor axis: a slice when their values, in row-major order, are one progression (checked below)
+        last_axis = axis + len(varying) - 1
         step = int(flat[1]) - start if aff is None else aff[1]
         last = start + step * (n - 1)
         if step <= 0 or start < 0 or last >= size:

@@ -14,7 +14,7 @@ from math import prod as _prod
 
 from accelopt_nb.errors import NKIRuleError, UninitializedReadError
 from accelopt_nb.sim import dtypes as dt
-from accelopt_nb.sim.indexing import Mask, mask_rows_cols
+from accelopt_nb.sim.indexing import Mask, mask_all, mask_rows_cols
 from accelopt_nb.sim.runtime import PMAX, PSUM_BANK_BYTES, Runtime, current
 from accelopt_nb.sim.tensor import Operand, Tensor, View, as_view, combine_written, operand, read, write
 
@@ -69,8 +69,8 @@ def new_result(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, buffer
         if written is not None and written.shape == shape[:1]:   # e.g. a keepdims=False reduction
             written = written.reshape(shape)
     check_tile_shape(rt, api, shape, dtype, buffer)
-    if mask is not None:
-        m = np.broadcast_to(mask, shape)
+    m = None if mask is None else np.broadcast_to(mask, shape)
+    if m is not None and not mask_all(m):  # an all-true mask keeps every element: no validity to carry
         written = m if written is None else (np.broadcast_to(written, shape) & m)
     elif written is not None and written.shape != shape:
         written = np.broadcast_to(written, shape).copy()

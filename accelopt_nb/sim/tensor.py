@@ -3,7 +3,8 @@
 Inside a kernel, tensors are handles: indexing gives a :class:`View` (a region, no data),
 NKI APIs read and write through views, and any attempt to turn a handle into a NumPy array
 raises :class:`OpaqueTensorError`. The data lives in ``_data``; validity of each element
-(written, and not computed from unwritten memory) in ``_written`` (None = all valid).
+(written, and not computed from unwritten memory) in ``_written`` (None = all valid); a new buffer keeps it
+as the boxes written so far (``_cover``) until a question needs the per-element array.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from math import prod as _prod
 
 from accelopt_nb.errors import LoopCarriedDependencyError, OpaqueTensorError
 from accelopt_nb.sim import dtypes as dt
-from accelopt_nb.sim.conflicts import EMPTY, Box, WriteLog, box_of, masked_box
+from accelopt_nb.sim import replay as _replay
+from accelopt_nb.sim.conflicts import EMPTY, Box, Cover, WriteLog, box_of, masked_box
 from accelopt_nb.sim.indexing import IndexExpr, Mask, basic_key, compact, mask_all, mask_count
 from accelopt_nb.sim.runtime import PMAX, Runtime, current
 from accelopt_nb.sim.trace import Region, TensorInfo
@@ -134,11 +136,12 @@ class Tensor(_Opaque):
 
     __slots__ = ("id", "name", "buffer", "kind", "shape", "dtype", "par_axis", "_data", "_written",
                  "_stamps", "_raw", "_mask", "_producer", "_consumed", "_alloc_epoch", "_fast", "_lazy",
-                 "__weakref__")
+                 "_full", "_cover", "_borrowed", "__weakref__")
 
     def __init__(self, rt: Runtime, shape: tuple[int, ...], dtype: Any, buffer: str, kind: str,
                  name: str = "", par_axis: int = 0, data: np.ndarray | None = None,
-                 written: np.ndarray | None | bool = False, raw: bool = False) -> None:
+                 written: np.ndarray | None | bool = False, raw: bool = False, borrowed: bool = False) -> None:
+        """``borrowed``: ``data`` is the caller's (read-only) array, copied before the first write into it."""
         self.id = rt.new_tensor_id()
         self.name = name or f"{kind}{self.id}"
         self.buffer = buffer
@@ -154,6 +157,8 @@ class Tensor(_Opaque):
         self._stamps = None
         self._fast = rt.options.fast_indexing
         self._lazy = False
+        self._full: View | None = None
+        self._borrowed = borrowed and data is not None
         trace_only = rt.options.trace_only
         if trace_only:
             self._data = None
@@ -166,8 +171,11 @@ class Tensor(_Opaque):
             self._lazy = True
         else:
             self._data = np.full(self.shape, dt.nan_fill(self.dtype), dtype=dt.storage(self.dtype))
+        self._cover: Cover | None = None
         if written is True or trace_only:
             self._written = None
+        elif written is False and self._fast:
+            self._written, self._cover = None, Cover()
         elif written is False:
             self._written = np.zeros(self.shape, dtype=bool)
         else:
@@ -185,10 +193,34 @@ class Tensor(_Opaque):
     def on_chip(self) -> bool:
         return self.buffer != "hbm"
 
+    def own(self) -> None:
+        """Copy borrowed data before it changes (kernel inputs are the caller's arrays until written)."""
+        if self._borrowed:
+            self._data = self._data.copy()
+            self._borrowed = False
+
     def full_view(self) -> "View":
-        return View(self, tuple(slice(0, s, 1) for s in self.shape))
+        if self._full is not None:
+            return self._full
+        view = View(self, tuple(slice(0, s, 1) for s in self.shape))
+        # a buffer keeps one (the simulator reads it often and never changes it); a result tile does not:
+        # the reference cycle would keep its data alive until the garbage collector runs
+        if self.kind != "result":
+            self._full = view
+        return view
 
     def __getitem__(self, key: Any) -> "View":
+        view = self._view(key)
+        rt = _replay.probing()
+        if rt is not None:  # trace-only loop replay: this key's ints and slices must stay in bounds
+            _replay.note_key(rt, view.key, self.shape)
+        return view
+
+    def _view(self, key: Any) -> "View":
+        if self._fast and type(key) is tuple:
+            view = _compiler_view(self, key)
+            if view is not None:
+                return view
         if isinstance(key, (Tensor, View)) or (isinstance(key, tuple) and any(isinstance(k, (Tensor, View)) for k in key)):
             return _indirect_view(self, key)
         affs: dict[int, Any] = {}
@@ -230,7 +262,12 @@ class _Alias(Tensor):
         self._stamps = None
         self._fast = base._fast
         self._lazy = base._lazy
+        self._full = None
+        base.own()  # writes through the alias reach the base's memory
+        self._borrowed = False
         self._data = None if base._data is None else base._data.reshape(shape)
+        _materialize(base)  # the alias shares the per-element validity
+        self._cover = None
         self._written = None if base._written is None else base._written.reshape(shape)
 
 
@@ -319,6 +356,109 @@ def _full_slices_to_arrays(t: Tensor, norm: list[Any]) -> list[Any]:
 _UNSET = object()
 
 
+# ---- compiler-style keys ---------------------------------------------------------------
+# Compiler-style kernels index every axis with an int (a loop variable) or an affine nl.arange expression
+# (``t[i, j, nl.arange(128)[:, None], 512 * k + nl.arange(512)[None, :]]``), thousands of times from one
+# source line. The key's structure (which axes take ints, the shapes of the expressions) fixes the view's
+# shape and the layout of its basic key; only the ints and each expression's (start, step) change between
+# iterations. A plan per structure turns such a key into the View the general path builds (same key, shape
+# and basic key) with a bounds check per axis; anything else (slices, gathers, out-of-bounds indices that
+# a mask may excuse, errors) takes the general path.
+
+_PLANS: dict[tuple, tuple | None] = {}   # (tensor shape, on chip, key structure) -> (sizes, view shape) | None
+
+
+def _plan(shape: tuple[int, ...], on_chip: bool, sig: tuple) -> tuple | None:
+    """Per axis None (an int) or the expression's element count; and the view shape. None: no plan."""
+    arrays = [s for s in sig if s is not None]
+    nd = max(len(s) for s in arrays)
+    try:
+        bshape = _broadcast_shapes(arrays)
+    except ValueError:
+        return None
+    sizes: list[int | None] = []
+    last_axis = -1
+    for s in sig:
+        if s is None:
+            sizes.append(None)
+            continue
+        n = int(_prod(s))
+        varying = [d for d, m in enumerate(s) if m > 1]
+        if n == 0 or len(varying) > 1:
+            return None
+        if n > 1:  # one varying axis, in the order of the tensor's axes (else a transposed access: no box)
+            axis = nd - len(s) + varying[0]
+            if axis <= last_axis:
+                return None
+            last_axis = axis
+        sizes.append(n)
+    vshape = tuple(int(n) for n in bshape)
+    if on_chip and len(vshape) == 1:
+        vshape = (vshape[0], 1)
+    return tuple(sizes), vshape
+
+
+def _compiler_view(t: Tensor, key: tuple) -> "View | None":
+    """``t[key]`` for a compiler-style key through its plan, or None (then the general path decides)."""
+    if len(key) != len(t.shape):
+        return None
+    sig = []
+    for k in key:
+        if type(k) is IndexExpr:
+            if k.aff is None:
+                return None
+            sig.append(k.values.shape)
+        elif isinstance(k, int) or isinstance(k, np.integer):
+            sig.append(None)
+        else:
+            return None
+    plan_key = (t.shape, t.buffer != "hbm", tuple(sig))
+    try:
+        plan = _PLANS[plan_key]
+    except KeyError:
+        if len(_PLANS) >= 4096:  # one entry per tensor shape and key structure: stays small in practice
+            _PLANS.clear()
+        has_array = any(s is not None for s in sig)
+        plan = _PLANS[plan_key] = _plan(t.shape, t.buffer != "hbm", plan_key[2]) if has_array else None
+    if plan is None:
+        return None
+    sizes, vshape = plan
+    norm: list[Any] = []
+    basic: list[Any] = []
+    lo: list[int] = []   # the region's box, known here at no extra pass
+    hi: list[int] = []
+    affs: dict[int, Any] = {}
+    for axis, k in enumerate(key):
+        size = t.shape[axis]
+        n = sizes[axis]
+        if n is None:
+            k = int(k)
+            if k < 0 or k >= size:
+                return None
+            norm.append(k)
+            basic.append(k)
+            lo.append(k)
+            hi.append(k + 1)
+            continue
+        start, step = k.aff
+        norm.append(k.values)
+        affs[axis] = k.aff
+        if n == 1:
+            if start < 0 or start >= size:
+                return None
+            basic.append(start)
+            lo.append(start)
+            hi.append(start + 1)
+            continue
+        last = start + step * (n - 1)
+        if step <= 0 or start < 0 or last >= size:
+            return None
+        basic.append(slice(start, last + 1, step))
+        lo.append(start)
+        hi.append(last + 1)
+    return View.planned(t, tuple(norm), vshape, tuple(basic), affs, (lo, hi))
+
+
 def _broadcast_shapes(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
     """``np.broadcast_shapes`` for the common case, falling back to it (and its error) otherwise."""
     nd = max(len(s) for s in shapes)
@@ -379,7 +519,8 @@ def _indirect_view(t: Tensor, key: Any) -> "View":
 class View(_Opaque):
     """A region of a tensor, produced by indexing. Holds no data."""
 
-    __slots__ = ("tensor", "key", "shape", "advanced", "_region", "_accum_pending", "_basic", "_affs", "indirect")
+    __slots__ = ("tensor", "key", "shape", "advanced", "_region", "_accum_pending", "_basic", "_affs", "indirect",
+                 "_box")
 
     def __init__(self, tensor: Tensor, key: tuple, affs: dict[int, Any] | None = None) -> None:
         self.tensor = tensor
@@ -391,6 +532,7 @@ class View(_Opaque):
         self._basic: Any = _UNSET
         self._affs = affs
         self._accum_pending = False
+        self._box: tuple[list[int], list[int]] | None = None   # the region's (lo, hi) when a key plan knew it
         if self.advanced:
             shape = _broadcast_shapes(arrays)
         else:
@@ -402,6 +544,23 @@ class View(_Opaque):
         if tensor.on_chip and len(shape) == 1:
             shape = (shape[0], 1)  # a 1-D on-chip access keeps its partition axis: treat as [P, 1]
         self.shape = tuple(int(s) for s in shape)
+
+    @classmethod
+    def planned(cls, tensor: Tensor, key: tuple, shape: tuple[int, ...], basic: tuple, affs: dict[int, Any],
+                box: tuple[list[int], list[int]]) -> "View":
+        """An advanced view whose shape, basic key and region box a key plan already knows (``_compiler_view``)."""
+        self = cls.__new__(cls)
+        self.tensor = tensor
+        self.key = key
+        self.indirect = ()
+        self.advanced = True
+        self._region = None
+        self._basic = basic
+        self._affs = affs
+        self._accum_pending = False
+        self._box = box
+        self.shape = shape
+        return self
 
     @property
     def basic(self) -> tuple | None:
@@ -450,6 +609,9 @@ class View(_Opaque):
         if len(expanded) > len(sliced_axes):
             raise current().rule_error("indexing", f"too many indices for view of shape {self.shape}",
                                        "index count must not exceed tile rank")
+        rt = _replay.probing()
+        if rt is not None:  # trace-only loop replay: the view-relative bounds checked below
+            _replay.note_view_key(rt, expanded, [self.key[a].stop - self.key[a].start for a in sliced_axes])
         for axis, k in zip(sliced_axes, expanded):
             base = self.key[axis]
             length = base.stop - base.start
@@ -484,14 +646,27 @@ class View(_Opaque):
 
     # ---- trace region ----------------------------------------------------------------
     def region(self, mask: Any = None) -> Region:
-        if self._region is not None and mask is None:
+        if mask is None and self._region is not None:
             return self._region
         t = self.tensor
-        lo, hi = [], []
-        # an affine arange key spans the same box as its basic equivalent
-        key = self.basic if self.advanced and self.basic is not None else self.key
+        clamped = False   # a key plan's box is in bounds by construction
+        if self._box is not None:
+            lo, hi = self._box
+            key: tuple = ()
+        else:
+            lo, hi = [], []
+            # an affine arange key spans the same box as its basic equivalent
+            key = self.key
+            if self.advanced:
+                basic = self.basic
+                if basic is not None:
+                    key = basic
         for k, size in zip(key, t.shape):
-            if isinstance(k, slice):
+            kind = type(k)
+            if kind is int:
+                lo.append(k)
+                hi.append(k + 1)
+            elif kind is slice:
                 lo.append(k.start)
                 hi.append(max(k.start, k.stop))
             elif isinstance(k, np.ndarray):
@@ -499,21 +674,22 @@ class View(_Opaque):
                 a1 = int(k.max()) + 1 if k.size else 0
                 lo.append(min(max(a0, 0), size))
                 hi.append(min(max(a1, 0), size))
+                clamped = clamped or not 0 <= a0 <= a1 <= size
             else:
                 lo.append(k)
                 hi.append(k + 1)
-        elements = int(_prod(self.shape)) if self.shape else 1
-        if mask is not None:
-            elements = mask_count(mask, self.shape)
+        elements = mask_count(mask, self.shape) if mask is not None else (int(_prod(self.shape)) if self.shape else 1)
         block = 0
-        if t.par_axis:
-            if all(hi[i] - lo[i] == 1 for i in range(t.par_axis)):
-                for i in range(t.par_axis):  # row-major flat index of the block
-                    block = block * t.shape[i] + lo[i]
-            else:
+        for i in range(t.par_axis):  # row-major flat index of the block, or -1 when it spans several
+            if hi[i] - lo[i] != 1:
                 block = -1
+                break
+            block = block * t.shape[i] + lo[i]
         reg = Region(tensor=t.id, buffer=t.buffer, lo=tuple(lo), hi=tuple(hi), elements=elements,
                      itemsize=dt.itemsize(t.dtype), block=block)
+        rt = _replay.probing()
+        if rt is not None:  # trace-only loop replay checks extrapolated regions against this shape
+            _replay.note_region(rt, reg, t.shape, clamped)
         if mask is None:
             self._region = reg
         return reg
@@ -602,12 +778,14 @@ def read(view: View, mask: np.ndarray | None, api: str) -> tuple[np.ndarray | No
             _check_bounds(view, None, api)
             key = _np_key(view)
         data = t._data[key]
-        written = None if t._written is None else t._written[key]
+        written = _validity(t, key)
         data = _fill_unwritten(t, data, written)
     else:
         key = _np_key(view)
         data = t._data[key]
-        written = None if t._written is None else t._written[key]
+        written = _validity(t, key)
+        if written is not None and written.all():
+            written = None
         data = _fill_unwritten(t, data, written)
     if data.shape != shape:
         data = data.reshape(shape)
@@ -627,7 +805,9 @@ def _read_basic(t: Tensor, basic: tuple, adv_shape: tuple[int, ...],
                 mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
     """``read`` of an advanced view through its equivalent basic key (a view instead of a gather)."""
     data = t._data[basic]
-    written = None if t._written is None else t._written[basic]
+    written = _validity(t, basic)
+    if written is not None and written.all():
+        written = None  # all valid: nothing to fill, and no validity to carry (what read() would conclude)
     data = _fill_unwritten(t, data, written)
     if mask is not None:
         m = np.broadcast_to(mask, adv_shape)
@@ -635,11 +815,51 @@ def _read_basic(t: Tensor, basic: tuple, adv_shape: tuple[int, ...],
             # the general path reads masked-off elements at index 0 of every axis: same values here
             origin = (0,) * t._data.ndim
             data = data.copy()
-            np.copyto(data, _fill_unwritten(t, t._data[origin], None if t._written is None else t._written[origin]),
+            np.copyto(data, _fill_unwritten(t, t._data[origin], _validity(t, origin)),
                       where=~m.reshape(data.shape))
     if written is not None:
         written = written.copy()  # the general path's gather never aliased the tensor's validity
     return data, written
+
+
+def _validity(t: Tensor, key: tuple) -> np.ndarray | None:
+    """``t._written[key]``, or None when every element there is valid."""
+    if t._cover is not None:
+        box = _box(key)
+        if box is not None:
+            if t._cover.covers(box):
+                return None
+            local = t._cover.local(box)  # e.g. a ragged tile: painted for this box alone
+            if local is not None:
+                return local.reshape(tuple(n for k, n in zip(key, local.shape) if type(k) is slice))
+        _materialize(t)
+    return None if t._written is None else t._written[key]
+
+
+def _mark_written(t: Tensor, key: tuple, written: np.ndarray | None) -> None:
+    """``t._written[key] = written`` (None: all valid)."""
+    if t._cover is not None:
+        box = _box(key) if written is None else None
+        if box is not None:
+            t._cover.add(box)
+            return
+        _materialize(t)
+    if t._written is not None:
+        t._written[key] = True if written is None else written
+
+
+def _box(key: tuple) -> Box | None:
+    """The box of a basic key of ints and slices; None for anything else (arrays, empty slices)."""
+    for k in key:
+        if type(k) is not int and type(k) is not slice:
+            return None
+    return box_of(key)
+
+
+def _materialize(t: Tensor) -> None:
+    """Switch a tensor's validity from written boxes to the per-element array."""
+    if t._cover is not None:
+        t._written, t._cover = t._cover.mask(t.shape), None
 
 
 def _fill_unwritten(t: Tensor, data: Any, written: Any) -> Any:
@@ -651,7 +871,7 @@ def _fill_unwritten(t: Tensor, data: Any, written: Any) -> Any:
 
 
 def _adv_shape(view: View) -> tuple[int, ...]:
-    return np.broadcast_shapes(*[k.shape for k in view.key if isinstance(k, np.ndarray)])
+    return _broadcast_shapes([k.shape for k in view.key if isinstance(k, np.ndarray)])
 
 
 def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mask: np.ndarray | None,
@@ -666,6 +886,7 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
     _loop_conflict_check(rt, view, mask, api, accumulate or reduction)
     if t._data is None or values is None:
         return
+    t.own()
     shape = view.shape
     store_dtype = dt.storage(t.dtype)
     vals = np.broadcast_to(values, shape)
@@ -699,12 +920,14 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
         m = np.broadcast_to(mask, sub.shape)
         if accumulate:
             prev = sub.astype(np.float32)
-            if t._written is not None:
-                prev = np.where(t._written[key], prev, 0.0)
+            prev_w = _validity(t, key)
+            if prev_w is not None:
+                prev = np.where(prev_w, prev, 0.0)
             new = dt.cast(prev + vals, t.dtype)
         else:
             new = dt.cast(np.asarray(vals), t.dtype)
         np.copyto(sub, np.broadcast_to(new, sub.shape).astype(store_dtype, copy=False), where=m)
+        _materialize(t)  # a masked write is no box
         if t._written is not None:
             wsub = t._written[key]
             src = True if written is None else np.broadcast_to(written, sub.shape)
@@ -726,29 +949,41 @@ def _write_basic(t: Tensor, basic: tuple, vals: np.ndarray, written: np.ndarray 
     m = m.reshape(sub.shape)
     if accumulate:
         prev = sub.astype(np.float32)
-        if t._written is not None:
-            prev = np.where(t._written[basic], prev, 0.0)
+        prev_w = _validity(t, basic)
+        if prev_w is not None:
+            prev = np.where(prev_w, prev, 0.0)
         new = dt.cast(prev + vals, t.dtype)
     else:
         new = dt.cast(np.asarray(vals), t.dtype) if not t._raw else vals
     np.copyto(sub, new, where=m, casting="unsafe")
+    if t._cover is not None and w_src is None:
+        kept = masked_box(basic, m)   # a ragged tile's mask keeps a box
+        if kept is EMPTY:
+            return
+        if kept is not None:
+            t._cover.add(kept)
+            return
+    _materialize(t)
     if t._written is not None:
         np.copyto(t._written[basic], True if w_src is None else w_src, where=m)
 
 
 def _store(t: Tensor, key: tuple, vals: np.ndarray, written: np.ndarray | None, store_dtype, accumulate: bool) -> None:
     if accumulate:
-        prev = t._data[key].astype(np.float32)
-        if t._written is not None:
-            prev_w = t._written[key]
-            if not prev_w.all():
+        prev_w = _validity(t, key)
+        if (prev_w is None or prev_w.all()) and t.dtype == dt.float32 and vals.dtype == np.float32 \
+                and _box(key) is not None:
+            sub = t._data[key]  # a view: fp32 + fp32 rounds the same in place
+            np.add(sub, vals, out=sub)
+        else:
+            prev = t._data[key].astype(np.float32)
+            if prev_w is not None and not prev_w.all():
                 # PSUM accumulation onto never-written memory starts the group: overwrite
                 prev = np.where(prev_w, prev, 0.0)
-        t._data[key] = dt.cast(prev + vals, t.dtype)
+            t._data[key] = dt.cast(prev + vals, t.dtype)
     else:
         t._data[key] = dt.cast(np.asarray(vals), t.dtype) if not t._raw else vals
-    if t._written is not None:
-        t._written[key] = True if written is None else written
+    _mark_written(t, key, written)
 
 
 def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: str, accumulate: bool) -> None:

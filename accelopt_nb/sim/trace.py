@@ -150,6 +150,7 @@ class Trace:
     trace_only: bool = False
     num_cores: int = 1                                         # physical NeuronCores used (nl.nc launch grids)
     program_cores: dict[int, int] = field(default_factory=dict)  # flat SPMD program id -> core, when num_cores > 1
+    replayed: int = 0          # instructions extrapolated by trace-only loop replay, not executed (sim/replay.py)
 
     def __len__(self) -> int:
         return len(self.instructions)

@@ -1,0 +1,373 @@
+"""Loop replay in trace-only mode: run a few iterations, extrapolate the rest, exactly or not at all.
+
+A trace-only simulation spends ~100 µs of Python per instruction, and compiler-style kernels issue tens
+of thousands of instructions from a handful of loop bodies. In trace-only mode an ``nl.*_range`` loop
+runs its first :data:`PROBES` iterations for real (*probes*). If their records (instructions, tensors
+registered, loop uids, epochs, counters) are structurally identical and every integer in them moves by
+the same delta from one probe to the next, the runtime stops running the Python body and builds the
+records of the following iterations by extrapolation, leaving the trace and the runtime's counters as
+running every iteration would.
+
+Extrapolation is only used where it provably gives the same records:
+
+* the loop passes the static check of :mod:`accelopt_nb.sim.loopcheck` (no Python state carried across
+  iterations or out of the loop, stores only into NKI tensors, calls only to NKI / NumPy / pure code);
+* the loop variable is a tainted int while probing (:mod:`accelopt_nb.sim.taint`): affine arithmetic
+  keeps the taint; anything else done with it outside the simulator (comparisons, ``bool``, ``hash``,
+  ``//``, ``%``, ``int()``, formatting, NumPy conversion) marks its loops as not replayable;
+* every mask comparison made while probing (``nl.arange(...) + 128 * i < n``) is extrapolated too:
+  replay stops at the first iteration where its outcome would change (a ragged tail), which then runs
+  for real, and probing starts again after it;
+* no region was clamped to its tensor while probing, and replay stops before the first iteration
+  whose extrapolated regions, or int and slice indices (used by an instruction or not), would leave
+  their tensor or view (where a real run clamps or raises);
+* the runtime's other state (log, warnings, pending ``loop_reduce``, shared HBM cursor, ...) does not
+  change while probing.
+
+When the first probes differ (a ``loop_reduce`` restarting at the loop's first iteration) one more
+iteration runs and the last :data:`PROBES` are compared. A nested loop replays inside each executed
+iteration of its parent, and the parent replays as a whole (its records include the child's extrapolated
+ones; the child hands up its last mask outcomes and index bounds, the far corner of its range). Mask
+outcomes and bounds are linear in each loop variable, so checking a range's ends checks all of it.
+``Trace.replayed`` counts extrapolated instructions. ``SimOptions(loop_replay=False)`` runs every
+iteration.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Iterator
+
+import numpy as np
+
+from accelopt_nb.sim import loopcheck
+from accelopt_nb.sim import replay_records as records
+from accelopt_nb.sim.runtime import LoopFrame, Runtime, active
+from accelopt_nb.sim.taint import ProbeIndex
+from accelopt_nb.sim.trace import Region, Trace
+
+PROBES = 3         # iterations compared (two steps: a constant step is seen twice)
+WARMUP = 1         # iterations that may run first when the probes differ (a loop_reduce restarting at the start)
+_log = logging.getLogger(__name__)
+
+
+# ---- probes -----------------------------------------------------------------------------------------
+class Probe:
+    """One loop instance's evidence while its probe iterations run."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None        # why this loop cannot be replayed at all
+        self.mismatch: str | None = None      # why the latest probe iterations do not extrapolate
+        self.events: list[list[tuple]] = []   # per probe iteration: (op, lhs, rhs, result) of mask comparisons
+        self.keys: list[list[int]] = []       # per probe iteration: (lo, hi, size) of every int and slice index
+
+    def fail(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+
+def probing() -> Runtime | None:
+    """The runtime of this thread when one of its loops is probing (the hooks' gate)."""
+    rt = active()
+    return rt if rt is not None and rt.probes else None
+
+
+def note_mask(rt: Runtime, op: Any, lhs: np.ndarray, rhs: Any, result: np.ndarray) -> None:
+    """A mask comparison made while probing (``IndexExpr`` comparison hook)."""
+    rhs = np.asarray(rhs)
+    for p in rt.probes:
+        if p.events:
+            p.events[-1].append((op, lhs, rhs, result))
+
+
+def note_key(rt: Runtime, key: tuple, shape: tuple[int, ...]) -> None:
+    """A tensor indexed while probing (``Tensor.__getitem__`` hook): its ints and slices as (lo, hi, size)."""
+    out = []
+    for k, size in zip(key, shape):
+        if type(k) is int:
+            out += (k, k + 1, size)
+        elif type(k) is slice:
+            out += (k.start, k.stop, size)
+    if out:
+        for p in rt.probes:
+            p.keys[-1] += out
+
+
+def note_view_key(rt: Runtime, key: list[Any], lengths: list[int]) -> None:
+    """A view re-indexed while probing (``View.__getitem__`` hook): bounds relative to the view's axes."""
+    out: list[int] = []
+    for k, length in zip(key, lengths):
+        if isinstance(k, slice):
+            if (k.start is None or isinstance(k.start, int)) and (k.stop is None or isinstance(k.stop, int)):
+                out += (0 if k.start is None else int(k.start), length if k.stop is None else int(k.stop), length)
+        elif isinstance(k, int):
+            out += (int(k), int(k) + 1, length)
+    if out:
+        for p in rt.probes:
+            p.keys[-1] += out
+
+
+def note_region(rt: Runtime, region: Region, shape: tuple[int, ...], clamped: bool) -> None:
+    """A region recorded while probing (``View.region`` hook): its view's shape, and whether it was clamped."""
+    rt.region_shapes[id(region)] = shape
+    if clamped:
+        for p in rt.probes:
+            p.fail("a region was clamped to its tensor")
+
+
+def trace_fields(trace: Trace) -> tuple:
+    """Everything a trace records except ``replayed``, as plain data: what replay must leave unchanged."""
+    return ([dataclasses.astuple(i) for i in trace.instructions],
+            [dataclasses.astuple(t) for t in trace.tensors.values()], list(trace.tensors), trace.kernel_name,
+            trace.grid, trace.trace_only, trace.num_cores, trace.program_cores)
+
+
+# ---- the loop ---------------------------------------------------------------------------------------
+def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[int]:
+    """Iterate ``values`` for the kernel frame ``caller``, replaying what can be replayed."""
+    site: loopcheck.LoopSite | str = "loop not called from kernel code"
+    if caller is not None and caller.f_code.co_filename in rt.kernel_files:
+        site = loopcheck.loop_site(caller.f_code, caller.f_lineno)
+    if isinstance(site, str):
+        _log.debug("loop at %s runs every iteration: %s", caller and caller.f_lineno, site)
+    n = len(values)
+    pos = 0
+    while pos < n:
+        if isinstance(site, str) or n - pos <= PROBES:
+            for i in values[pos:]:
+                yield rt.enter_iteration(frame, i)
+            return
+        probe = Probe()
+        marks = [_mark(rt)]
+        done = None
+        while done is None and probe.reason is None and pos < n and len(marks) <= PROBES + WARMUP:
+            probe.events.append([])
+            probe.keys.append([])
+            rt.probes.append(probe)
+            try:
+                idx = rt.enter_iteration(frame, values[pos], ProbeIndex)
+                idx.deps = (probe,)
+                yield idx
+            finally:
+                rt.probes.remove(probe)
+            pos += 1
+            marks.append(_mark(rt))
+            if len(marks) == 2:
+                reason = loopcheck.runtime_reason(site, caller.f_locals, caller.f_globals, rt.kernel_files,
+                                                  _sim_types())
+                if reason:
+                    probe.fail(reason)
+            if len(marks) > PROBES and probe.reason is None:
+                done = _extrapolate(rt, frame, values, pos, probe, marks[-PROBES - 1:], probe.events[-PROBES:],
+                                    probe.keys[-PROBES:])
+        if not rt.probes:
+            rt.region_shapes.clear()
+            rt.replayed_blocks.clear()
+            rt.flattened.clear()
+        if done is None:
+            site = probe.reason or probe.mismatch or "replay check failed"
+            _log.debug("loop at %s:%s runs every iteration: %s", caller.f_code.co_filename, caller.f_lineno, site)
+        else:
+            pos += done
+
+
+def _sim_types() -> tuple[type, ...]:
+    from accelopt_nb.sim.indexing import IndexExpr, Mask, _Grid, _MGrid
+    from accelopt_nb.sim.tensor import Tensor, View
+    return (Tensor, View, IndexExpr, Mask, _Grid, _MGrid)
+
+
+_MARK_SKIP = frozenset({"trace", "loops", "loop_key", "epoch", "_next_uid", "_next_tensor", "probes", "region_shapes",
+                        "replayed_blocks", "flattened"})
+
+
+def _mark(rt: Runtime) -> tuple:
+    """The runtime at an iteration boundary: positions, counters, and the identity of everything else."""
+    other = tuple((k, id(v), len(v) if isinstance(v, (list, dict)) else None)
+                  for k, v in vars(rt).items() if k not in _MARK_SKIP)
+    return (len(rt.trace.instructions), rt._next_tensor, rt._next_uid, rt.epoch, other)
+
+
+# ---- the check and the extrapolation -------------------------------------------------------------------
+def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: Probe, marks: list[tuple],
+                 events: list[list[tuple]], keys: list[list[int]]) -> int | None:
+    """Append the records of as many iterations from ``pos`` as provably repeat the last probes' step.
+
+    ``marks`` are the runtime at the boundaries of the last :data:`PROBES` iterations, ``events`` their
+    mask comparisons. Returns how many iterations were appended, or None (``probe.mismatch`` or
+    ``probe.reason`` says why).
+    """
+    probe.mismatch = None
+    if any(m[4] != marks[0][4] for m in marks):
+        probe.mismatch = "runtime state other than the trace changed in the loop body"
+        return None
+    counters = np.array([m[:4] for m in marks], dtype=np.int64)
+    steps = np.diff(counters, axis=0)
+    if (steps != steps[0]).any():
+        probe.mismatch = "iterations differ in their instruction, tensor, loop or epoch counts"
+        return None
+    flats = [records.flatten(rt, marks[j], marks[j + 1]) for j in range(PROBES)]
+    sig, last, flat = flats[-1]
+    try:
+        same = all(f[0] == sig for f in flats[:-1])
+    except Exception:  # noqa: BLE001 - a constant whose == is not a truth value (an array): not provably equal
+        same = False
+    if not same:
+        probe.mismatch = "iterations differ in structure"
+        return None
+    deltas = np.diff(np.stack([f[1] for f in flats]), axis=0)
+    if (deltas != deltas[0]).any():
+        probe.mismatch = "a number in the records does not change by a constant step"
+        return None
+    delta = deltas[0]
+    count, comparisons = _mask_limit(probe, events, len(values) - pos)
+    if count is None:
+        return None
+    count, bounds = _key_limit(probe, keys, count)
+    if count is None:
+        return None
+    count = _bounds_limit(flat, last, delta, count)
+    if count is None:
+        probe.fail("a region of the records cannot be checked against its tensor")
+        return None
+    if count <= 0:
+        return 0
+    _emit(rt, frame, values, pos, last, delta, count, steps[0], flat)
+    # an enclosing probing loop must also see this loop's last mask outcomes and index bounds: the far corner
+    # of its range (each is linear in both loops' variables, so the corners decide the whole rectangle)
+    for p in rt.probes:
+        p.events[-1].extend((op, lhs + count * dl, rhs + count * dr, res) for op, lhs, dl, rhs, dr, res in comparisons)
+        p.keys[-1] += bounds(count)
+    return count
+
+
+def _mask_limit(probe: Probe, ev: list[list[tuple]], count: int) -> tuple[int | None, list[tuple]]:
+    """How many of ``count`` further iterations see every mask comparison come out as in the probes,
+    and each comparison as (op, lhs, lhs step, rhs, rhs step, outcome) at the last probe."""
+    comparisons: list[tuple] = []
+    if any(len(e) != len(ev[0]) for e in ev):
+        probe.mismatch = "iterations differ in their mask comparisons"
+        return None, comparisons
+    for k in range(len(ev[0])):
+        ops = {e[k][0] for e in ev}
+        if len(ops) != 1:
+            probe.mismatch = "iterations differ in their mask comparisons"
+            return None, comparisons
+        op = ev[0][k][0]
+        lhs = [np.asarray(e[k][1]) for e in ev]
+        rhs = [np.asarray(e[k][2]) for e in ev]
+        res = [e[k][3] for e in ev]
+        try:
+            dl = [lhs[j + 1] - lhs[j] for j in range(PROBES - 1)]
+            dr = [rhs[j + 1] - rhs[j] for j in range(PROBES - 1)]
+        except ValueError:
+            probe.mismatch = "iterations differ in their mask comparisons"
+            return None, comparisons
+        if any(r.shape != res[0].shape or not np.array_equal(r, res[0]) for r in res) or \
+                any(d.shape != dl[0].shape or not np.array_equal(d, dl[0]) for d in dl) or \
+                any(d.shape != dr[0].shape or not np.array_equal(d, dr[0]) for d in dr):
+            probe.mismatch = "a mask comparison changes between probe iterations"
+            return None, comparisons
+        comparisons.append((op, lhs[-1], dl[0], rhs[-1], dr[0], res[0]))
+        count = min(count, _comparison_limit(op, lhs[-1], dl[0], rhs[-1], dr[0], res[0], count))
+    return count, comparisons
+
+
+def _key_limit(probe: Probe, keys: list[list[int]], count: int) -> tuple[int | None, Any]:
+    """How many of ``count`` further iterations keep every int and slice index in bounds, and the bounds
+    (as a flat list) at a given step past the last probe."""
+    arrs = [np.array(k, dtype=np.int64).reshape(-1, 3) for k in keys]
+    if any(a.shape != arrs[0].shape or (a[:, 2] != arrs[0][:, 2]).any() for a in arrs):
+        probe.mismatch = "iterations differ in the tensors they index"
+        return None, None
+    steps = np.diff(np.stack(arrs), axis=0)
+    if (steps != steps[0]).any():
+        probe.mismatch = "an index does not change by a constant step"
+        return None, None
+    last, step = arrs[-1], steps[0]
+    lo, hi, size = last[:, 0], last[:, 1], last[:, 2]
+    d_lo, d_hi = step[:, 0], step[:, 1]
+    for value, d in ((lo, d_lo), (size - hi, -d_hi), (hi - lo, d_hi - d_lo)):   # each must stay >= 0
+        down = d < 0
+        if down.any():
+            count = min(count, int((value[down] // -d[down]).min()))
+    return count, lambda t: (last + t * step).ravel().tolist()
+
+
+def _comparison_limit(op: Any, lhs: np.ndarray, dl: np.ndarray, rhs: np.ndarray, dr: np.ndarray,
+                      res: np.ndarray, count: int) -> int:
+    """Largest t <= count with ``op(lhs + s*dl, rhs + s*dr) == res`` for every s in 1..t.
+
+    Each element's outcome along s is a half-line (ordering ops) or a point (equality), so for the
+    ordering ops "same at t" implies "same at every s <= t" and a bisection finds the limit.
+    """
+    def same(t: int) -> bool:
+        return bool(np.array_equal(op(lhs + t * dl, rhs + t * dr), res))
+
+    if op in (np.equal, np.not_equal):
+        slope = np.broadcast_to(dl - dr, np.broadcast_shapes(lhs.shape, rhs.shape, dl.shape, dr.shape))
+        gap = np.broadcast_to(lhs - rhs, slope.shape)
+        moving = slope != 0
+        if not moving.any():
+            return count
+        s, g = slope[moving], gap[moving]
+        hits = (g % s == 0) & (-g // s >= 1)   # the one s where the element would equal
+        return count if not hits.any() else min(count, int((-g[hits] // s[hits]).min()) - 1)
+    if same(count):
+        return count
+    lo, hi = 0, count   # same(lo), not same(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if same(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _bounds_limit(flat: records.Flat, last: np.ndarray, delta: np.ndarray, count: int) -> int | None:
+    """Largest t <= count whose extrapolated regions all stay inside their view shapes; None if unknown."""
+    if flat.unchecked:
+        return None
+    free = flat.slots("free")
+    if free.size and delta[free].any():
+        return None  # a moving region of unknown shape
+    lo, hi, size = flat.slots("lo"), flat.slots("hi"), flat.slots("size")
+    for slots, low_side in ((lo, True), (hi, False)):
+        # a region bound must stay within [0, size]; lo and hi are both bounds of the same box
+        base, step = last[slots], delta[slots]
+        down, up = step < 0, step > 0
+        if down.any():
+            count = min(count, int((base[down] // -step[down]).min()))
+        if up.any():
+            count = min(count, int(((size[up] - base[up]) // step[up]).min()))
+    return count
+
+
+def _emit(rt: Runtime, frame: LoopFrame, values: range, pos: int, last: np.ndarray, delta: np.ndarray,
+          count: int, step: np.ndarray, flat: records.Flat) -> None:
+    """Append ``count`` extrapolated iterations and advance the runtime's counters past them."""
+    plan = [(*records.builder(rec_sig), first, tensor) for rec_sig, first, tensor in flat.plan]
+    rows = last[None, :] + np.arange(1, count + 1, dtype=np.int64)[:, None] * delta[None, :]
+    trace = rt.trace
+    ins, tens = trace.instructions, trace.tensors
+    first_ins, first_tensor = len(ins), rt._next_tensor
+    append = ins.append
+    for v in rows.tolist():
+        for build, consts, o, tensor in plan:
+            rec = build(v, o, consts)
+            if tensor:
+                tens[rec.id] = rec
+            else:
+                append(rec)
+    trace.replayed += len(ins) - first_ins
+    if rt.probes:  # an enclosing loop is probing: it reads these records back as one block
+        records.keep_block(rt, flat, rows, count, ins[first_ins] if len(ins) > first_ins else None,
+                    tens.get(first_tensor), int(step[1]))
+    _, n_tensor, n_uid, n_epoch = (int(x) * count for x in step)
+    rt._next_tensor += n_tensor
+    rt._next_uid += n_uid
+    rt.epoch += n_epoch
+    frame.iteration = values[pos + count - 1]
+    if frame.kind == "affine":
+        frame.iter_epoch = rt.epoch - int(step[3]) + 1

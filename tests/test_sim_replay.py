@@ -1,0 +1,291 @@
+"""Trace-only loop replay gives the trace that running every iteration gives, or is not used.
+
+Every test simulates a kernel twice in trace-only mode, with loop replay (the default) and with
+``SimOptions(loop_replay=False)``, and compares the two traces field by field (and, where it raises,
+the two errors). The adversarial kernels each break one premise of replay (control flow on the loop
+variable, Python state carried between iterations or out of the loop, a ragged or out-of-bounds last
+tile, non-affine index arithmetic, a helper with hidden state); the plain ones check that replay does
+extrapolate, so the comparison is not vacuous.
+"""
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+import nkibench
+from accelopt_nb.errors import KernelError
+from accelopt_nb.perf import estimate
+from accelopt_nb.sim import SimOptions, load_kernel, simulate
+from accelopt_nb.sim.replay import trace_fields
+
+REPLAY = SimOptions(trace_only=True)
+FULL = SimOptions(trace_only=True, loop_replay=False)
+HEADER = "import numpy as np\nimport neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\n\n"
+
+
+def run_both(source: str, *inputs):
+    """(replayed trace or error, full trace or error): equal errors or equal traces are asserted."""
+    kernel = load_kernel(source=HEADER + textwrap.dedent(source))
+    out = []
+    for options in (REPLAY, FULL):
+        try:
+            out.append(simulate(kernel, *inputs, options=options).trace)
+        except KernelError as exc:
+            out.append(exc)
+    fast, full = out
+    if isinstance(full, Exception) or isinstance(fast, Exception):
+        assert type(fast) is type(full) and str(fast) == str(full), (fast, full)
+        assert (fast.line, fast.rule) == (full.line, full.rule)
+    else:
+        assert trace_fields(fast) == trace_fields(full)
+        assert full.replayed == 0
+    return fast, full
+
+
+def rows(n: int, cols: int = 64) -> np.ndarray:
+    return np.arange(n * cols, dtype=np.float32).reshape(n, cols)
+
+
+PLAIN = """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ip = nl.arange(128)[:, None]
+    jf = nl.arange(64)[None, :]
+    for i in nl.affine_range(a.shape[0] // 128):
+        t = nl.load(a[i * 128 + ip, jf])
+        u = nl.exp(t)
+        nl.store(out[i * 128 + ip, jf], value=u)
+    return out
+"""
+
+
+def test_plain_loop_is_replayed_and_equal():
+    fast, full = run_both(PLAIN, rows(128 * 10))
+    assert len(fast) == 30 and fast.replayed == 21   # 3 probe iterations run, 7 extrapolated
+
+
+def test_switch_turns_replay_off():
+    kernel = load_kernel(source=HEADER + textwrap.dedent(PLAIN))
+    assert simulate(kernel, rows(1280), options=FULL).trace.replayed == 0
+    assert simulate(kernel, rows(1280), options=REPLAY).trace.replayed > 0
+    assert simulate(kernel, rows(1280)).trace.replayed == 0   # values mode always runs every iteration
+
+
+def test_control_flow_on_the_loop_variable():
+    fast, _ = run_both(PLAIN.replace("u = nl.exp(t)", "u = nl.exp(t)\n        if i == 6:\n            u = nl.exp(u)"),
+                       rows(1280))
+    assert fast.replayed == 0
+
+
+@pytest.mark.parametrize("expr", ["(i // 4) * 128", "(i % 3) * 128", "min(i, 5) * 128", "int(np.int64(i)) * 128",
+                                  "[0, 1, 2, 3, 5, 4, 6, 7, 8, 9][i] * 128", "{4: 640}.get(i, i * 128)",
+                                  "(i.real // 4) * 128", "int(str(i)[-1]) * 128"])
+def test_non_affine_use_of_the_loop_variable(expr):
+    src = PLAIN.replace("t = nl.load(a[i * 128 + ip, jf])", f"t = nl.load(a[{expr} + ip, jf])")
+    fast, _ = run_both(src, rows(1280))
+    assert fast.replayed == 0
+
+
+def test_loop_variable_times_itself_is_not_affine():
+    src = PLAIN.replace("t = nl.load(a[i * 128 + ip, jf])", "t = nl.load(a[(i * i) % 10 * 128 + ip, jf])")
+    run_both(src, rows(1280))
+
+
+def test_python_int_carried_between_iterations():
+    # k goes 0, 1, 2, 3, 0, 1, ...: the first three iterations look affine
+    src = PLAIN.replace("    for i in", "    k = 0\n    for i in").replace(
+        "t = nl.load(a[i * 128 + ip, jf])", "t = nl.load(a[k * 128 + ip, jf])\n        k = (k + 1) % 4")
+    fast, _ = run_both(src, rows(1280))
+    assert fast.replayed == 0
+
+
+def test_tile_handle_carried_and_read_after_the_loop():
+    src = """
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+        ip = nl.arange(128)[:, None]
+        jf = nl.arange(64)[None, :]
+        acc = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(a.shape[0] // 128):
+            acc = nl.add(acc, nl.load(a[i * 128 + ip, jf]))
+        nl.store(out, value=acc)
+        return out
+    """
+    fast, _ = run_both(src, rows(1280))
+    assert fast.replayed == 0
+
+
+def test_name_bound_in_the_loop_read_after_it():
+    src = PLAIN.replace("    return out", "    nl.store(out[ip, jf], value=u)\n    return out")
+    fast, _ = run_both(src, rows(1280))
+    assert fast.replayed == 0
+
+
+def test_list_appended_in_the_loop():
+    src = """
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        ip = nl.arange(128)[:, None]
+        jf = nl.arange(64)[None, :]
+        tiles = []
+        for i in nl.affine_range(a.shape[0] // 128):
+            tiles.append(nl.exp(nl.load(a[i * 128 + ip, jf])))
+        for k, u in enumerate(tiles):
+            nl.store(out[k * 128 + ip, jf], value=u)
+        return out
+    """
+    fast, _ = run_both(src, rows(1280))
+    assert fast.replayed == 0
+
+
+def test_helper_with_hidden_state():
+    src = """
+    SEEN = []
+
+    def note(x):
+        SEEN.append(x)
+        return x
+
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        ip = nl.arange(128)[:, None]
+        jf = nl.arange(64)[None, :]
+        for i in nl.affine_range(a.shape[0] // 128):
+            nl.store(out[i * 128 + ip, jf], value=note(nl.load(a[i * 128 + ip, jf])))
+        for _ in SEEN[3:]:
+            nl.store(out[ip, jf], value=nl.load(a[ip, jf]))
+        SEEN.clear()
+        return out
+    """
+    fast, _ = run_both(src, rows(1280))
+    assert fast.replayed == 0
+
+
+def test_pure_helper_is_replayed():
+    src = """
+    def double(x):
+        return nl.add(x, x)
+
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        ip = nl.arange(128)[:, None]
+        jf = nl.arange(64)[None, :]
+        for i in nl.affine_range(a.shape[0] // 128):
+            nl.store(out[i * 128 + ip, jf], value=double(nl.load(a[i * 128 + ip, jf])))
+        return out
+    """
+    fast, _ = run_both(src, rows(1280))
+    assert fast.replayed > 0
+
+
+def test_masked_ragged_tail_is_replayed_up_to_the_tail():
+    mask = "mask=(i * 128 + ip < a.shape[0])"
+    src = PLAIN.replace("a.shape[0] // 128", "(a.shape[0] + 127) // 128").replace(
+        "t = nl.load(a[i * 128 + ip, jf])", f"t = nl.load(a[i * 128 + ip, jf], {mask})").replace(
+        "u = nl.exp(t)", f"u = nl.exp(t, {mask})").replace(
+        "nl.store(out[i * 128 + ip, jf], value=u)", f"nl.store(out[i * 128 + ip, jf], value=u, {mask})")
+    fast, full = run_both(src, rows(128 * 9 + 40))
+    assert 0 < fast.replayed < len(fast)
+    assert fast.instructions[-1].writes[0].elements == 40 * 64   # the ragged tile ran for real
+
+
+def test_tail_special_cased_with_min():
+    src = PLAIN.replace("a.shape[0] // 128", "(a.shape[0] + 127) // 128").replace(
+        "t = nl.load(a[i * 128 + ip, jf])",
+        "n = min(128, a.shape[0] - i * 128)\n        t = nl.load(a[i * 128:i * 128 + n, 0:64])").replace(
+        "nl.store(out[i * 128 + ip, jf], value=u)", "nl.store(out[i * 128:i * 128 + n, 0:64], value=u)")
+    fast, _ = run_both(src, rows(128 * 9 + 40))
+    assert fast.replayed == 0
+
+
+def test_index_expression_leaves_the_tensor_only_in_the_last_iteration():
+    # trace-only mode does not check index values (the values path does); the last region is clamped
+    src = PLAIN.replace("a.shape[0] // 128", "(a.shape[0] + 127) // 128")
+    fast, full = run_both(src, rows(128 * 9 + 40))
+    loads = [i for i in fast if i.op == "dma_load"]
+    assert 0 < fast.replayed < len(fast) and loads[-1].reads[0].hi == (128 * 9 + 40, 64)
+
+
+def test_out_of_bounds_slice_only_in_the_last_iteration():
+    src = PLAIN.replace("a.shape[0] // 128", "10").replace(
+        "t = nl.load(a[i * 128 + ip, jf])", "t = nl.load(a[i * 128:(i + 1) * 128, :])")
+    fast, _ = run_both(src, rows(128 * 9 + 40))
+    assert isinstance(fast, KernelError)
+
+
+def test_masked_rows_leave_the_tensor_in_a_late_iteration():
+    # the mask keeps rows 0..63 of each tile; the masked-off rows run past the end in the last iteration,
+    # where the recorded region is clamped to the tensor
+    src = PLAIN.replace("a.shape[0] // 128", "10").replace(
+        "t = nl.load(a[i * 128 + ip, jf])", "t = nl.load(a[i * 128 + ip, jf], mask=(ip < 64))").replace(
+        "u = nl.exp(t)", "u = nl.exp(t, mask=(ip < 64))").replace(
+        "nl.store(out[i * 128 + ip, jf], value=u)", "nl.store(out[i * 128 + ip, jf], value=u, mask=(ip < 64))")
+    fast, _ = run_both(src, rows(128 * 9 + 64))
+    assert 0 < fast.replayed < len(fast)
+
+
+def test_nested_loops_with_loop_reduce():
+    src = """
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray((a.shape[0], 1), dtype=a.dtype, buffer=nl.shared_hbm)
+        ip = nl.arange(128)[:, None]
+        jf = nl.arange(64)[None, :]
+        for i in nl.affine_range(a.shape[0] // 128):
+            acc = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            for j in nl.affine_range(a.shape[1] // 64):
+                part = nl.sum(nl.load(a[i * 128 + ip, j * 64 + jf]), axis=1, keepdims=True)
+                acc[ip, 0] = nl.loop_reduce(part, op=np.add, loop_indices=[j], dtype=nl.float32)
+            nl.store(out[i * 128 + ip, 0], value=acc[ip, 0])
+        return out
+    """
+    fast, full = run_both(src, rows(128 * 8, 64 * 6))
+    assert fast.replayed > len(fast) / 2
+
+
+def test_accumulating_into_a_psum_tile_in_place():
+    src = """
+    @nki.jit
+    def kernel(a, b):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        res = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+        for k in nl.affine_range(a.shape[0] // 128):
+            res += nl.matmul(nl.load(a[k * 128:(k + 1) * 128, 0:128]), nl.load(b[k * 128:(k + 1) * 128, :]),
+                             transpose_x=True)
+        nl.store(out, value=nl.copy(res, dtype=nl.float32))
+        return out
+    """
+    fast, _ = run_both(src, rows(128 * 8, 128), rows(128 * 8, 512))
+    assert fast.replayed > 0
+
+
+@pytest.mark.parametrize("name", nkibench.list_problems())
+def test_nkibench_baselines_replay_to_the_same_trace_and_profile(name):
+    problem = nkibench.get_problem(name)
+    task = problem.task("small")
+    inputs = task.to_nki(task.get_inputs(seed=0))
+    kernel = load_kernel(problem.baseline_path)
+    fast = simulate(kernel, *inputs, options=REPLAY).trace
+    full = simulate(kernel, *inputs, options=FULL).trace
+    assert trace_fields(fast) == trace_fields(full)
+    assert estimate(fast).to_dict() == estimate(full).to_dict()
+
+
+def test_unused_view_out_of_bounds_only_in_a_late_iteration():
+    src = PLAIN.replace("u = nl.exp(t)", "u = nl.exp(t)\n        unused = a[i * 128 + 100:i * 128 + 228, 0:64]")
+    fast, _ = run_both(src, rows(1280))
+    assert isinstance(fast, KernelError) and "out of bounds" in str(fast)
+
+
+def test_view_reindexed_out_of_its_bounds_only_in_a_late_iteration():
+    src = PLAIN.replace("u = nl.exp(t)", "u = nl.exp(t)\n        v = a[i * 128:(i + 1) * 128, :]\n"
+                        "        w = v[i * 14:i * 14 + 20, :]")
+    fast, _ = run_both(src, rows(1280))
+    assert isinstance(fast, KernelError) and "view axis" in str(fast)
