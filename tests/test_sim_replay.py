@@ -289,3 +289,11 @@ def test_view_reindexed_out_of_its_bounds_only_in_a_late_iteration():
                         "        w = v[i * 14:i * 14 + 20, :]")
     fast, _ = run_both(src, rows(1280))
     assert isinstance(fast, KernelError) and "view axis" in str(fast)
+
+
+def test_random_numbers_are_not_replayed():
+    src = PLAIN.replace("t = nl.load(a[i * 128 + ip, jf])",
+                        "t = nl.load(a[int(np.random.randint(0, 10)) * 128 + ip, jf])").replace(
+        "    for i in", "    np.random.seed(0)\n    for i in")
+    fast, _ = run_both(src, rows(1280))
+    assert fast.replayed == 0

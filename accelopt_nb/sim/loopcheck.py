@@ -395,6 +395,8 @@ def _pure_module(obj: Any) -> bool:
     mod = getattr(obj, "__module__", None) or ""
     if isinstance(obj, types.ModuleType):
         mod = obj.__name__
+    if mod.startswith("numpy.random") or type(obj).__name__ in ("Generator", "RandomState"):
+        return False   # hidden state: a random number differs from one iteration to the next
     return any(mod == m or mod.startswith(m + ".") for m in PURE_MODULES)
 
 
