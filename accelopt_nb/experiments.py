@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from accelopt_nb.errors import AccelOptError, ConfigError
-from accelopt_nb.search.launch import LaunchSpec, model_config, open_session, preflight
+from accelopt_nb.search.launch import LaunchSpec, model_config, open_session, preflight, require_price
 
 CURVE_COLUMNS = ["arm", "problem", "run_id", "iteration", "best_speedup", "best_pct_peak", "cum_tokens",
                  "cum_cost_usd"]
@@ -77,16 +77,21 @@ def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], r
     arms = [a if isinstance(a, Arm) else Arm.from_dict(a) for a in arms]
     problems = list(problems)
     jobs = [(a, p) for a in arms for p in problems]
-    if check_endpoint:  # fail in seconds, before any run starts, if an arm's endpoint is down
-        checked: set[tuple[str | None, str]] = set()
-        for arm in arms:
-            model = model_config(**_arm_model(arm, default_model))
-            if (model.base_url, model.model) not in checked:
-                try:
-                    preflight(model)
-                except AccelOptError as exc:
-                    raise type(exc)(f"arm {arm.name!r}: {exc}") from None
-                checked.add((model.base_url, model.model))
+    # Fail in seconds, before any run starts, if an arm has no price (a cost experiment) or its
+    # endpoint is down.
+    checked: set[tuple[str | None, str]] = set()
+    for arm in arms:
+        model = model_config(**_arm_model(arm, default_model))
+        try:
+            require_price(model, unpriced_ok)
+        except ConfigError as exc:
+            raise ConfigError(f"arm {arm.name!r}: {exc}") from None
+        if check_endpoint and (model.base_url, model.model) not in checked:
+            try:
+                preflight(model)
+            except AccelOptError as exc:
+                raise type(exc)(f"arm {arm.name!r}: {exc}") from None
+            checked.add((model.base_url, model.model))
     evaluator = _shared_evaluator(eval_workers, scheduler)
     bar = None
     if progress:

@@ -103,3 +103,53 @@ def test_pool_defaults_and_validation():
         assert pool.workers == 4
     with pytest.raises(Exception, match="at least 1"):
         LocalPoolEvaluator(workers=0)
+
+
+def _gone(pid: int) -> bool:
+    import os
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # a zombie still answers kill(0); it has ended all the same
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(") ", 1)[1].startswith("Z")
+
+
+def test_unclosed_warm_worker_goes_away_when_collected():
+    import gc
+
+    from accelopt_nb.evaluation.pool import WarmWorker
+
+    worker = WarmWorker()
+    directory, pid = worker.dir, worker.proc.pid
+    assert directory.is_dir() and not _gone(pid)
+    del worker
+    gc.collect()
+    assert not directory.exists()
+    assert _gone(pid)
+
+
+def test_unclosed_pool_workers_go_away_at_interpreter_exit(tmp_path):
+    import json
+    import subprocess
+    import sys
+    import time
+
+    script = ("import json\n"
+              "from accelopt_nb.evaluation import LocalPoolEvaluator, make_job\n"
+              f"task = {str(HOSTILE / 'scale_task.py')!r}\n"
+              f"src = open({str(HOSTILE / 'good_scale.py')!r}).read()\n"
+              "pool = LocalPoolEvaluator(workers=1)\n"
+              "assert pool.submit(make_job(task, src)).result().correct\n"
+              "w = pool._all[0]\n"
+              "print(json.dumps([str(w.dir), w.proc.pid]))\n")   # exits without shutdown()
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    directory, pid = json.loads(out.stdout.strip().splitlines()[-1])
+    deadline = time.monotonic() + 10
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(directory).exists()
+    assert _gone(pid)

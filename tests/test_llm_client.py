@@ -293,3 +293,21 @@ def test_per_call_params_and_server_specific_settings(server):
     body = server.requests[0]
     assert body["max_tokens"] == 16 and body["top_k"] == 20
     assert "reasoning_effort" not in body
+
+
+def test_every_ledger_row_carries_the_finish_reason(server, tmp_path):
+    store = RunStore.open(tmp_path / "exp")
+    store.create_run("r1", {"model": MODEL})
+    sink = JsonlLedgerSink(tmp_path / "calls.jsonl")
+    server.enqueue(Reply("```python\nx = 1\n```"), Reply("```python\nx = ", finish_reason="length"))
+    ledger = Ledger.for_store(store, "r1")
+    ledger.sinks.append(sink)
+    with LLMClient(config_for(server, max_unusable_retries=0), ledger) as client:
+        done = client.complete_sync("write code", role="executor", run_id="r1", validate=needs_code)
+        cut = client.complete_sync("write code", role="executor", run_id="r1", validate=needs_code)
+    assert done.ok and cut.status == "unusable"
+    df = store.llm_calls_df("r1")
+    assert list(df["finish_reason"]) == ["stop", "length"]
+    assert [r["finish_reason"] for r in sink.read()] == ["stop", "length"]
+    assert [r.finish_reason for r in ledger.records] == ["stop", "length"]
+    store.close()

@@ -146,3 +146,45 @@ def test_list_names_every_notebook(capsys):
     assert cli_main(["reproduce", "--list"]) == 0
     out = capsys.readouterr().out
     assert all(spec.name in out for spec in NOTEBOOKS) and "teaching" in out and "reproduction" in out
+
+
+def _cost_config(tmp_path):
+    """A cost experiment on the offline fake model with one arm whose model has no price."""
+    cfg = tmp_path / "cost.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "notebook": "22_cost.ipynb", "endpoint": "fake", "problems": ["matmul"], "shape_preset": "small",
+        "iterations": 1, "unpriced_ok": False, "price": None,
+        "arms": [{"name": "no-price", "preset": "smoke", "model": {"model": "fake-gpt-oss-120b"}}]}))
+    return cfg
+
+
+def test_a_cost_experiment_refuses_an_unpriced_model_before_anything_runs(tmp_path, capsys):
+    pytest.importorskip("papermill")
+    out = tmp_path / "out"
+    assert cli_main(["reproduce", str(_cost_config(tmp_path)), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "22_cost.ipynb: cell" in err and "arm 'no-price'" in err and "has no price" in err
+    assert "--unpriced-ok" in err
+    assert not list((out / "runs").glob("**/accelopt.sqlite"))   # no run started
+
+
+@pytest.mark.slow
+def test_unpriced_ok_runs_the_cost_experiment_and_its_figure_says_unpriced(tmp_path, monkeypatch):
+    pytest.importorskip("papermill")
+    monkeypatch.setenv("ACCELOPT_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    assert cli_main(["reproduce", str(_cost_config(tmp_path)), "--out", str(out), "--unpriced-ok"]) == 0
+    [figure] = [f for f in read_manifest(out) if f["name"] == "cost"]
+    table = pd.read_csv(Path(figure["dir"]) / figure["csv"])
+    assert list(table["arm"]) == ["no-price"] and not table["priced"].any()
+    assert table["total_cost_usd"].isna().all()               # unknown, never $0
+
+
+def test_unpriced_ok_applies_to_cost_experiments_only():
+    from accelopt_nb.reproduce.runner import allow_unpriced
+
+    checkout = find_checkout()
+    jobs = plan("paper", only=["cost", "beam_vs_sampling"], checkout=checkout)
+    assert [j.params.get("unpriced_ok") for j in jobs] == [None, False]
+    allow_unpriced(jobs)
+    assert [j.params.get("unpriced_ok") for j in jobs] == [None, True]

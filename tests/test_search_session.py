@@ -97,6 +97,11 @@ def test_two_iterations_improve_the_beam_fill_memory_and_account_every_call(prob
     assert [(e.done, e.failed) for e in ends] == [(2, 0), (4, 0)]
     assert s.last_step.phase == "summarize" and s.last_step.done
     assert "best:" in report.to_text() and "executor" in report.to_text()
+    # Every call's finish_reason is in the ledger and counted per role in the report.
+    assert calls["finish_reason"].tolist() == ["stop"] * len(calls)
+    by_role = {u.role: u for u in report.usage}
+    assert by_role["executor"].finish_reasons == {"stop": 6} and by_role["planner"].finish_reasons == {"stop": 6}
+    assert "finish reasons: planner 6 stop; executor 6 stop" in report.to_text()
     client.close()
     s.close()
 
@@ -397,3 +402,64 @@ def test_overridden_swaps_config_and_clients_for_a_block_then_restores_them(prob
     assert s.config.beam_width == 2
     assert s.client("planner") is client and s.client("executor") is client
     step_client.close()
+
+
+class RecordingEvaluator:
+    """A real local pool with a known capacity that records what was submitted, in order."""
+
+    def __init__(self, workers: int | None) -> None:
+        from accelopt_nb.evaluation import LocalPoolEvaluator
+
+        self.pool = LocalPoolEvaluator(workers or 2)
+        self.workers = workers          # None: a capacity the search cannot know (as on Dask)
+        self.submitted: list[tuple[str, str]] = []
+        self.profiled: list[bool] = []
+
+    def submit(self, job):
+        self.submitted.append((job.label, job.fidelity))
+        self.profiled.append(job.options.profile)
+        return self.pool.submit(job)
+
+    def shutdown(self, wait=True):
+        self.pool.shutdown(wait)
+
+
+@pytest.mark.parametrize("workers", [1, None])
+def test_multi_fidelity_confirms_the_tentative_beam_in_the_stream_after_the_screens(problem, tmp_path, server,
+                                                                                    workers):
+    model = FakeNKIModel(plans=["DOUBLE the tile width.", "WRONG: fold the constant.", "NARROW to 64 columns."],
+                         rewrites=[("DOUBLE", double_tile), ("WRONG", wrong_result), ("NARROW", set_tile(64))])
+    server.responder = model.responder
+    evaluator = RecordingEvaluator(workers)
+    s, client, _ = new_session(problem, tmp_path, server, eval_executor=evaluator,
+                               config=small_config(plans_per_kernel=3, **{"evaluation.fidelity": "multi"}))
+    s.plan()
+    s.execute()
+    evaluator.submitted.clear()
+    evaluator.profiled.clear()
+    s.evaluate()
+    by_plan = {word: k.kernel_id for k in s.iteration_kernels() for word in ("DOUBLE", "WRONG", "NARROW")
+               if word in s.plans[k.plan_id].text}
+    # Screens first (none waits for a worker while a confirmation runs), then only the kernel
+    # that would take a beam slot now: the faster DOUBLE (the baseline is confirmed, the slower
+    # NARROW is third of a beam of two, WRONG is incorrect).
+    fidelities = [f for _, f in evaluator.submitted]
+    assert fidelities == ["screen"] * 3 + ["confirm"]
+    assert evaluator.submitted[-1][0] == by_plan["DOUBLE"]
+    assert s.kernels[by_plan["DOUBLE"]].confirmed and not s.kernels[by_plan["NARROW"]].confirmed
+    # The confirmation checks correctness only; latency and profile come from the screening.
+    assert evaluator.profiled[-1] is False
+    double = s.kernels[by_plan["DOUBLE"]]
+    confirmation = s.store.rows("evaluations", "r1")[-1]["result"]
+    screening = next(r["result"] for r in s.store.rows("evaluations", "r1")
+                     if r["kernel_id"] == double.kernel_id and r["result"]["fidelity"] == "screen")
+    assert confirmation["fidelity"] == "confirm" and confirmation["status"] == "correct"
+    assert confirmation["latency_ms"] == screening["latency_ms"] == double.latency_ms
+    assert confirmation["profile"] == screening["profile"]
+    assert any("from this kernel's screening" in line for line in confirmation["log"])
+    s.select()                          # nothing left to confirm
+    assert len(evaluator.submitted) == 4
+    assert s.beam == [by_plan["DOUBLE"], "baseline"]
+    client.close()
+    s.close()
+    evaluator.shutdown()

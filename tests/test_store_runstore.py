@@ -224,3 +224,23 @@ def test_plain_rows_without_pandas(store):
     assert store.rows("evaluations", "r1")[0]["latency_us"] is None
     with pytest.raises(StoreError, match="unknown store table"):
         store.rows("nope")
+
+
+def test_a_store_written_before_the_finish_reason_column_still_loads_and_records(tmp_path):
+    import sqlite3
+
+    from accelopt_nb.store import DEFAULT_FILENAME, RunStore
+
+    old = RunStore.open(tmp_path)
+    old.create_run("r1", {"beam": 6})
+    old.record_llm_call({"call_id": "c1", "run_id": "r1", "role": "planner", "model": "m", "status": "ok"})
+    old.close()
+    with sqlite3.connect(tmp_path / DEFAULT_FILENAME) as conn:   # the table as it was first released
+        conn.execute("ALTER TABLE llm_calls DROP COLUMN finish_reason")
+    store = RunStore.open(tmp_path)
+    store.record_llm_call({"call_id": "c2", "run_id": "r1", "role": "planner", "model": "m", "status": "ok",
+                           "finish_reason": "length"})
+    df = store.llm_calls_df("r1")
+    assert list(df["call_id"]) == ["c1", "c2"]
+    assert df["finish_reason"].tolist() == [None, "length"]
+    store.close()

@@ -26,13 +26,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run only these notebooks (e.g. nkibench_table cost nki_basics)")
     p.add_argument("--checkout", default=None, help="source checkout with notebooks/ and papermill_configs/ "
                    "(default: the one accelopt_nb is installed from)")
+    p.add_argument("--unpriced-ok", action="store_true",
+                   help="let cost experiments (configs with unpriced_ok) run models without a price; their "
+                        "figures say 'unpriced' (without it such a model is refused before anything runs)")
     p.add_argument("--list", action="store_true", help="list the notebooks and exit")
     p.add_argument("configs", nargs="*", metavar="CONFIG",
                    help="papermill config files to run instead of the --smoke/--paper set")
 
 
 def run(args: argparse.Namespace) -> int:
-    from accelopt_nb.reproduce.runner import NOTEBOOKS, find_checkout, plan, reproduce
+    from accelopt_nb.reproduce.runner import NOTEBOOKS, allow_unpriced, find_checkout, plan, reproduce
 
     if args.list:
         for spec in NOTEBOOKS:
@@ -41,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     checkout = find_checkout(args.checkout)
     mode = args.mode or (None if args.configs else "smoke")
     jobs = plan(mode, only=args.only, configs=args.configs, checkout=checkout)
+    if args.unpriced_ok:
+        allow_unpriced(jobs)
     t0 = time.monotonic()
     outcomes = reproduce(jobs, args.out, checkout=checkout, mode=mode, log=lambda m: print(m, flush=True))
     figures = sum(len(o.figures) for o in outcomes)

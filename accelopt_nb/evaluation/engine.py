@@ -284,7 +284,8 @@ class _Judge:
         self.n_runs += 1
         tag = f"{shape.preset}-{kind}-{index}"
         outdir = self.workdir / f"out-{self.n_runs}"
-        keep = kind == "seed" and (index == PROFILE_SEED or self.profile_tag is None)
+        # the runner keeps the run (and its instruction stream) only for a profile to come
+        keep = self.opts.profile and kind == "seed" and (index == PROFILE_SEED or self.profile_tag is None)
         reply = self.runner.request({
             "op": "run", "inputs": str(inputs.directory), "n_inputs": inputs.n_inputs,
             "out": str(outdir), "tag": tag, "keep": keep,

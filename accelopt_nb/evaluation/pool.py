@@ -6,17 +6,22 @@ performance model, NKIBench and the judge once; every job then runs in it as a j
 fresh, limited runner for the kernel (:mod:`.runner`), so each job is as isolated as before and
 the kernel never runs in the worker itself. A worker that dies or stops answering is reported as
 that job's ``crashed``/``timeout`` outcome and replaced on the next job.
+
+A worker nobody closed (a pool that was not shut down) still goes away: a finalizer ends its
+process and removes its directory when the worker is garbage-collected or the interpreter exits.
 """
 from __future__ import annotations
 
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +40,17 @@ class WarmWorker:
         self.dir = Path(tempfile.mkdtemp(prefix="accelopt-eval-warm-"))
         extra = [m for m in os.environ.get(PRELOAD_ENV, "").split(",") if m.strip()]
         self._stderr = open(self.dir / "stderr.txt", "wb")
-        self.proc = subprocess.Popen(
-            [python or sys.executable, "-m", "accelopt_nb.evaluation.worker", "--serve",
-             *PRELOAD, *extra],
-            cwd=self.dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-            env=worker_env(self.dir, None, ()), start_new_session=True)
+        try:
+            self.proc = subprocess.Popen(
+                [python or sys.executable, "-m", "accelopt_nb.evaluation.worker", "--serve",
+                 *PRELOAD, *extra],
+                cwd=self.dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                env=worker_env(self.dir, None, ()), start_new_session=True)
+        except BaseException:
+            _reap(None, self._stderr, self.dir)
+            raise
+        # Holds no reference to self, so an unclosed worker is still collected (and reaped).
+        self._finalizer = weakref.finalize(self, _reap, self.proc, self._stderr, self.dir)
         self.jobs = 0
         ready = self._read_line(START_TIMEOUT_S)
         if not ready or json.loads(ready).get("kind") != "ready":
@@ -102,17 +113,21 @@ class WarmWorker:
             return ""
 
     def close(self) -> None:
-        if self.proc.poll() is None:
+        """End the process (politely, then by killing its group) and remove the directory."""
+        self._finalizer()
+
+
+def _reap(proc: "subprocess.Popen[bytes] | None", stderr: Any, directory: Path) -> None:
+    if proc is not None and proc.poll() is None:
+        try:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
             try:
-                assert self.proc.stdin is not None
-                self.proc.stdin.close()
-                self.proc.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    self.proc.kill()
-                self.proc.wait()
-        self._stderr.close()
-        import shutil
-        shutil.rmtree(self.dir, ignore_errors=True)
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                proc.kill()
+            proc.wait()
+    stderr.close()
+    shutil.rmtree(directory, ignore_errors=True)

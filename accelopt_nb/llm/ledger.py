@@ -55,6 +55,7 @@ class LLMCallRecord:
     replayed: bool
     request_hash: str | None
     sample: int | None
+    finish_reason: str | None = None   # the server's, for the last answer (stop, length, ...); None: no answer
 
     @classmethod
     def from_completion(cls, c: "Completion", price_key: str | None) -> "LLMCallRecord":
@@ -67,7 +68,7 @@ class LLMCallRecord:
                    cost_usd=c.cost_usd, status=c.status, attempts=c.attempts,
                    transport_failures=len(c.transport_failures), unusable_outputs=len(c.rejections),
                    failures_json=json.dumps(failures), error=c.error, replayed=c.replayed,
-                   request_hash=c.request_hash, sample=c.sample)
+                   request_hash=c.request_hash, sample=c.sample, finish_reason=c.finish_reason)
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)

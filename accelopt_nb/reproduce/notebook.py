@@ -21,11 +21,13 @@ def figure_sink(out_dir: str | Path, notebook: str, *, model_label: str | None =
 
 def run_or_load_arms(arms: Sequence[Mapping[str, Any]], problems: Sequence[str], root: str | Path, *,
                      iterations: int, shape_preset: str, base_url: str | None = None, model: str | None = None,
-                     price: str | None = None, model_preset: str | None = None) -> pd.DataFrame:
+                     price: str | None = None, model_preset: str | None = None,
+                     unpriced_ok: bool = True) -> pd.DataFrame:
     """Run (or resume) ``arms`` when an endpoint is given, then read their curves from the run stores.
 
     With no endpoint (``base_url`` and ``model_preset`` both unset) nothing runs: the analysis reads the
     stores already under ``root``. Only this notebook's arms are returned (``root`` may hold others').
+    ``unpriced_ok=False`` (cost experiments) refuses an arm whose model has no price before anything runs.
     """
     from accelopt_nb.experiments import Arm, collect_curves, run_arms
 
@@ -38,7 +40,7 @@ def run_or_load_arms(arms: Sequence[Mapping[str, Any]], problems: Sequence[str],
             objs.append(arm)
         default = {k: v for k, v in {"base_url": base_url, "model": model, "price": price,
                                      "model_preset": model_preset}.items() if v}
-        run_arms(objs, problems, root, default_model=default, progress=False)
+        run_arms(objs, problems, root, default_model=default, progress=False, unpriced_ok=unpriced_ok)
     curves = collect_curves(root)
     curves = curves[curves["arm"].isin(names) & curves["problem"].isin(list(problems))]
     if curves.empty:

@@ -141,6 +141,13 @@ def plan(mode: str | None, *, only: Sequence[str] = (), configs: Sequence[str | 
     return jobs
 
 
+def allow_unpriced(jobs: Sequence[Job]) -> None:
+    """Let the cost experiments among ``jobs`` (configs that set ``unpriced_ok``) run unpriced models."""
+    for job in jobs:
+        if "unpriced_ok" in job.params:
+            job.params["unpriced_ok"] = True
+
+
 def reproduce(jobs: Sequence[Job], out: str | Path, *, checkout: Path, mode: str | None = None,
               log: Callable[[str], None] = print) -> list[Outcome]:
     """Execute ``jobs`` into ``out``; writes ``out/index.md``. Raises NotebookFailedError if any failed."""

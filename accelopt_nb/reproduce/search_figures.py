@@ -22,6 +22,7 @@ from accelopt_nb.reproduce.published import paper_facts
 
 REACH_COLUMNS = ["arm", "final_speedup", "target_speedup", "iterations_to_target", "cost_to_target_usd",
                  "total_cost_usd"]
+PRICE_COLUMNS = ["arm", "model", "price_key", "usd_per_m_input", "usd_per_m_output", "price_rule", "prices_as_of"]
 
 
 def _curve_axes(ax_it: Any, ax_cost: Any, g: pd.DataFrame, arms: Sequence[str] | None = None) -> None:
@@ -117,7 +118,7 @@ def price_rows(root: str | Path) -> pd.DataFrame:
                              "price_rule": price.rule, "prices_as_of": run["prices"].get("as_of")}
         finally:
             store.close()
-    return pd.DataFrame(list(rows.values()))
+    return pd.DataFrame(list(rows.values()), columns=PRICE_COLUMNS)   # the columns also when no arm is priced
 
 
 def cost_table(curves: pd.DataFrame, prices: pd.DataFrame) -> pd.DataFrame:
@@ -127,6 +128,7 @@ def cost_table(curves: pd.DataFrame, prices: pd.DataFrame) -> pd.DataFrame:
     out = reach.merge(prices, on="arm", how="left") if len(prices) else reach
     worst = out["cost_to_target_usd"].max() if len(out) else math.nan
     out["times_cheaper_than_costliest"] = worst / out["cost_to_target_usd"]
+    out["priced"] = out["total_cost_usd"].notna()   # False: some call had no price (cost unknown, never $0)
     return out
 
 
@@ -138,6 +140,9 @@ def plot_cost(curves: pd.DataFrame, table: pd.DataFrame, sink: FigureSink) -> An
         a1.plot(a["cum_cost_usd"], a["geomean_speedup"], marker="o", label=arm)
     if (g["cum_cost_usd"] > 0).all() and len(g):
         a1.set_xscale("log")
+    unpriced = [str(r.arm) for r in table.itertuples() if not r.priced]
+    if unpriced:  # no cost to place them at: named, never drawn at $0
+        a1.text(0.02, 0.02, "unpriced (not drawn): " + ", ".join(unpriced), transform=a1.transAxes, fontsize=7)
     a1.set_xlabel("cumulative LLM cost, USD (log)")
     a1.set_ylabel("best speedup so far (geomean)")
     a1.grid(alpha=0.3)
@@ -145,8 +150,10 @@ def plot_cost(curves: pd.DataFrame, table: pd.DataFrame, sink: FigureSink) -> An
     y = np.arange(len(table))
     a2.barh(y, table["cost_to_target_usd"], color="#4c72b0")
     for i, r in enumerate(table.itertuples()):
-        a2.text(r.cost_to_target_usd, i, f" ${r.cost_to_target_usd:.4g} ({r.times_cheaper_than_costliest:.1f}x cheaper)"
-                if np.isfinite(r.cost_to_target_usd) else " not reached", va="center", fontsize=7)
+        label = (" unpriced" if not r.priced else " not reached" if not np.isfinite(r.cost_to_target_usd)
+                 else f" ${r.cost_to_target_usd:.4g} ({r.times_cheaper_than_costliest:.1f}x cheaper)")
+        a2.text(0.0 if not np.isfinite(r.cost_to_target_usd) else r.cost_to_target_usd, i, label, va="center",
+                fontsize=7)
     finite = table["cost_to_target_usd"][np.isfinite(table["cost_to_target_usd"])]
     if len(finite):
         a2.set_xlim(0, float(finite.max()) * 1.9)   # room for the labels right of the bars
@@ -159,6 +166,7 @@ def plot_cost(curves: pd.DataFrame, table: pd.DataFrame, sink: FigureSink) -> An
         lines.append(f"prices as of {as_of}, USD per 1M tokens (input / output):")
         lines += [f"  {r.price_key}: {r.usd_per_m_input:g} / {r.usd_per_m_output:g}" for r in table.itertuples()
                   if isinstance(r.price_key, str)]
+    lines += [f"  {r.arm}: unpriced (no price; cost unknown)" for r in table.itertuples() if not r.priced]
     facts = paper_facts()["cost"]
     lines.append(f"paper: {facts['open_model']} {facts['times_cheaper']}x cheaper than {facts['proprietary_model']}")
     fig.suptitle(sink.title("LLM cost: open vs proprietary models at matched improvement (cost ledger)"), fontsize=10)

@@ -154,10 +154,7 @@ def open_session(spec: LaunchSpec | str, run_dir: str | Path | None = None, **le
         model = model_config(stored, **settings)
     else:
         model = spec.model  # type: ignore[assignment]
-    if model.price is None and not spec.unpriced_ok:
-        raise ConfigError(f"model {model.model!r} has no price: a cost experiment would report it as free. "
-                          "Give it a price key (see `accelopt llm prices`) or allow unpriced models "
-                          "(--unpriced-ok); its figures then say 'unpriced'")
+    require_price(model, spec.unpriced_ok)
     replaying = spec.cassette is not None and spec.cassette_mode == "replay"
     if spec.check_endpoint and not replaying:
         warning = preflight(model)
@@ -228,3 +225,12 @@ def _legacy_spec(problem: str, run_dir: str | Path | None, *, model: Any, preset
     return LaunchSpec(problem, run_dir=run_dir, model=model, preset=preset, overrides=dict(overrides or {}),
                       run_id=run_id, resume="auto" if resume else "new", cap_usd=cap_usd, prices=prices,
                       progress=progress, eval_cache=eval_cache, eval_executor=eval_executor, check_endpoint=False)
+
+
+def require_price(model: "ModelConfig", unpriced_ok: bool) -> None:
+    """A cost experiment (``unpriced_ok=False``) refuses a model without a price: it would count as free."""
+    if model.price is None and not unpriced_ok:
+        raise ConfigError(f"model {model.model!r} has no price: a cost experiment would report it as free. "
+                          "Give it a price key (see `accelopt llm prices`) or allow unpriced models "
+                          "(`accelopt reproduce --unpriced-ok`, `unpriced_ok: true` in the papermill config); "
+                          "its figures then say 'unpriced'")

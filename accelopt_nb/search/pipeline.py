@@ -7,6 +7,11 @@ is evaluated the moment it is stored, while other LLM calls are still in flight.
 are recorded on the LLM client's worker thread; evaluations are submitted and recorded on the
 caller's thread, which waits on one queue for both.
 
+Evaluations are handed to the evaluator only as it has free workers, screens first. Under
+multi-fidelity search a worker with no screen to run confirms the best unconfirmed kernel of the
+beam as it would be chosen now, so confirmations overlap screening and LLM calls instead of
+waiting for ``select``.
+
 Whatever was already stored is not redone, so running the front again after a crash or a
 stop makes only the missing calls and evaluations. Each step is then closed in order; the
 first that is not complete leaves the later ones open.
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import queue
 import random
+from collections import deque
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -70,16 +76,18 @@ class Front:
         """``screen`` under multi-fidelity search (confirmed later, before the beam), else ``full``."""
         return "screen" if self.session.config.evaluation.fidelity == "multi" else "full"
 
-    def _job(self, label: str, source: str, fidelity: str) -> Any:
+    def _job(self, label: str, source: str, fidelity: str, options: "EvalOptions | None" = None) -> Any:
         from accelopt_nb.evaluation import make_job
 
         ev, problem = self.session.config.evaluation, self.session.problem
         return make_job(problem.eval_target, source, backend=ev.backend, hw=ev.hw, preset=problem.preset,
-                        options=self.eval_options, label=label, fidelity=fidelity)  # type: ignore[arg-type]
+                        options=options or self.eval_options, label=label,
+                        fidelity=fidelity)  # type: ignore[arg-type]
 
-    def _submit(self, label: str, source: str, fidelity: str | None = None) -> "Future[EvalResult]":
+    def _submit(self, label: str, source: str, fidelity: str | None = None,
+                options: "EvalOptions | None" = None) -> "Future[EvalResult]":
         """A future of the evaluation, answered from the cache when it holds this kernel."""
-        job = self._job(label, source, fidelity or self.candidate_fidelity)
+        job = self._job(label, source, fidelity or self.candidate_fidelity, options)
         cache = self._open_cache()
         hit = cache.get(job) if cache is not None else None
         if hit is not None:
@@ -115,14 +123,64 @@ class Front:
         result.label = label
         return result
 
+    def submit_confirmation(self, kid: str) -> "Future[EvalResult]":
+        """Evaluate a screened kernel at full fidelity.
+
+        On the simulator the screening already profiled this kernel at the problem's shape (a
+        trace-only run: the same instruction stream as a run with values), so the confirmation
+        checks correctness only and takes the latency and profile from the screening."""
+        from dataclasses import replace
+
+        from accelopt_nb.evaluation import EvalOptions, Status
+
+        s = self.session
+        view = s.kernels[kid]
+        screened = view.fidelity == "screen" and view.latency_ms is not None and bool(view.profile)
+        if s.config.evaluation.backend != "simulator" or not screened:
+            return self._submit(kid, view.source, "confirm")
+        latency_ms, profile = view.latency_ms, dict(view.profile or {})
+        inner = self._submit(kid, view.source, "confirm", replace(self.eval_options or EvalOptions(), profile=False))
+        out: Future = Future()
+
+        def merge(f: Future) -> None:
+            exc = f.exception()
+            if exc is not None:
+                out.set_exception(exc)
+                return
+            result = f.result()
+            if result.status in (Status.CORRECT, Status.CHEAT):
+                result.latency_ms, result.profile = latency_ms, profile
+                result.log.append(f"[search] latency and profile from this kernel's screening (a trace-only run at "
+                                  f"the {s.problem.preset} shape; the same instruction stream)")
+            out.set_result(result)
+        inner.add_done_callback(merge)
+        return out
+
     def confirm(self, kernel_ids: Sequence[str]) -> None:
         """Evaluate screened kernels at full fidelity (in parallel) and record the results."""
         s = self.session
-        futures = {kid: self._submit(kid, s.kernels[kid].source, "confirm") for kid in kernel_ids}
+        futures = {kid: self.submit_confirmation(kid) for kid in kernel_ids}
         for n, (kid, fut) in enumerate(futures.items(), 1):
-            s.state.record_evaluation(kid, fut.result(), attempt=1)
-            s._emit("select", s.iteration, "eval_done", done=n, total=len(futures),
-                    message=f"confirmed {kid}: {s.kernels[kid].status}")
+            self._record_confirmation(kid, fut.result(), "select", done=n, total=len(futures))
+
+    def _record_confirmation(self, kid: str, result: "EvalResult", phase: str, **counts: int) -> None:
+        s = self.session
+        s.state.record_evaluation(kid, result, attempt=1)
+        s._emit(phase, s.iteration, "eval_done", message=f"confirmed {kid}: {s.kernels[kid].status}", **counts)
+
+    def capacity(self) -> int | None:
+        """How many evaluations the evaluator runs at once (None: unknown, e.g. a Dask cluster)."""
+        workers = getattr(self._executor(), "workers", None)
+        return workers if isinstance(workers, int) and workers > 0 else None
+
+    def next_to_confirm(self, exclude: Iterable[str] = ()) -> str | None:
+        """The best screened kernel that would take a beam slot now and is not confirmed yet."""
+        s = self.session
+        skip = set(exclude)
+        for c in s.beam_choice():
+            if c.kernel_id not in skip and not s.kernels[c.kernel_id].confirmed:
+                return c.kernel_id
+        return None
 
     def close(self) -> None:
         if self._owned_executor is not None:
@@ -274,9 +332,13 @@ class Front:
         for k in to_evaluate:
             events.put(("kernel", k.kernel_id))
 
-        running: set[str] = set()
+        running: set[str] = set()               # kernels being screened or confirmed
+        confirming: set[str] = set()            # the confirmations among them
+        waiting: "deque[str]" = deque()         # kernels to evaluate, in arrival order
         llm_running = llm_future is not None
         ev = stats.get("evaluate")
+        capacity = self.capacity() if "evaluate" in phases else None
+        multi = "evaluate" in phases and s.config.evaluation.fidelity == "multi"
         # Kernels with the same normalized AST are evaluated once; the others get a copy.
         twins: dict[str, list[str]] = {}        # leader kernel id -> kernels waiting on its result
         leader_of: dict[str, str] = {}          # normalized key -> leader kernel id
@@ -291,23 +353,46 @@ class Front:
                 ev.failed += 1
             s._emit("evaluate", t, "eval_done", done=ev.calls, total=expected_evals, failed=ev.failed)
 
-        while llm_running or running or not events.empty():
+        def start(kid: str, confirm: bool = False) -> None:
+            running.add(kid)
+            fut = self.submit_confirmation(kid) if confirm else self._submit(kid, s.kernels[kid].source)
+            fut.add_done_callback(lambda f: events.put(("confirmed" if confirm else "result", (kid, f))))
+
+        def free() -> bool:
+            return capacity is None or len(running) < capacity
+
+        def pump() -> None:
+            """Keep the evaluators busy: screens first, then (multi-fidelity) confirmations of
+            the kernels that would take a beam slot now, whenever no screen waits for a worker."""
+            if s.stop_requested:
+                waiting.clear()  # counted as missing below
+                return
+            while waiting and free():
+                kid = waiting.popleft()
+                key = self._same_kernel_key(s.kernels[kid].source)
+                if key in known:
+                    record(kid, _copy_of(known[key], kid, leader_of[key], s.kernels[kid].source))
+                elif key in leader_of:
+                    twins.setdefault(leader_of[key], []).append(kid)
+                else:
+                    leader_of[key] = kid
+                    start(kid)
+            # Without a known capacity, confirm only once nothing is being screened.
+            while multi and not waiting and (free() if capacity is not None else running <= confirming):
+                kid = self.next_to_confirm(exclude=confirming)
+                if kid is None:
+                    break
+                confirming.add(kid)
+                start(kid, confirm=True)
+
+        pump()
+        while llm_running or running or waiting or not events.empty():
             what, item = events.get()
             if what == "llm_done":
                 llm_running = False
             elif what == "kernel":
-                if s.stop_requested:
-                    continue  # counted as missing below
-                key = self._same_kernel_key(s.kernels[item].source)
-                if key in known:
-                    record(item, _copy_of(known[key], item, leader_of[key], s.kernels[item].source))
-                elif key in leader_of:
-                    twins.setdefault(leader_of[key], []).append(item)
-                else:
-                    leader_of[key] = item
-                    running.add(item)
-                    fut = self._submit(item, s.kernels[item].source)
-                    fut.add_done_callback(lambda f, kid=item: events.put(("result", (kid, f))))
+                if not s.stop_requested:
+                    waiting.append(item)
             elif what == "result":
                 kid, fut = item
                 running.discard(kid)
@@ -316,6 +401,14 @@ class Front:
                 known[self._same_kernel_key(s.kernels[kid].source)] = result
                 for twin in twins.pop(kid, []):
                     record(twin, _copy_of(result, twin, kid, s.kernels[twin].source))
+            elif what == "confirmed":
+                kid, fut = item
+                running.discard(kid)
+                confirming.discard(kid)
+                assert ev is not None
+                self._record_confirmation(kid, fut.result(), "evaluate", done=ev.calls, total=expected_evals,
+                                          failed=ev.failed)
+            pump()
 
         fatal: BaseException | None = None
         if llm_future is not None:

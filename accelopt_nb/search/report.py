@@ -31,6 +31,7 @@ class RoleUsage:
     transport_failures: int = 0   # failed HTTP attempts (5xx, 429, timeouts...)
     unusable_outputs: int = 0     # answers refused: no code, refusal, truncated (finish_reason=length)
     latency_s: float = 0.0        # time spent in requests, summed over calls
+    finish_reasons: dict[str, int] = field(default_factory=dict)  # the last answer's finish_reason -> calls
 
 
 @dataclass
@@ -101,6 +102,10 @@ class RunReport:
                      f"{sum(u.unusable_outputs for u in self.usage):>9}"
                      f"{sum(u.prompt_tokens for u in self.usage):>12}{sum(u.completion_tokens for u in self.usage):>12}"
                      f"{_usd(total):>10}")
+        ends = [f"{u.role} " + ", ".join(f"{n} {r}" for r, n in sorted(u.finish_reasons.items()))
+                for u in self.usage if u.finish_reasons]
+        if ends:  # "length" here means answers cut off by the token limit (never accepted)
+            lines.append("    finish reasons: " + "; ".join(ends))
         return "\n".join(lines)
 
 
@@ -127,6 +132,7 @@ def usage_by_role(store: "RunStore", run_id: str) -> list[RoleUsage]:
             u.latency_s = float(sub["latency_s"].sum())
             costs = sub["cost_usd"]
             u.cost_usd = None if costs.isna().any() else float(costs.sum())
+            u.finish_reasons = {str(r): int(n) for r, n in sub["finish_reason"].dropna().value_counts().items()}
         out.append(u)
     return out
 

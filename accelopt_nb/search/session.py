@@ -45,7 +45,7 @@ from accelopt_nb.errors import (BudgetExceededError, ConfigError, EvaluationErro
                                 StoreError)
 from accelopt_nb.llm.client import CallRequest, LLMClient
 from accelopt_nb.llm.completion import Completion
-from accelopt_nb.search.beam import select_beam
+from accelopt_nb.search.beam import Candidate, select_beam
 from accelopt_nb.search.config import SearchConfig
 from accelopt_nb.search.events import ProgressEvent, ProgressFn, StepStats
 from accelopt_nb.search.lessons import rewrite_pairs, summarize_calls
@@ -404,14 +404,13 @@ class Session:
         self.state.mark_started("select")
         t = self.iteration
         new = self.iteration_kernels()
-        current = self.beam_kernels()
-        chosen = select_beam([k.candidate() for k in current], [k.candidate() for k in new], self.config.beam_width)
+        chosen = self.beam_choice()
         # Multi-fidelity: a screened kernel is confirmed at full fidelity before it takes a beam
-        # slot; a kernel the confirmation rejects (or finds slower) makes room for the next one.
+        # slot (most already were, in the stream); a kernel the confirmation rejects (or finds
+        # slower) makes room for the next one.
         while unconfirmed := [c.kernel_id for c in chosen if not self.kernels[c.kernel_id].confirmed]:
             self.front.confirm(unconfirmed)
-            chosen = select_beam([k.candidate() for k in current], [k.candidate() for k in new],
-                                 self.config.beam_width)
+            chosen = self.beam_choice()
         if not chosen:  # cannot happen while the baseline is correct; guard anyway
             raise EvaluationError("no correct kernel left to form a beam")
         self.state.beam = [c.kernel_id for c in chosen]
@@ -423,6 +422,11 @@ class Session:
         self._close_step(StepStats("select", t), info,
                          f"best {best.kernel_id} {_ms(best.latency_ms)} ({info['best_speedup']:.3f}x)")
         return self.beam_kernels()
+
+    def beam_choice(self) -> list[Candidate]:
+        """The beam as it would be chosen now, from the beam and this iteration's kernels so far."""
+        return select_beam([k.candidate() for k in self.beam_kernels()],
+                           [k.candidate() for k in self.iteration_kernels()], self.config.beam_width)
 
     # ------------------------------------------------------------------ step 5: summarize
     def rewrite_pairs(self, iteration: int | None = None) -> list[RewritePair]:

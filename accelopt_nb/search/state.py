@@ -11,6 +11,7 @@ import math
 import time
 import uuid
 from dataclasses import dataclass, field
+from functools import cached_property
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -67,8 +68,10 @@ class KernelView:
         """Evaluated at full fidelity (not only screened)."""
         return self.evaluated and self.fidelity != "screen"
 
-    @property
+    @cached_property
     def hash(self) -> str:
+        """The beam identity (normalized syntax tree); cached: the beam is chosen again after every
+        result while multi-fidelity confirmations run in the stream."""
         return ast_hash(self.source)
 
     def candidate(self) -> Candidate:

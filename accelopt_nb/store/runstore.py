@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from accelopt_nb.errors import StoreError
 from accelopt_nb.store import rows as R
-from accelopt_nb.store.schema import COLUMNS, DDL, KEYS, SCHEMA_VERSION, VOLATILE
+from accelopt_nb.store.schema import ADDED_COLUMNS, COLUMNS, DDL, KEYS, SCHEMA_VERSION, VOLATILE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -83,6 +83,10 @@ class RunStore:
             elif int(row["value"]) > SCHEMA_VERSION:
                 raise StoreError(f"run store {self.path} has schema version {row['value']}, newer than "
                                  f"this accelopt_nb ({SCHEMA_VERSION}); upgrade accelopt_nb")
+            for table, column, sql_type in ADDED_COLUMNS:
+                present = {r["name"] for r in conn.execute(f"PRAGMA table_info({table})")}
+                if column not in present:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
 
     # -- transactions ------------------------------------------------------------------
     @contextmanager

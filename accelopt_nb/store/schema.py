@@ -23,10 +23,17 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "llm_calls": ("call_id", "run_id", "iteration", "role", "model", "price_key", "started_at",
                   "latency_s", "prompt_tokens", "completion_tokens", "reasoning_tokens",
                   "cached_tokens", "cost_usd", "status", "attempts", "transport_failures",
-                  "unusable_outputs", "failures_json", "error", "replayed", "request_hash", "sample"),
+                  "unusable_outputs", "failures_json", "error", "replayed", "request_hash", "sample",
+                  "finish_reason"),
     "steps": ("run_id", "scope", "iteration", "step", "status", "started_at", "finished_at",
               "info_json"),
 }
+
+# Columns added after a table was first released: (table, column, SQL type). A store written
+# before them gets them on open (NULL in old rows), so old stores still load and take new rows.
+ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("llm_calls", "finish_reason", "TEXT"),
+)
 
 # Primary key of each table: what makes a write idempotent.
 KEYS: dict[str, tuple[str, ...]] = {
@@ -143,7 +150,8 @@ CREATE TABLE IF NOT EXISTS llm_calls (
     error              TEXT,
     replayed           INTEGER NOT NULL,
     request_hash       TEXT,
-    sample             INTEGER
+    sample             INTEGER,
+    finish_reason      TEXT
 );
 CREATE INDEX IF NOT EXISTS llm_calls_by_run ON llm_calls (run_id, iteration);
 CREATE TABLE IF NOT EXISTS steps (
