@@ -56,6 +56,26 @@ def test_cache_key_separates_kernel_problem_preset_backend_hw_and_options():
     assert make_job(SCALE_TASK, GOOD, options=EvalOptions(timeout_s=5)).cache_key() == base.cache_key()
 
 
+def test_cache_key_follows_the_simulator_and_perf_model_files(tmp_path, monkeypatch):
+    """A refit or a new model rule must not be answered with profiles the old model computed."""
+    import accelopt_nb
+    from accelopt_nb.evaluation import job as job_module
+
+    fake_root = tmp_path / "accelopt_nb"
+    for package in job_module.MODEL_PACKAGES:
+        (fake_root / package).mkdir(parents=True)
+        (fake_root / package / "model.py").write_text("X = 1\n")
+    monkeypatch.setattr(accelopt_nb, "__file__", str(fake_root / "__init__.py"))
+    job_module.model_fingerprint.cache_clear()
+    try:
+        before = make_job(SCALE_TASK, GOOD).cache_key()
+        (fake_root / "perf" / "hw.yaml").write_text("tensor_tensor_cycles: 2.38\n")
+        job_module.model_fingerprint.cache_clear()
+        assert make_job(SCALE_TASK, GOOD).cache_key() != before
+    finally:
+        job_module.model_fingerprint.cache_clear()
+
+
 def test_transient_statuses_are_not_cached(tmp_path):
     cache = EvalCache(tmp_path)
     job = make_job(SCALE_TASK, (HOSTILE / "infinite_loop.py").read_text(),

@@ -1,7 +1,8 @@
 """On-disk cache of evaluation results, so duplicate kernels are never evaluated twice.
 
 The key (:meth:`EvalJob.cache_key`) hashes the kernel source, the problem (its name, or the hash
-of its task file), the preset, backend, hardware, the evaluator version and the options that can
+of its task file), the preset, backend, hardware, the evaluator version, a hash of the simulator's and
+the performance model's files (so a refit never serves old profiles) and the options that can
 change a verdict. One JSON file per key; writes are atomic, so concurrent workers are safe.
 Timeouts, memory exhaustion and crashes depend on the machine's load, so they are not cached.
 """

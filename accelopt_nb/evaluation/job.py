@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 import accelopt_nb
@@ -25,6 +27,9 @@ EVALUATOR_VERSION = "2"
 # confirm: the full checks at the job's preset, for the few kernels a search keeps.
 Fidelity = Literal["full", "screen", "confirm"]
 FIDELITIES: tuple[str, ...] = get_args(Fidelity)
+# The simulator and the performance model decide verdicts and profiles; their code and data are part of
+# every cache key, so a changed model (a refit, a new rule) never serves results computed by the old one.
+MODEL_PACKAGES = ("sim", "perf")
 SCREEN_PRESET = "small"
 
 PAPER_SEEDS: tuple[int, ...] = (0, 21, 42, 63, 84)
@@ -139,6 +144,7 @@ class EvalJob:
         ident = {"kernel": self.kernel_sha256, "problem": self.problem.identity(),
                  "preset": self.preset, "backend": self.backend, "hw": self.hw,
                  "fidelity": self.fidelity, "evaluator": EVALUATOR_VERSION, "package": accelopt_nb.__version__,
+                 "model": model_fingerprint(),
                  "options": self.options.verdict_fields()}
         return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
@@ -155,3 +161,16 @@ class EvalJob:
                    preset=d.get("preset", "small"),
                    options=EvalOptions.from_dict(d.get("options", {})), label=d.get("label"),
                    visible_cores=d.get("visible_cores"), fidelity=d.get("fidelity", "full"))
+
+
+@lru_cache(maxsize=1)
+def model_fingerprint() -> str:
+    """A hash of the simulator's and the performance model's files (code, hardware YAML, tables)."""
+    root = Path(accelopt_nb.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for package in MODEL_PACKAGES:
+        for path in sorted((root / package).rglob("*")):
+            if path.is_file() and path.suffix in (".py", ".yaml", ".yml", ".csv"):
+                digest.update(path.relative_to(root).as_posix().encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
