@@ -1,14 +1,13 @@
 """Entry point of the performance model: instruction stream -> :class:`Profile`."""
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 from accelopt_nb.perf.hardware import HWConfig, load_hw
 from accelopt_nb.perf.profile import Profile, build_profile
 from accelopt_nb.perf.schedule import schedule
+from accelopt_nb.sim.runtime import gc_paused
 from accelopt_nb.sim.trace import Trace
 
 
@@ -27,21 +26,6 @@ def estimate(trace: Trace, hw: "str | Path | HWConfig" = "trn1",
     with gc_paused():
         return build_profile(trace, schedule(trace, config))
 
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while the model runs.
-
-    The model allocates many small acyclic objects next to a large trace; the collector would
-    rescan that trace over and over (it dominated the run time).
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 __all__ = ["estimate", "gc_paused"]
