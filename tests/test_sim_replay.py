@@ -48,18 +48,22 @@ def rows(n: int, cols: int = 64) -> np.ndarray:
     return np.arange(n * cols, dtype=np.float32).reshape(n, cols)
 
 
-PLAIN = """
-@nki.jit
-def kernel(a):
-    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    ip = nl.arange(128)[:, None]
-    jf = nl.arange(64)[None, :]
-    for i in nl.affine_range(a.shape[0] // 128):
-        t = nl.load(a[i * 128 + ip, jf])
-        u = nl.exp(t)
-        nl.store(out[i * 128 + ip, jf], value=u)
-    return out
-"""
+def rowwise_kernel(body: str, *, out_shape: str = "a.shape", helpers: str = "") -> str:
+    """A kernel over 128-row tiles of ``a``: ``out`` (of ``out_shape``), ``ip`` and ``jf`` are defined, then
+    ``body`` (written at the function's indentation) runs; ``helpers`` is module-level code before it."""
+    return (textwrap.dedent(helpers) + "\n@nki.jit\ndef kernel(a):\n"
+            f"    out = nl.ndarray({out_shape}, dtype=a.dtype, buffer=nl.shared_hbm)\n"
+            "    ip = nl.arange(128)[:, None]\n    jf = nl.arange(64)[None, :]\n"
+            + textwrap.indent(textwrap.dedent(body), "    "))
+
+
+PLAIN = rowwise_kernel("""
+for i in nl.affine_range(a.shape[0] // 128):
+    t = nl.load(a[i * 128 + ip, jf])
+    u = nl.exp(t)
+    nl.store(out[i * 128 + ip, jf], value=u)
+return out
+""")
 
 
 def test_plain_loop_is_replayed_and_equal():
@@ -103,18 +107,13 @@ def test_python_int_carried_between_iterations():
 
 
 def test_tile_handle_carried_and_read_after_the_loop():
-    src = """
-    @nki.jit
-    def kernel(a):
-        out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
-        ip = nl.arange(128)[:, None]
-        jf = nl.arange(64)[None, :]
+    src = rowwise_kernel("""
         acc = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.sbuf)
         for i in nl.affine_range(a.shape[0] // 128):
             acc = nl.add(acc, nl.load(a[i * 128 + ip, jf]))
         nl.store(out, value=acc)
         return out
-    """
+    """, out_shape="(128, 64)")
     fast, _ = run_both(src, rows(1280))
     assert fast.replayed == 0
 
@@ -126,61 +125,48 @@ def test_name_bound_in_the_loop_read_after_it():
 
 
 def test_list_appended_in_the_loop():
-    src = """
-    @nki.jit
-    def kernel(a):
-        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-        ip = nl.arange(128)[:, None]
-        jf = nl.arange(64)[None, :]
+    src = rowwise_kernel("""
         tiles = []
         for i in nl.affine_range(a.shape[0] // 128):
             tiles.append(nl.exp(nl.load(a[i * 128 + ip, jf])))
         for k, u in enumerate(tiles):
             nl.store(out[k * 128 + ip, jf], value=u)
         return out
-    """
+    """)
     fast, _ = run_both(src, rows(1280))
     assert fast.replayed == 0
 
 
 def test_helper_with_hidden_state():
-    src = """
+    helpers = """
     SEEN = []
 
     def note(x):
         SEEN.append(x)
         return x
-
-    @nki.jit
-    def kernel(a):
-        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-        ip = nl.arange(128)[:, None]
-        jf = nl.arange(64)[None, :]
+    """
+    src = rowwise_kernel("""
         for i in nl.affine_range(a.shape[0] // 128):
             nl.store(out[i * 128 + ip, jf], value=note(nl.load(a[i * 128 + ip, jf])))
         for _ in SEEN[3:]:
             nl.store(out[ip, jf], value=nl.load(a[ip, jf]))
         SEEN.clear()
         return out
-    """
+    """, helpers=helpers)
     fast, _ = run_both(src, rows(1280))
     assert fast.replayed == 0
 
 
 def test_pure_helper_is_replayed():
-    src = """
+    helpers = """
     def double(x):
         return nl.add(x, x)
-
-    @nki.jit
-    def kernel(a):
-        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-        ip = nl.arange(128)[:, None]
-        jf = nl.arange(64)[None, :]
+    """
+    src = rowwise_kernel("""
         for i in nl.affine_range(a.shape[0] // 128):
             nl.store(out[i * 128 + ip, jf], value=double(nl.load(a[i * 128 + ip, jf])))
         return out
-    """
+    """, helpers=helpers)
     fast, _ = run_both(src, rows(1280))
     assert fast.replayed > 0
 
@@ -232,12 +218,7 @@ def test_masked_rows_leave_the_tensor_in_a_late_iteration():
 
 
 def test_nested_loops_with_loop_reduce():
-    src = """
-    @nki.jit
-    def kernel(a):
-        out = nl.ndarray((a.shape[0], 1), dtype=a.dtype, buffer=nl.shared_hbm)
-        ip = nl.arange(128)[:, None]
-        jf = nl.arange(64)[None, :]
+    src = rowwise_kernel("""
         for i in nl.affine_range(a.shape[0] // 128):
             acc = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
             for j in nl.affine_range(a.shape[1] // 64):
@@ -245,7 +226,7 @@ def test_nested_loops_with_loop_reduce():
                 acc[ip, 0] = nl.loop_reduce(part, op=np.add, loop_indices=[j], dtype=nl.float32)
             nl.store(out[i * 128 + ip, 0], value=acc[ip, 0])
         return out
-    """
+    """, out_shape="(a.shape[0], 1)")
     fast, full = run_both(src, rows(128 * 8, 64 * 6))
     assert fast.replayed > len(fast) / 2
 
