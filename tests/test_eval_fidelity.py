@@ -159,3 +159,12 @@ def test_non_numeric_runner_outputs_are_incorrect(tmp_path):
     job = make_job(SCALE_TASK, GOOD, backend="fake-text-output")
     r = evaluate_job(job, tmp_path)
     assert r.status is Status.INCORRECT and "non-numeric dtype" in r.message, r.summary()
+
+
+def test_only_backends_that_declare_it_have_exact_trace_profiles():
+    from accelopt_nb.evaluation.backends import exact_trace_profile
+    assert exact_trace_profile("simulator") and not exact_trace_profile("neuron")
+    register_backend("fake-exact-profile", f"{__name__}:TextOutputBackend", exact_trace_profile=True)
+    assert exact_trace_profile("fake-exact-profile")
+    register_backend("fake-exact-profile", f"{__name__}:TextOutputBackend")
+    assert not exact_trace_profile("fake-exact-profile")

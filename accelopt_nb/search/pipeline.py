@@ -126,17 +126,18 @@ class Front:
     def submit_confirmation(self, kid: str) -> "Future[EvalResult]":
         """Evaluate a screened kernel at full fidelity.
 
-        On the simulator the screening already profiled this kernel at the problem's shape (a
-        trace-only run: the same instruction stream as a run with values), so the confirmation
-        checks correctness only and takes the latency and profile from the screening."""
+        Where the backend's trace-only profile is exact (the simulator: the same instruction stream as
+        a run with values), the screening already profiled this kernel at the problem's shape, so the
+        confirmation checks correctness only and takes the latency and profile from the screening."""
         from dataclasses import replace
 
         from accelopt_nb.evaluation import EvalOptions, Status
+        from accelopt_nb.evaluation.backends import exact_trace_profile
 
         s = self.session
         view = s.kernels[kid]
         screened = view.fidelity == "screen" and view.latency_ms is not None and bool(view.profile)
-        if s.config.evaluation.backend != "simulator" or not screened:
+        if not (screened and exact_trace_profile(s.config.evaluation.backend)):
             return self._submit(kid, view.source, "confirm")
         latency_ms, profile = view.latency_ms, dict(view.profile or {})
         inner = self._submit(kid, view.source, "confirm", replace(self.eval_options or EvalOptions(), profile=False))

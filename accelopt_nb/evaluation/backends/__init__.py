@@ -18,13 +18,24 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "neuron": "accelopt_nb.evaluation.backends.neuron:NeuronBackend.for_job",
 }
 _REGISTRY: dict[str, str] = dict(BUILTIN_BACKENDS)
+# Backends whose trace-only profile is the profile of a run with values: the simulator's performance model
+# reads only the instruction stream, which does not depend on the values. A search may then confirm a
+# screened kernel for correctness only and keep its screening profile. Real hardware measures: not here.
+_EXACT_TRACE_PROFILE: set[str] = {"simulator"}
 
 
-def register_backend(name: str, target: str) -> None:
-    """Make ``name`` a backend built by ``target`` (``"module:callable"``, called with job, workdir)."""
+def register_backend(name: str, target: str, *, exact_trace_profile: bool = False) -> None:
+    """Make ``name`` a backend built by ``target`` (``"module:callable"``, called with job, workdir);
+    ``exact_trace_profile``: its trace-only profile equals the profile of a run with values."""
     if ":" not in target:
         raise ConfigError(f"backend target {target!r} must be 'module:callable'")
     _REGISTRY[name] = target
+    (_EXACT_TRACE_PROFILE.add if exact_trace_profile else _EXACT_TRACE_PROFILE.discard)(name)
+
+
+def exact_trace_profile(name: str) -> bool:
+    """Whether backend ``name``'s trace-only profile is the profile of a run with values."""
+    return name in _EXACT_TRACE_PROFILE
 
 
 def backend_names() -> tuple[str, ...]:
