@@ -839,6 +839,8 @@ def _validity(t: Tensor, key: tuple) -> np.ndarray | None:
 def _mark_written(t: Tensor, key: tuple, written: np.ndarray | None) -> None:
     """``t._written[key] = written`` (None: all valid)."""
     if t._cover is not None:
+        if written is not None and written.all():
+            written = None
         box = _box(key) if written is None else None
         if box is not None:
             t._cover.add(box)
@@ -947,6 +949,8 @@ def _write_basic(t: Tensor, basic: tuple, vals: np.ndarray, written: np.ndarray 
         _store(t, basic, vals, w_src, store_dtype, accumulate)
         return
     m = m.reshape(sub.shape)
+    if w_src is not None and not np.any(m & ~w_src):
+        w_src = None  # every element the mask keeps is valid (a ragged tile computed from ragged inputs)
     if accumulate:
         prev = sub.astype(np.float32)
         prev_w = _validity(t, basic)
