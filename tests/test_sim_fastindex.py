@@ -544,6 +544,36 @@ def kernel(a, b):
     assert not np.shares_memory(out_a, a)
 
 
+def test_no_tensor_is_left_in_a_reference_cycle(run_kernel, rng):
+    # the collector is paused while a kernel runs: a buffer in a cycle (e.g. with its own whole view) would
+    # keep its data alive until the run ends; buffers allocated per iteration and read whole must be freed
+    body = """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((4, 128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(4):
+        t = nl.ndarray((nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+        t[...] = nl.load(a[i])
+        nl.store(out[i], value=nl.exp(t))
+    return out
+"""
+    import gc
+
+    from accelopt_nb.sim.tensor import Tensor, View
+    a = rng.standard_normal((4, 128, 64)).astype(np.float32)
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        res = run_kernel(body, a)
+        gc.collect()
+        cyclic = [o for o in gc.garbage if isinstance(o, (Tensor, View))]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    np.testing.assert_allclose(res.outputs[0], np.exp(a), rtol=1e-6)
+    assert cyclic == []
+
+
 # ---- whole kernels: every fast path against the general path ---------------------------------------------
 def _whole_kernels():
     import nkibench

@@ -192,9 +192,10 @@ class Runtime:
 def gc_paused(pause: bool = True) -> Iterator[None]:
     """Pause the cyclic garbage collector (when ``pause``).
 
-    A trace-only run allocates a large, acyclic trace (it leaves a handful of cyclic objects, measured);
+    A simulation allocates a large, acyclic trace (it leaves a handful of cyclic objects, measured);
     the collector rescanned it over and over, half of a replayed run's time (gqa_full at paper shapes:
-    4.1 s with it, 2.0 s without).
+    4.1 s with it, 2.0 s without) and about 10% of a run with values (bmm). Tensors and their views
+    form no reference cycles (``Tensor.full_view``), so a paused collector keeps no tile data alive.
     """
     was_enabled = gc.isenabled()
     if pause:

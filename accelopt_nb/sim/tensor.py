@@ -157,7 +157,7 @@ class Tensor(_Opaque):
         self._stamps = None
         self._fast = rt.options.fast_indexing
         self._lazy = False
-        self._full: View | None = None
+        self._full: Region | None = None   # the whole view's region (buffers only, see full_view)
         self._borrowed = borrowed and data is not None
         trace_only = rt.options.trace_only
         if trace_only:
@@ -200,13 +200,13 @@ class Tensor(_Opaque):
             self._borrowed = False
 
     def full_view(self) -> "View":
-        if self._full is not None:
-            return self._full
         view = View(self, tuple(slice(0, s, 1) for s in self.shape))
-        # a buffer keeps one (the simulator reads it often and never changes it); a result tile does not:
-        # the reference cycle would keep its data alive until the garbage collector runs
+        # a buffer keeps its whole region (the simulator reads it often and it never changes), not the view:
+        # a tensor <-> view reference cycle would keep the data alive until the garbage collector runs
         if self.kind != "result":
-            self._full = view
+            if self._full is None:
+                self._full = view.region()
+            view._region = self._full
         return view
 
     def __getitem__(self, key: Any) -> "View":
