@@ -182,13 +182,16 @@ def kernel(a):
     ("24 * i + nl.arange(40)[None, :]", "mask=nl.arange(40)[None, :] < 24"),      # the mask removes the overlap
     ("nl.arange(64)[None, :]", "mask=nl.arange(64)[None, :] >= nl.arange(128)[:, None] // 2"),  # triangular, non-box
     ("nl.arange(64)[None, :]", "mask=(nl.arange(64)[None, :] < 32 * i + 32) & (nl.arange(64)[None, :] >= 32 * i)"),
+    # ragged tiles whose keys run past the end: the mask keeps a box inside (apart: legal; overlapping)
+    ("40 * i + nl.arange(40)[None, :]", "mask=40 * i + nl.arange(40)[None, :] < 64"),
+    ("30 * i + nl.arange(40)[None, :]", "mask=30 * i + nl.arange(40)[None, :] < 64"),
 ])
 @pytest.mark.parametrize("mode", ["error", "warn"])
 @pytest.mark.filterwarnings("ignore:.*is assigned at the same location")
 def test_loop_carried_writes_same_verdict(run_kernel, rng, write, mask, mode):
     a = rng.standard_normal((128, 64)).astype(np.float32)
     body = CONFLICT.replace("WRITE", write).replace("MASK", mask)
-    legal = "2 * nl.arange" in write or "< 24" in mask or "< 32 * i + 32" in mask
+    legal = "2 * nl.arange" in write or "< 24" in mask or "< 32 * i + 32" in mask or "40 * i" in write
     if legal or mode == "warn":
         try:
             both(run_kernel, body, a, affine_write_conflicts=mode, check_uninitialized=False)
@@ -482,7 +485,8 @@ def kernel(a):
 def test_ragged_tile_computed_from_ragged_inputs_keeps_box_validity(run_kernel, rng, monkeypatch):
     # compiler style: the last row tile is loaded, computed and stored under the same mask; the results
     # carry the inputs' partial validity, and every element the mask keeps is valid, so each write stays
-    # a box (no per-element array as large as the buffer) and the values match the general path
+    # a box (no per-element array as large as the buffer) and the values match the general path; the
+    # load and store index past the tensor's end, and reach the box their mask keeps as a view
     body = """
 @nki.jit
 def kernel(a):
@@ -516,7 +520,28 @@ def kernel(a):
     a = rng.standard_normal((200, 64)).astype(np.float32)
     out = both(run_kernel, body, a).outputs[0]
     np.testing.assert_allclose(out, -2.0 * a, rtol=1e-6)
-    assert (2, 128, 64) not in switched   # x, y, z; the output's ragged store indexes past its end
+    # x, y, z; and the output, whose ragged store indexes past its end: the mask keeps a box inside it
+    assert switched == []
+
+
+def test_ragged_read_past_the_end_keeps_validity_and_fill(run_kernel, rng):
+    # an on-chip read whose key runs past the buffer's end under a mask: the kept box is read as a view, its
+    # unwritten part is reported, masked-off elements carry index 0's value (as the general gather reads them)
+    body = """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+    t[:, 0:WIDTH] = nl.load(a[:, 0:WIDTH])
+    e = nl.exp(t[nl.arange(128)[:, None], 16 + nl.arange(64)[None, :]], mask=16 + nl.arange(64)[None, :] < 64)
+    nl.store(out[nl.arange(128)[:, None], nl.arange(64)[None, :]], value=e, mask=nl.arange(64)[None, :] < 48)
+    return out
+"""
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    out = both(run_kernel, body.replace("WIDTH", "64"), a).outputs[0]
+    np.testing.assert_allclose(out[:, :48], np.exp(a[:, 16:]), rtol=1e-6)
+    err = both_raise(run_kernel, body.replace("WIDTH", "32"), a)
+    assert "never written" in err[1]
 
 
 def test_kernel_inputs_are_read_in_place_and_copied_before_a_write(run_kernel, rng):

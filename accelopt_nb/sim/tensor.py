@@ -768,6 +768,8 @@ def read(view: View, mask: np.ndarray | None, api: str) -> tuple[np.ndarray | No
     basic = view.basic
     if basic is not None:
         data, written = _read_basic(t, basic, _adv_shape(view), mask)
+    elif view.advanced and (kept := _kept_basic(view, mask)) is not None:
+        data, written = _read_kept(t, kept, _adv_shape(view))
     elif view.advanced:
         if mask is not None:
             m = np.broadcast_to(mask, _adv_shape(view))
@@ -819,6 +821,52 @@ def _read_basic(t: Tensor, basic: tuple, adv_shape: tuple[int, ...],
                       where=~m.reshape(data.shape))
     if written is not None:
         written = written.copy()  # the general path's gather never aliased the tensor's validity
+    return data, written
+
+
+def _kept_basic(view: View, mask: np.ndarray | None) -> tuple[tuple, tuple[slice, ...]] | None:
+    """For an advanced view with no basic key (a ragged tile's key runs past its tensor), the basic key of
+    the box its mask keeps and that box's slices of the view; EMPTY's slices are empty. None: no such box.
+
+    The general path gathers the kept elements (and checks they are in bounds); the box reaches the same
+    elements in the same order as a NumPy view.
+    """
+    if mask is None or view.basic is not None or view.indirect or not view.tensor._fast:
+        return None
+    adv_shape = _adv_shape(view)
+    box = masked_box(tuple(slice(0, n, 1) for n in adv_shape), np.broadcast_to(mask, adv_shape))
+    if box is None:
+        return None
+    if box is EMPTY:
+        return (), tuple(slice(0, 0) for _ in adv_shape)
+    sub = tuple(slice(lo, hi) for lo, hi, _ in box)
+    nd = len(adv_shape)
+    keys = []
+    for k in view.key:
+        if isinstance(k, np.ndarray):  # right-aligned against the view: slice the axes it varies along
+            k = k[tuple(sub[nd - k.ndim + d] if n > 1 else slice(None) for d, n in enumerate(k.shape))]
+        keys.append(k)
+    basic = basic_key(tuple(keys), view.tensor.shape)
+    return None if basic is None else (basic, sub)
+
+
+def _read_kept(t: Tensor, kept: tuple[tuple, tuple[slice, ...]],
+               adv_shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray | None]:
+    """``read`` of a masked view through the kept box (see ``_kept_basic``); masked-off elements read as
+    index 0 of every axis, as the general path's gather reads them."""
+    basic, sub = kept
+    origin = (0,) * t._data.ndim
+    data = np.empty(adv_shape, dtype=t._data.dtype)
+    data[...] = _fill_unwritten(t, t._data[origin], _validity(t, origin))
+    if not basic:
+        return data, None
+    part = data[sub]
+    w = _validity(t, basic)
+    part[...] = _fill_unwritten(t, t._data[basic], w).reshape(part.shape)
+    if w is None or w.all():
+        return data, None
+    written = np.ones(adv_shape, dtype=bool)
+    written[sub] = w.reshape(part.shape)
     return data, written
 
 
@@ -897,6 +945,14 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
         vals = vals.reshape(adv_shape) if vals.shape != adv_shape else vals
         if view.basic is not None:
             _write_basic(t, view.basic, vals, written, shape, adv_shape, mask, store_dtype, accumulate)
+            return
+        kept = _kept_basic(view, mask)
+        if kept is not None:  # a ragged tile's kept box
+            basic, sub = kept
+            if basic:
+                vals = vals[sub]
+                w_src = None if written is None else np.broadcast_to(written, shape).reshape(adv_shape)[sub]
+                _write_basic(t, basic, vals, w_src, vals.shape, vals.shape, None, store_dtype, accumulate)
             return
         if mask is not None:
             m = np.broadcast_to(mask, adv_shape)
@@ -1000,7 +1056,11 @@ def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: 
     t = view.tensor
     basic = view.basic if view.advanced else view.key
     partial = None  # the masked part of a basic-key box
-    if view.advanced and basic is not None and mask is not None:
+    if basic is None and (kept := _kept_basic(view, mask)) is not None:
+        if not kept[0]:
+            return   # the mask keeps nothing
+        basic = kept[0]   # a ragged tile: its kept box (the general path checks the same elements)
+    elif view.advanced and basic is not None and mask is not None:
         m = np.broadcast_to(mask, _adv_shape(view))
         if not mask_all(m):
             partial = m
