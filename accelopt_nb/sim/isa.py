@@ -11,6 +11,7 @@ from accelopt_nb.sim import dtypes as _dt
 from accelopt_nb.sim import ops as _ops
 from accelopt_nb.sim.functions import ACTIVATIONS, ALU, REDUCE, op_name
 from accelopt_nb.sim.indexing import IndexExpr, Mask
+from accelopt_nb.sim.indexing import broadcast as _broadcast
 from accelopt_nb.sim.indexing import mask_rows_cols as _mask_rows_cols
 from accelopt_nb.sim.runtime import GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX, current
 from accelopt_nb.sim.tensor import Operand, Tensor, as_view, combine_written, operand, read, write
@@ -250,7 +251,7 @@ def _activation(api: str, op, data, bias, scale, reduce_op, reduce_res, mask, dt
         with np.errstate(all="ignore"):
             out_data = fn(x.data.astype(np.float32, copy=False) * _reshape_col(s, nd)
                           + _reshape_col(b, nd)).astype(np.float32, copy=False)
-    written = combine_written(*[o.written if o is x else (None if o.written is None else np.broadcast_to(
+    written = combine_written(*[o.written if o is x else (None if o.written is None else _broadcast(
         o.written.reshape((rows,) + (1,) * (len(x.shape) - 1)), x.shape)) for o in operands], shape=x.shape)
     out_dtype = _dt.canonical(dtype) if dtype is not None else x.dtype
     out = _ops.new_result(rt, api, x.shape, out_dtype, "sbuf", out_data, written, m)
@@ -265,7 +266,7 @@ def _activation(api: str, op, data, bias, scale, reduce_op, reduce_res, mask, dt
         attrs["reduce"] = True
         red = None
         if out_data is not None:
-            vals = out_data if m is None else np.where(np.broadcast_to(m, out_data.shape), out_data,
+            vals = out_data if m is None else np.where(_broadcast(m, out_data.shape), out_data,
                                                        0.0 if rname in ("add", "sum") else out_data)
             red = REDUCE[rname](vals.reshape(rows, -1), axis=1, keepdims=True).astype(np.float32)
         write(dest, red, None if written is None else np.all(written.reshape(rows, -1), axis=1, keepdims=True),
@@ -343,7 +344,7 @@ def tensor_scalar(data, op0, operand0, reverse0: bool = False, op1=None, operand
             if f1 is not None:
                 v = f1(_reshape_col(c1, nd), v) if reverse1 else f1(v, _reshape_col(c1, nd))
         out_data = np.asarray(v)
-    written = combine_written(x.written, *[None if o.written is None else np.broadcast_to(
+    written = combine_written(x.written, *[None if o.written is None else _broadcast(
         o.written.reshape((x.shape[0],) + (1,) * (len(x.shape) - 1)), x.shape) for o in ops_[1:]], shape=x.shape)
     out_dtype = _dt.canonical(dtype) if dtype is not None else x.dtype
     if out_data is not None and _dt.is_float(out_dtype):
@@ -404,7 +405,7 @@ def tensor_reduce(op, data, axis, *, dtype=None, negate: bool = False, keepdims:
         if m is not None:
             neutral = {"add": 0, "sum": 0, "maximum": -np.inf, "max": -np.inf, "minimum": np.inf, "min": np.inf,
                        "multiply": 1, "prod": 1}.get(name, 0)
-            vals = np.where(np.broadcast_to(m, vals.shape), vals, neutral)
+            vals = np.where(_broadcast(m, vals.shape), vals, neutral)
         with np.errstate(all="ignore"):
             out_data = np.asarray(REDUCE[name](vals, axis=axes, keepdims=keepdims))
         if negate:
@@ -440,7 +441,7 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0: bool = False, 
         d0 = a.data.reshape(rows, -1).astype(np.float32)
         d1 = b.data.reshape(rows, -1).astype(np.float32)
         res = np.empty_like(d0)
-        prev = np.broadcast_to(np.asarray(c, dtype=np.float32).reshape(-1, 1) if isinstance(c, np.ndarray)
+        prev = _broadcast(np.asarray(c, dtype=np.float32).reshape(-1, 1) if isinstance(c, np.ndarray)
                                else np.float32(c), (rows, 1)).reshape(rows).copy()
         with np.errstate(all="ignore"):
             if n0 == "multiply" and n1 == "add" and not reverse0 and not reverse1:
@@ -489,7 +490,7 @@ def iota(expr, dtype, *, mask=None, **kwargs) -> Tensor:
         raise rt.rule_error(api, "iota takes an affine nl.arange expression", "iota builds constants from index expressions")
     vals = expr.values
     shape = vals.shape if vals.ndim >= 2 else (vals.shape[0], 1)
-    data = None if rt.options.trace_only else np.broadcast_to(vals.reshape(shape) if vals.ndim < 2 else vals, shape).copy()
+    data = None if rt.options.trace_only else _broadcast(vals.reshape(shape) if vals.ndim < 2 else vals, shape).copy()
     dtype = _dt.canonical(dtype)
     if data is not None and _dt.is_float(dtype):
         data = data.astype(np.float32)
@@ -517,7 +518,7 @@ def bn_stats(data, *, dtype=None, mask=None, **kwargs) -> Tensor:
     if f > 512:
         raise rt.rule_error(api, f"bn_stats free size {f} exceeds 512", "bn_stats free size <= nl.tile_size.bn_stats_fmax")
     # the mask selects the elements counted (a ragged row) and the partitions written
-    keep = np.ones((rows, f), bool) if m is None else np.broadcast_to(m, x.shape).reshape(rows, f)
+    keep = np.ones((rows, f), bool) if m is None else _broadcast(m, x.shape).reshape(rows, f)
     out_data = None
     if x.data is not None:
         v = x.data.reshape(rows, f).astype(np.float32)
@@ -578,7 +579,7 @@ def affine_select(pred, on_true_tile, on_false_value, *, dtype=None, mask=None, 
     x = operand(on_true_tile, api, allow_scalar=False)
     _ops.check_engine_access(rt, api, "gpsimd", [x], None)
     try:
-        p = np.broadcast_to(pred.values, x.shape)
+        p = _broadcast(pred.values, x.shape)
     except ValueError:
         raise rt.rule_error(api, f"predicate shape {pred.values.shape} does not match tile {x.shape}",
                             "predicate broadcasts to the tile") from None

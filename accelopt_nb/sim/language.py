@@ -21,6 +21,7 @@ from accelopt_nb.sim import dtypes as _dt
 from accelopt_nb.sim import ops as _ops
 from accelopt_nb.sim.functions import ACTIVATIONS, ALU, SCALAR_ENGINE_FUNCS, op_name
 from accelopt_nb.sim.indexing import IndexExpr, Mask, arange, ds, mgrid  # noqa: F401 (re-exported)
+from accelopt_nb.sim.indexing import broadcast as _broadcast
 from accelopt_nb.sim.indexing import mask_rows_cols as _mask_rows_cols
 from accelopt_nb.sim.launch import nc, spmd_dim  # noqa: F401 (re-exported)
 from accelopt_nb.sim.runtime import (BN_STATS_FMAX, GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX, PSUM_FMAX,
@@ -324,11 +325,11 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
         data = data.reshape(dview.shape)
         written = None if written is None else written.reshape(dview.shape)
     if m is not None and written is not None:
-        written = written | ~np.broadcast_to(m, written.shape)
+        written = written | ~_broadcast(m, written.shape)
     _ops.check_output_valid(rt, api, written, dview.tensor.name)
     if data is not None:
         write(dview, data.astype(np.float32, copy=False) if _dt.is_float(dview.tensor.dtype) else data, None,
-              None if m is None else np.broadcast_to(m, dview.shape) if m.size > 1 else m, api)
+              None if m is None else _broadcast(m, dview.shape) if m.size > 1 else m, api)
     else:
         write(dview, None, None, m, api)
     attrs = _dma_attrs(dview, op.shape, _dt.itemsize(sview.tensor.dtype), "sbuf", "hbm", mask=m)
@@ -351,8 +352,8 @@ def broadcast_to(src, *, shape, **kwargs) -> Tensor:
         np.broadcast_shapes(op.shape, shape)
     except ValueError:
         raise rt.rule_error(api, f"cannot broadcast {op.shape} to {shape}", "broadcast_to follows NumPy rules") from None
-    data = None if op.data is None else np.broadcast_to(op.data, shape).astype(op.data.dtype)
-    written = None if op.written is None else np.broadcast_to(op.written, shape)
+    data = None if op.data is None else _broadcast(op.data, shape).astype(op.data.dtype)
+    written = None if op.written is None else _broadcast(op.written, shape)
     if op.shape[0] == 1 and shape[0] > 1:
         # partition broadcast: a TensorE matmul with a ones row. One PSUM bank holds the result, which
         # consumers read directly; wider rows go bank by bank and are gathered into SBUF.
@@ -576,7 +577,7 @@ def _named_loops(rt, api: str, loop_indices: Any) -> list:
 
 def _combine(fn, acc: np.ndarray, x: np.ndarray, m: np.ndarray | None) -> np.ndarray:
     new = np.asarray(fn(acc, x), dtype=acc.dtype if acc.dtype.kind == "f" else None)
-    return new if m is None else np.where(np.broadcast_to(m, new.shape), new, acc)
+    return new if m is None else np.where(_broadcast(m, new.shape), new, acc)
 
 
 class _PendingReduce:
@@ -601,7 +602,7 @@ class _PendingReduce:
             x = self.x.data.reshape(dest.shape)
             with np.errstate(all="ignore"):
                 new = _combine(self.fn, acc.astype(np.float32) if acc.dtype.kind == "f" else acc, x,
-                               None if self.mask is None else np.broadcast_to(self.mask, self.x.shape).reshape(dest.shape))
+                               None if self.mask is None else _broadcast(self.mask, self.x.shape).reshape(dest.shape))
             xw = None if self.x.written is None else self.x.written.reshape(dest.shape)
             write(dest, new, _ops.combine_written(acc_written, xw, shape=dest.shape), mask, api, reduction=True)
         if producer is not None:

@@ -14,7 +14,7 @@ from math import prod as _prod
 
 from accelopt_nb.errors import NKIRuleError, UninitializedReadError
 from accelopt_nb.sim import dtypes as dt
-from accelopt_nb.sim.indexing import Mask, mask_all, mask_rows_cols
+from accelopt_nb.sim.indexing import Mask, broadcast, mask_all, mask_rows_cols
 from accelopt_nb.sim.runtime import PMAX, PSUM_BANK_BYTES, Runtime, current
 from accelopt_nb.sim.tensor import Operand, Tensor, View, as_view, combine_written, operand, read, write
 
@@ -69,19 +69,19 @@ def new_result(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, buffer
         if written is not None and written.shape == shape[:1]:   # e.g. a keepdims=False reduction
             written = written.reshape(shape)
     check_tile_shape(rt, api, shape, dtype, buffer)
-    m = None if mask is None else np.broadcast_to(mask, shape)
+    m = None if mask is None else broadcast(mask, shape)
     if m is not None and not mask_all(m):  # an all-true mask keeps every element: no validity to carry
-        written = m if written is None else (np.broadcast_to(written, shape) & m)
+        written = m if written is None else (broadcast(written, shape) & m)
     elif written is not None and written.shape != shape:
-        written = np.broadcast_to(written, shape).copy()
+        written = broadcast(written, shape).copy()
     if data is not None:
         if data.shape != shape:
-            data = np.broadcast_to(data, shape).copy()
+            data = broadcast(data, shape).copy()
         elif data.base is not None or not data.flags.writeable:
             data = data.copy()  # a view (e.g. nl.copy's identity) must not alias its source's storage
     t = Tensor(rt, shape, dtype, buffer, "result", data=data, written=written if written is not None else True,
                raw=True)
-    t._mask = None if mask is None else np.broadcast_to(mask, shape)
+    t._mask = None if mask is None else broadcast(mask, shape)
     return t
 
 

@@ -17,7 +17,7 @@ from accelopt_nb.errors import LoopCarriedDependencyError, OpaqueTensorError
 from accelopt_nb.sim import dtypes as dt
 from accelopt_nb.sim import replay as _replay
 from accelopt_nb.sim.conflicts import EMPTY, Box, Cover, WriteLog, box_of, masked_box
-from accelopt_nb.sim.indexing import IndexExpr, Mask, basic_key, compact, mask_all, mask_count
+from accelopt_nb.sim.indexing import IndexExpr, Mask, basic_key, broadcast, compact, mask_all, mask_count
 from accelopt_nb.sim.runtime import PMAX, Runtime, current
 from accelopt_nb.sim.trace import Region, TensorInfo
 
@@ -739,7 +739,7 @@ class View(_Opaque):
 
 # ---- data access -------------------------------------------------------------------------
 def _full_arrays(view: View, shape: tuple[int, ...]) -> list[np.ndarray]:
-    return [np.broadcast_to(k, shape) if isinstance(k, np.ndarray) else np.full(shape, k, dtype=np.int64)
+    return [broadcast(k, shape) if isinstance(k, np.ndarray) else np.full(shape, k, dtype=np.int64)
             for k in view.key]
 
 
@@ -772,7 +772,7 @@ def read(view: View, mask: np.ndarray | None, api: str) -> tuple[np.ndarray | No
         data, written = _read_kept(t, kept, _adv_shape(view))
     elif view.advanced:
         if mask is not None:
-            m = np.broadcast_to(mask, _adv_shape(view))
+            m = broadcast(mask, _adv_shape(view))
             arrays = [np.where(m, a, 0) for a in _full_arrays(view, m.shape)]
             _check_bounds(view, arrays, api)
             key = tuple(arrays)
@@ -797,7 +797,7 @@ def read(view: View, mask: np.ndarray | None, api: str) -> tuple[np.ndarray | No
         data = dt.cast(data, t.dtype)
     if written is not None:
         if mask is not None:
-            written = written | ~np.broadcast_to(mask, shape)
+            written = written | ~broadcast(mask, shape)
         if written.all():
             written = None
     return data, written
@@ -812,7 +812,7 @@ def _read_basic(t: Tensor, basic: tuple, adv_shape: tuple[int, ...],
         written = None  # all valid: nothing to fill, and no validity to carry (what read() would conclude)
     data = _fill_unwritten(t, data, written)
     if mask is not None:
-        m = np.broadcast_to(mask, adv_shape)
+        m = broadcast(mask, adv_shape)
         if not mask_all(m):
             # the general path reads masked-off elements at index 0 of every axis: same values here
             origin = (0,) * t._data.ndim
@@ -834,7 +834,7 @@ def _kept_basic(view: View, mask: np.ndarray | None) -> tuple[tuple, tuple[slice
     if mask is None or view.basic is not None or view.indirect or not view.tensor._fast:
         return None
     adv_shape = _adv_shape(view)
-    box = masked_box(tuple(slice(0, n, 1) for n in adv_shape), np.broadcast_to(mask, adv_shape))
+    box = masked_box(tuple(slice(0, n, 1) for n in adv_shape), broadcast(mask, adv_shape))
     if box is None:
         return None
     if box is EMPTY:
@@ -939,7 +939,7 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
     t.own()
     shape = view.shape
     store_dtype = dt.storage(t.dtype)
-    vals = np.broadcast_to(values, shape)
+    vals = broadcast(values, shape)
     if view.advanced:
         adv_shape = _adv_shape(view)
         vals = vals.reshape(adv_shape) if vals.shape != adv_shape else vals
@@ -951,31 +951,31 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
             basic, sub = kept
             if basic:
                 vals = vals[sub]
-                w_src = None if written is None else np.broadcast_to(written, shape).reshape(adv_shape)[sub]
+                w_src = None if written is None else broadcast(written, shape).reshape(adv_shape)[sub]
                 _write_basic(t, basic, vals, w_src, vals.shape, vals.shape, None, store_dtype, accumulate)
             return
         if mask is not None:
-            m = np.broadcast_to(mask, adv_shape)
+            m = broadcast(mask, adv_shape)
             arrays = [a[m] for a in _full_arrays(view, adv_shape)]
             _check_bounds(view, arrays, api)
             key = tuple(arrays)
             vals = vals[m]
-            w_src = None if written is None else np.broadcast_to(written, shape).reshape(adv_shape)[m]
+            w_src = None if written is None else broadcast(written, shape).reshape(adv_shape)[m]
         else:
             _check_bounds(view, None, api)
             key = _np_key(view)
-            w_src = None if written is None else np.broadcast_to(written, shape).reshape(adv_shape)
+            w_src = None if written is None else broadcast(written, shape).reshape(adv_shape)
         _store(t, key, vals, w_src, store_dtype, accumulate)
         return
     key = _np_key(view)
     target_shape = t._data[key].shape if len(shape) == 2 and shape[1] == 1 else None
     if target_shape is not None and target_shape != shape:
         vals = vals.reshape(target_shape)
-        written = None if written is None else np.broadcast_to(written, shape).reshape(target_shape)
-        mask = None if mask is None else np.broadcast_to(mask, shape).reshape(target_shape)
+        written = None if written is None else broadcast(written, shape).reshape(target_shape)
+        mask = None if mask is None else broadcast(mask, shape).reshape(target_shape)
     if mask is not None:
         sub = t._data[key]
-        m = np.broadcast_to(mask, sub.shape)
+        m = broadcast(mask, sub.shape)
         if accumulate:
             prev = sub.astype(np.float32)
             prev_w = _validity(t, key)
@@ -984,11 +984,11 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
             new = dt.cast(prev + vals, t.dtype)
         else:
             new = dt.cast(np.asarray(vals), t.dtype)
-        np.copyto(sub, np.broadcast_to(new, sub.shape).astype(store_dtype, copy=False), where=m)
+        np.copyto(sub, broadcast(new, sub.shape).astype(store_dtype, copy=False), where=m)
         _materialize(t)  # a masked write is no box
         if t._written is not None:
             wsub = t._written[key]
-            src = True if written is None else np.broadcast_to(written, sub.shape)
+            src = True if written is None else broadcast(written, sub.shape)
             np.copyto(wsub, src, where=m)
         return
     _store(t, key, vals, written, store_dtype, accumulate)
@@ -999,8 +999,8 @@ def _write_basic(t: Tensor, basic: tuple, vals: np.ndarray, written: np.ndarray 
     """``write`` of an advanced view through its equivalent basic key; same stores as the gather/scatter path."""
     sub = t._data[basic]
     vals = vals.reshape(sub.shape)
-    w_src = None if written is None else np.broadcast_to(written, shape).reshape(sub.shape)
-    m = None if mask is None else np.broadcast_to(mask, adv_shape)
+    w_src = None if written is None else broadcast(written, shape).reshape(sub.shape)
+    m = None if mask is None else broadcast(mask, adv_shape)
     if m is None or mask_all(m):
         _store(t, basic, vals, w_src, store_dtype, accumulate)
         return
@@ -1061,7 +1061,7 @@ def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: 
             return   # the mask keeps nothing
         basic = kept[0]   # a ragged tile: its kept box (the general path checks the same elements)
     elif view.advanced and basic is not None and mask is not None:
-        m = np.broadcast_to(mask, _adv_shape(view))
+        m = broadcast(mask, _adv_shape(view))
         if not mask_all(m):
             partial = m
     if not isinstance(t._stamps, np.ndarray):
@@ -1081,7 +1081,7 @@ def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: 
         if partial is not None:
             where = partial.reshape(t._stamps[key].shape)
     elif mask is not None:
-        m = np.broadcast_to(mask, _adv_shape(view))
+        m = broadcast(mask, _adv_shape(view))
         key = tuple(a[m] for a in _full_arrays(view, m.shape))
     try:
         stamps = t._stamps[key]
@@ -1198,7 +1198,7 @@ def combine_written(*ws: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarra
     for w in ws:
         if w is None:
             continue
-        w = np.broadcast_to(w, shape) if w.shape != shape else w
+        w = broadcast(w, shape) if w.shape != shape else w
         out = w if out is None else (out & w)
     return out
 
