@@ -327,6 +327,20 @@ def test_mask_summaries_equal_the_expanded_counts(rng, mshape, shape):
         mask_count(np.ones((3, 2), bool), (3, 4))
 
 
+def test_a_mask_is_a_read_only_value_whose_summaries_are_kept():
+    from accelopt_nb.sim.indexing import broadcast, mask_all
+    inside = (5 * 128 + arange(128)[:, None] < 700) & (arange(64)[None, :] < 40)
+    m = inside.values
+    assert not m.flags.writeable and broadcast(m, (128, 64)) is m
+    with pytest.raises(ValueError):
+        m[0, 0] = False
+    for _ in range(2):   # asked twice: the kept answers equal the expanded ones
+        assert mask_count(m, (128, 64)) == 60 * 40
+        assert mask_rows_cols(m, (128, 64)) == (60, 40)
+        assert mask_all(m) is False
+    assert mask_count(m, (2, 128, 64)) == 2 * 60 * 40
+
+
 @pytest.mark.parametrize("wide_rows", [0.0, 0.2])  # the log buckets boxes by their row; some span rows
 def test_write_log_agrees_with_per_element_stamps(rng, wide_rows):
     shape = (6, 40)

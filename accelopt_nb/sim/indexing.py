@@ -137,7 +137,14 @@ class Mask:
     __array_priority__ = 100
 
     def __init__(self, values: Any) -> None:
-        self.values = np.asarray(values, dtype=bool)
+        values = np.asarray(values, dtype=bool)
+        if values.flags.writeable:  # a value: read-only, so its summaries (see _memo) stay true
+            values = values.view()
+            values.flags.writeable = False
+        self.values = values
+        if len(_SUMMARIES) >= 64:
+            _SUMMARIES.clear()
+        _SUMMARIES[id(values)] = (values, {})
 
     def __and__(self, o): return Mask(self.values & _arr(o))
     def __rand__(self, o): return Mask(_arr(o) & self.values)
@@ -293,12 +300,30 @@ def basic_key(key: tuple, shape: tuple[int, ...], affs: dict[int, tuple[int, int
 
 def broadcast(a: Any, shape: tuple[int, ...]) -> np.ndarray:
     """``np.broadcast_to(a, shape)`` (a read-only view); an array that has the shape already costs a view
-    instead of ``broadcast_to``'s iterator setup (7 us, many times per instruction)."""
+    instead of ``broadcast_to``'s iterator setup (7 us, many times per instruction), or is itself when it
+    is read-only (a mask keeps its summaries)."""
     if type(a) is np.ndarray and a.shape == shape:
+        if not a.flags.writeable:
+            return a
         view = a.view()
         view.flags.writeable = False
         return view
     return np.broadcast_to(a, shape)
+
+
+# One mask serves every instruction of a tile, and each asks the same questions of it (all true? how many?
+# which rows and columns?): the answers are kept per mask value, by identity, while the mask is recent.
+_SUMMARIES: dict[int, tuple[np.ndarray, dict]] = {}
+
+
+def _memo(m: Any, key: Any, fn: Any) -> Any:
+    entry = _SUMMARIES.get(id(m))
+    if entry is None or entry[0] is not m:
+        return fn()
+    known = entry[1]
+    if key not in known:
+        known[key] = fn()
+    return known[key]
 
 
 def compact(m: np.ndarray) -> np.ndarray:
@@ -310,7 +335,7 @@ def compact(m: np.ndarray) -> np.ndarray:
 
 def mask_all(m: np.ndarray) -> bool:
     """``m.all()`` without expanding a broadcast mask."""
-    return bool(compact(m).all())
+    return _memo(m, "all", lambda: bool(compact(m).all()))
 
 
 def broadcast_reps(small: tuple[int, ...], shape: tuple[int, ...]) -> int:
@@ -332,9 +357,13 @@ def broadcast_reps(small: tuple[int, ...], shape: tuple[int, ...]) -> int:
 def mask_count(m: Any, shape: tuple[int, ...]) -> int:
     """``count_nonzero(broadcast_to(m, shape))`` without expanding the broadcast."""
     m = np.asarray(m)
-    broadcast_reps(m.shape, tuple(shape))  # the expanded form's shape check
-    c = compact(m)
-    return int(np.count_nonzero(c)) * broadcast_reps(c.shape, tuple(shape))
+    shape = tuple(shape)
+    broadcast_reps(m.shape, shape)  # the expanded form's shape check
+
+    def count() -> int:
+        c = compact(m)
+        return int(np.count_nonzero(c)) * broadcast_reps(c.shape, shape)
+    return _memo(m, ("count", shape), count)
 
 
 def mask_rows_cols(m: Any, shape: tuple[int, ...]) -> tuple[int, int]:
@@ -343,6 +372,10 @@ def mask_rows_cols(m: Any, shape: tuple[int, ...]) -> tuple[int, int]:
     Equals ``(count_nonzero(b.any(axis=1)), count_nonzero(b.any(axis=0)))`` for
     ``b = broadcast_to(m, shape).reshape(shape[0], -1)``.
     """
+    return _memo(m, ("rows_cols", tuple(shape)), lambda: _rows_cols(m, tuple(shape)))
+
+
+def _rows_cols(m: Any, shape: tuple[int, ...]) -> tuple[int, int]:
     b = broadcast(m, shape)
     if not shape:
         return int(bool(b)), int(bool(b))
