@@ -141,10 +141,7 @@ class Mask:
         if values.flags.writeable:  # a value: read-only, so its summaries (see _memo) stay true
             values = values.view()
             values.flags.writeable = False
-        self.values = values
-        if len(_SUMMARIES) >= 64:
-            _SUMMARIES.clear()
-        _SUMMARIES[id(values)] = (values, {})
+        self.values = keep(values)
 
     def __and__(self, o): return Mask(self.values & _arr(o))
     def __rand__(self, o): return Mask(_arr(o) & self.values)
@@ -316,6 +313,16 @@ def broadcast(a: Any, shape: tuple[int, ...]) -> np.ndarray:
 _SUMMARIES: dict[int, tuple[np.ndarray, dict]] = {}
 
 
+def keep(m: np.ndarray) -> np.ndarray:
+    """Keep the summaries of a read-only mask value (or a broadcast view of one) while it is recent."""
+    entry = _SUMMARIES.get(id(m))
+    if entry is None or entry[0] is not m:
+        if len(_SUMMARIES) >= 64:
+            _SUMMARIES.clear()
+        _SUMMARIES[id(m)] = (m, {})
+    return m
+
+
 def _memo(m: Any, key: Any, fn: Any) -> Any:
     entry = _SUMMARIES.get(id(m))
     if entry is None or entry[0] is not m:
@@ -356,12 +363,12 @@ def broadcast_reps(small: tuple[int, ...], shape: tuple[int, ...]) -> int:
 
 def mask_count(m: Any, shape: tuple[int, ...]) -> int:
     """``count_nonzero(broadcast_to(m, shape))`` without expanding the broadcast."""
-    m = np.asarray(m)
     shape = tuple(shape)
-    broadcast_reps(m.shape, shape)  # the expanded form's shape check
 
     def count() -> int:
-        c = compact(m)
+        a = np.asarray(m)
+        broadcast_reps(a.shape, shape)  # the expanded form's shape check
+        c = compact(a)
         return int(np.count_nonzero(c)) * broadcast_reps(c.shape, shape)
     return _memo(m, ("count", shape), count)
 

@@ -14,7 +14,7 @@ from math import prod as _prod
 
 from accelopt_nb.errors import NKIRuleError, UninitializedReadError
 from accelopt_nb.sim import dtypes as dt
-from accelopt_nb.sim.indexing import Mask, broadcast, mask_all, mask_rows_cols
+from accelopt_nb.sim.indexing import Mask, broadcast, keep, mask_all, mask_rows_cols
 from accelopt_nb.sim.runtime import PMAX, PSUM_BANK_BYTES, Runtime, current
 from accelopt_nb.sim.tensor import Operand, Tensor, View, as_view, combine_written, operand, read, write
 
@@ -81,7 +81,10 @@ def new_result(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, buffer
             data = data.copy()  # a view (e.g. nl.copy's identity) must not alias its source's storage
     t = Tensor(rt, shape, dtype, buffer, "result", data=data, written=written if written is not None else True,
                raw=True)
+    # a mask value's broadcast is read-only too: its summaries are kept like the mask's (emit_for, regions)
     t._mask = None if mask is None else broadcast(mask, shape)
+    if isinstance(mask, np.ndarray) and not mask.flags.writeable:
+        keep(t._mask)
     return t
 
 
