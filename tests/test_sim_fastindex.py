@@ -613,6 +613,61 @@ def kernel(a):
     assert cyclic == []
 
 
+def test_results_computed_into_their_destination_equal_computed_then_copied(run_kernel, rng, monkeypatch):
+    # dst[...] = nl.add(a, b) computes into dst; a tile kept and read after its destination changed, read
+    # after a write elsewhere, dropped unread, or assigned under a mask gives the values it would have had
+    body = """
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray((5, 128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    x = nl.ndarray((nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+    y = nl.ndarray((nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+    x[...] = nl.load(a)
+    y[...] = nl.load(b)
+    t = nl.add(x, y)
+    x[...] = t                                  # computed into x; t is kept
+    x[...] = nl.multiply(x, y)                  # x changes: t keeps a + b
+    nl.store(out[0], value=t)
+    u = nl.subtract(x, y)                       # u's operands change before it is read
+    y[...] = nl.load(a)
+    x[...] = nl.maximum(x, 0.0)
+    nl.store(out[1], value=u)
+    nl.store(out[2], value=x)
+    nl.minimum(x, y)                            # dropped unread
+    y[nl.arange(128)[:, None], nl.arange(64)[None, :]] = nl.add(x, y, mask=nl.arange(64)[None, :] < 40)
+    nl.store(out[3], value=y)
+    x[...] = nl.add(x, x)                       # in place
+    nl.store(out[4], value=x)
+    return out
+"""
+    import accelopt_nb.sim.ops as sim_ops
+    import accelopt_nb.sim.tensor as sim_tensor
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    b = rng.standard_normal((128, 64)).astype(np.float32)
+    direct = []
+    write_deferred = sim_tensor.write_deferred
+
+    def spy(*args, **kwargs):
+        done = write_deferred(*args, **kwargs)
+        direct.append(done)
+        return done
+
+    monkeypatch.setattr(sim_ops, "write_deferred", spy)
+    res = run_kernel(body, a, b)
+    assert direct and all(direct)
+    monkeypatch.setattr(sim_ops, "_deferrable", lambda *args: False)
+    plain = run_kernel(body, a, b)
+    np.testing.assert_array_equal(res.outputs[0], plain.outputs[0])
+    assert _stream(res) == _stream(plain)
+    x = (a + b) * b
+    y = np.where(np.arange(64)[None, :] < 40, np.maximum(x, 0) + a, a)
+    np.testing.assert_array_equal(res.outputs[0][0], a + b)
+    np.testing.assert_array_equal(res.outputs[0][1], x - b)
+    np.testing.assert_array_equal(res.outputs[0][2], np.maximum(x, 0))
+    np.testing.assert_array_equal(res.outputs[0][3], y)
+    np.testing.assert_array_equal(res.outputs[0][4], 2 * np.maximum(x, 0))
+
+
 # ---- whole kernels: every fast path against the general path ---------------------------------------------
 def _whole_kernels():
     import nkibench

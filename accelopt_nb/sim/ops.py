@@ -16,7 +16,8 @@ from accelopt_nb.errors import NKIRuleError, UninitializedReadError
 from accelopt_nb.sim import dtypes as dt
 from accelopt_nb.sim.indexing import Mask, broadcast, keep, mask_all, mask_rows_cols
 from accelopt_nb.sim.runtime import PMAX, PSUM_BANK_BYTES, Runtime, current
-from accelopt_nb.sim.tensor import Operand, Tensor, View, as_view, combine_written, operand, read, write
+from accelopt_nb.sim.tensor import (Operand, Tensor, View, as_view, combine_written, defer, operand, read, write,
+                                     write_deferred)
 
 # Which buffers each engine may read and write (Trainium arch guide, memory figure).
 ENGINE_READS = {"tensor": {"sbuf"}, "vector": {"sbuf", "psum"}, "scalar": {"sbuf", "psum"},
@@ -117,6 +118,21 @@ def broadcast_shape(rt: Runtime, api: str, operands: Sequence[Operand]) -> tuple
         raise rt.rule_error(api, f"operand shapes {shapes} do not broadcast", "element-wise operands must broadcast") from None
 
 
+def _deferrable(fn: Any, opnds: Sequence[Operand], dtype: Any, shape: tuple[int, ...]) -> bool:
+    """Whether an element-wise result can be computed later, maybe into its destination (``tensor.defer``):
+    a NumPy ufunc of float32 operands giving a float32 tile of the broadcast shape (then ``out=`` rounds
+    exactly as the result tile and the copy would)."""
+    if type(fn) is not np.ufunc or fn.nout != 1 or dtype != dt.float32 or len(shape) < 2:
+        return False
+    for o in opnds:
+        if o.scalar:
+            if type(o.data) is not np.float32:
+                return False
+        elif type(o.data) is not np.ndarray or o.data.dtype != np.float32:
+            return False
+    return True
+
+
 def elementwise(api: str, engine: str, op: str, fn: Callable[..., np.ndarray], args: Sequence[Any], *,
                 dtype: Any = None, mask: Any = None, attrs: dict | None = None, out_dtype_default: Any = None,
                 buffer: str = "sbuf") -> Tensor:
@@ -132,7 +148,8 @@ def elementwise(api: str, engine: str, op: str, fn: Callable[..., np.ndarray], a
             dtype = o.dtype if dtype is None else dt.promote(dtype, o.dtype)
     dtype = dt.canonical(dtype)
     data = None
-    if not rt.options.trace_only:
+    deferred = not rt.options.trace_only and _deferrable(fn, opnds, dtype, shape)
+    if not rt.options.trace_only and not deferred:
         with np.errstate(all="ignore"):
             data = fn(*[o.data for o in opnds])
         data = np.asarray(data)
@@ -140,6 +157,9 @@ def elementwise(api: str, engine: str, op: str, fn: Callable[..., np.ndarray], a
             data = data.astype(np.float32, copy=False)
     written = combine_written(*[o.written for o in opnds], shape=shape)
     out = new_result(rt, api, shape, dtype, buffer, data, written, m)
+    if deferred:
+        args = [o.data for o in opnds]
+        defer(out, lambda dst: fn(*args) if dst is None else fn(*args, out=dst))
     a = {"num_inputs": sum(1 for o in opnds if not o.scalar),
          "psum_input": any(o.buffer == "psum" for o in opnds)}
     if attrs:
@@ -189,6 +209,11 @@ def copy_into(dest: View, value: Any, api: str, reduction: bool = False) -> None
         if pending is not None and pending[0] is src:  # dst[...] = nl.loop_reduce(...): dst is the accumulator
             rt.pending_reduction = None
             pending[1].reduce_into(dest, src, api)
+            return
+        if src._thunk is not None and sshape == dshape and (mask is None or mask_all(mask)) and \
+                write_deferred(dest, src, src._written, api, reduction=reduction):
+            producer.writes = (dest.region(mask),)
+            producer.out_dtype = dt.name(dest.dtype)
             return
         values = None if src._data is None else src._data.reshape(dshape) if sshape != dshape else src._data
         written = None if src._written is None else (src._written.reshape(dshape) if sshape != dshape else src._written)

@@ -94,6 +94,7 @@ class Runtime:
         self.warnings: list[str] = []
         self.loop_reduce_state: dict[tuple, Any] = {}   # nl.loop_reduce accumulators by call site and loop nest
         self.pending_reduction: Any = None   # (result, how to reduce it into a destination) of the last loop_reduce
+        self.deferred: Any = None            # the result tile whose values are not computed yet (tensor.defer)
         self.probes: list[Any] = []          # replay probes of the loops whose probe iterations are running
         self.region_shapes: dict[int, tuple[int, ...]] = {}   # id(Region) -> its view's shape, while probing
         self.replayed_blocks: dict[int, Any] = {}   # id(first record) -> a block replay built while a parent probes

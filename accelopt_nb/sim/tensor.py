@@ -8,6 +8,7 @@ as the boxes written so far (``_cover``) until a question needs the per-element 
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from accelopt_nb.sim import dtypes as dt
 from accelopt_nb.sim import replay as _replay
 from accelopt_nb.sim.conflicts import EMPTY, Box, Cover, WriteLog, box_of, masked_box
 from accelopt_nb.sim.indexing import IndexExpr, Mask, basic_key, broadcast, compact, mask_all, mask_count
-from accelopt_nb.sim.runtime import PMAX, Runtime, current
+from accelopt_nb.sim.runtime import PMAX, Runtime, active, current
 from accelopt_nb.sim.trace import Region, TensorInfo
 
 _OPAQUE_RULE = OpaqueTensorError.rule
@@ -134,7 +135,7 @@ class _Opaque:
 class Tensor(_Opaque):
     """One allocation: an HBM tensor, an on-chip buffer, or a fresh API result tile."""
 
-    __slots__ = ("id", "name", "buffer", "kind", "shape", "dtype", "par_axis", "_data", "_written",
+    __slots__ = ("id", "name", "buffer", "kind", "shape", "dtype", "par_axis", "_array", "_thunk", "_written",
                  "_stamps", "_raw", "_mask", "_producer", "_consumed", "_alloc_epoch", "_fast", "_lazy",
                  "_full", "_cover", "_borrowed", "__weakref__")
 
@@ -142,6 +143,7 @@ class Tensor(_Opaque):
                  name: str = "", par_axis: int = 0, data: np.ndarray | None = None,
                  written: np.ndarray | None | bool = False, raw: bool = False, borrowed: bool = False) -> None:
         """``borrowed``: ``data`` is the caller's (read-only) array, copied before the first write into it."""
+        self._thunk = None
         self.id = rt.new_tensor_id()
         self.name = name or f"{kind}{self.id}"
         self.buffer = buffer
@@ -192,6 +194,31 @@ class Tensor(_Opaque):
     @property
     def on_chip(self) -> bool:
         return self.buffer != "hbm"
+
+    # The values, computed first if they were deferred (see ``defer``).
+    @property
+    def _data(self) -> np.ndarray | None:
+        if self._thunk is not None:
+            self._compute()
+        return self._array
+
+    @_data.setter
+    def _data(self, value: np.ndarray | None) -> None:
+        self._array = value
+
+    def _compute(self, out: np.ndarray | None = None) -> None:
+        """Compute deferred values (see ``defer``), or compute them into ``out``, where the tile was assigned
+        whole: then the tile copies them from there before that memory changes or when it is read."""
+        thunk, self._thunk = self._thunk, None
+        rt = active()
+        if rt is not None and rt.deferred is not None and rt.deferred() is self:
+            rt.deferred = None
+        with np.errstate(all="ignore"):
+            values = thunk(out)
+        if out is None:
+            self._array = values
+        else:
+            defer(self, lambda _: out.copy())
 
     def own(self) -> None:
         """Copy borrowed data before it changes (kernel inputs are the caller's arrays until written)."""
@@ -247,6 +274,7 @@ class _Alias(Tensor):
     __slots__ = ()
 
     def __init__(self, base: Tensor, shape: tuple[int, ...]) -> None:  # noqa: D401 - no super().__init__
+        self._thunk = None
         self.id = base.id
         self.name = base.name
         self.buffer = base.buffer
@@ -933,6 +961,8 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
     """
     t = view.tensor
     rt = current()
+    if rt.deferred is not None:   # its operands are views of memory this write may change
+        _compute_deferred(rt)
     _loop_conflict_check(rt, view, mask, api, accumulate or reduction)
     if t._data is None or values is None:
         return
@@ -992,6 +1022,45 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
             np.copyto(wsub, src, where=m)
         return
     _store(t, key, vals, written, store_dtype, accumulate)
+
+
+def defer(t: Tensor, thunk: Any) -> None:
+    """Compute a fresh result tile's values later: ``thunk(out)`` computes them into ``out`` (an array of the
+    tile's shape) or, given None, returns them. Assigned whole to a float32 box next (``dst[...] = nl.add(a, b)``,
+    every compiler-style instruction), they are computed in place there (``write_deferred``) instead of into a
+    tile that is then copied; anything else computes them first: reading the tile, and any write (the
+    thunk's operands are views of memory)."""
+    rt = current()
+    if rt.deferred is not None:
+        _compute_deferred(rt)
+    t._thunk = thunk
+    rt.deferred = weakref.ref(t)   # a tile that is gone needs no values
+
+
+def _compute_deferred(rt: Runtime) -> None:
+    t = rt.deferred()
+    rt.deferred = None
+    if t is not None and t._thunk is not None:
+        t._compute()
+
+
+def write_deferred(view: View, src: Tensor, written: np.ndarray | None, api: str, reduction: bool = False) -> bool:
+    """``write(view, src's values, written)`` for a deferred ``src`` of the view's shape, computed into the
+    destination; False (nothing done) unless the view is a box of a float32 tensor."""
+    t = view.tensor
+    if t._data is None or t.dtype != dt.float32 or t._raw:
+        return False
+    key = view.basic if view.advanced else view.key
+    if key is None or _box(key) is None:
+        return False
+    sub = t._data[key]
+    if sub.shape != src.shape:
+        return False
+    _loop_conflict_check(current(), view, None, api, reduction)
+    t.own()
+    src._compute(out=sub)
+    _mark_written(t, key, None if written is None else broadcast(written, view.shape).reshape(sub.shape))
+    return True
 
 
 def _write_basic(t: Tensor, basic: tuple, vals: np.ndarray, written: np.ndarray | None, shape: tuple[int, ...],
