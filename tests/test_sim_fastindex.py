@@ -614,7 +614,8 @@ def kernel(a):
 
 
 def test_results_computed_into_their_destination_equal_computed_then_copied(run_kernel, rng, monkeypatch):
-    # dst[...] = nl.add(a, b) computes into dst; a tile kept and read after its destination changed, read
+    # dst[...] = nl.add(a, b) (nisa.tensor_scalar, nisa.activation) computes into dst; a tile kept and read
+    # after its destination changed, read
     # after a write elsewhere, dropped unread, or assigned under a mask gives the values it would have had
     body = """
 @nki.jit
@@ -637,6 +638,8 @@ def kernel(a, b):
     y[nl.arange(128)[:, None], nl.arange(64)[None, :]] = nl.add(x, y, mask=nl.arange(64)[None, :] < 40)
     nl.store(out[3], value=y)
     x[...] = nl.add(x, x)                       # in place
+    x[...] = nisa.tensor_scalar(data=x, op0=nl.multiply, operand0=1.5, op1=nl.add, operand1=0.25)
+    x[...] = nisa.activation(op=nl.exp, data=x, scale=0.5)
     nl.store(out[4], value=x)
     return out
 """
@@ -655,7 +658,7 @@ def kernel(a, b):
     monkeypatch.setattr(sim_ops, "write_deferred", spy)
     res = run_kernel(body, a, b)
     assert direct and all(direct)
-    monkeypatch.setattr(sim_ops, "_deferrable", lambda *args: False)
+    monkeypatch.setattr(sim_ops, "deferrable", lambda *args: False)
     plain = run_kernel(body, a, b)
     np.testing.assert_array_equal(res.outputs[0], plain.outputs[0])
     assert _stream(res) == _stream(plain)
@@ -665,7 +668,8 @@ def kernel(a, b):
     np.testing.assert_array_equal(res.outputs[0][1], x - b)
     np.testing.assert_array_equal(res.outputs[0][2], np.maximum(x, 0))
     np.testing.assert_array_equal(res.outputs[0][3], y)
-    np.testing.assert_array_equal(res.outputs[0][4], 2 * np.maximum(x, 0))
+    x4 = (2 * np.maximum(x, 0)) * np.float32(1.5) + np.float32(0.25)
+    np.testing.assert_array_equal(res.outputs[0][4], np.exp(x4 * np.float32(0.5) + np.float32(0)))
 
 
 # ---- whole kernels: every fast path against the general path ---------------------------------------------

@@ -245,16 +245,24 @@ def _activation(api: str, op, data, bias, scale, reduce_op, reduce_res, mask, dt
         operands.append(bo)
         b = _col(bo, api, rows)
     _ops.check_engine_access(rt, api, "scalar", operands, None)
-    out_data = None
+    out_dtype = _dt.canonical(dtype) if dtype is not None else x.dtype
+    out_data = thunk = None
     if x.data is not None:
         nd = x.data.ndim
-        with np.errstate(all="ignore"):
-            out_data = fn(x.data.astype(np.float32, copy=False) * _reshape_col(s, nd)
-                          + _reshape_col(b, nd)).astype(np.float32, copy=False)
+        xs, sc, bc = x.data.astype(np.float32, copy=False), _reshape_col(s, nd), _reshape_col(b, nd)
+        if reduce_res is None and not reduce_required and _ops.deferrable(
+                (fn,), (xs, np.float32(sc) if type(sc) is float else sc, np.float32(bc) if type(bc) is float else bc),
+                out_dtype, x.shape):
+            def thunk(dst: np.ndarray | None) -> np.ndarray:   # fn(xs * sc + bc), each step rounded to fp32
+                y = np.multiply(xs, sc, out=dst)
+                np.add(y, bc, out=y)
+                return fn(y, out=y)
+        else:
+            with np.errstate(all="ignore"):
+                out_data = fn(xs * sc + bc).astype(np.float32, copy=False)
     written = combine_written(*[o.written if o is x else (None if o.written is None else _broadcast(
         o.written.reshape((rows,) + (1,) * (len(x.shape) - 1)), x.shape)) for o in operands], shape=x.shape)
-    out_dtype = _dt.canonical(dtype) if dtype is not None else x.dtype
-    out = _ops.new_result(rt, api, x.shape, out_dtype, "sbuf", out_data, written, m)
+    out = _ops.new_result(rt, api, x.shape, out_dtype, "sbuf", out_data, written, m, thunk)
     attrs = {"func": name, "num_inputs": 1, "psum_input": x.buffer == "psum", "reduce": False}
     if reduce_res is not None or reduce_required:
         rname = op_name(reduce_op) or "add"
@@ -336,20 +344,29 @@ def tensor_scalar(data, op0, operand0, reverse0: bool = False, op1=None, operand
         if not o1.scalar:
             ops_.append(o1)
     _ops.check_engine_access(rt, api, eng, ops_, None)
-    out_data = None
+    out_dtype = _dt.canonical(dtype) if dtype is not None else x.dtype
+    out_data = thunk = None
     if x.data is not None:
         nd = x.data.ndim
-        with np.errstate(all="ignore"):
-            v = f0(_reshape_col(c0, nd), x.data) if reverse0 else f0(x.data, _reshape_col(c0, nd))
-            if f1 is not None:
-                v = f1(_reshape_col(c1, nd), v) if reverse1 else f1(v, _reshape_col(c1, nd))
-        out_data = np.asarray(v)
+        a0, a1 = _reshape_col(c0, nd), _reshape_col(c1, nd)
+
+        def compute(dst: np.ndarray | None = None) -> np.ndarray:
+            with np.errstate(all="ignore"):
+                kw = {} if dst is None else {"out": dst}
+                v = f0(a0, x.data, **kw) if reverse0 else f0(x.data, a0, **kw)
+                if f1 is not None:
+                    v = f1(a1, v, **kw) if reverse1 else f1(v, a1, **kw)
+            return v
+        if _ops.deferrable((f0,) if f1 is None else (f0, f1), (x.data, a0) if f1 is None else (x.data, a0, a1),
+                           out_dtype, x.shape):
+            thunk = compute
+        else:
+            out_data = np.asarray(compute())
     written = combine_written(x.written, *[None if o.written is None else _broadcast(
         o.written.reshape((x.shape[0],) + (1,) * (len(x.shape) - 1)), x.shape) for o in ops_[1:]], shape=x.shape)
-    out_dtype = _dt.canonical(dtype) if dtype is not None else x.dtype
     if out_data is not None and _dt.is_float(out_dtype):
         out_data = out_data.astype(np.float32, copy=False)
-    out = _ops.new_result(rt, api, x.shape, out_dtype, "sbuf", out_data, written, m)
+    out = _ops.new_result(rt, api, x.shape, out_dtype, "sbuf", out_data, written, m, thunk)
     _ops.emit_for(rt, out, eng, "tensor_scalar", api, ops_, {"alu": n0, "alu1": n1, "num_inputs": 1,
                                                              "psum_input": x.buffer == "psum",
                                                              "compiler_engine": engine in (None, unknown_engine)})

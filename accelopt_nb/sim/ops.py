@@ -60,8 +60,13 @@ def check_tile_shape(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, 
                                 f"(shape {shape}, {dt.name(dtype)})", "PSUM tile <= 2 KiB per partition (512 fp32)")
 
 
+_DEFERRED = np.empty(0, np.float32)   # the data of a tile whose values are deferred (never read: see tensor.defer)
+
+
 def new_result(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, buffer: str,
-               data: np.ndarray | None, written: np.ndarray | None, mask: np.ndarray | None) -> Tensor:
+               data: np.ndarray | None, written: np.ndarray | None, mask: np.ndarray | None,
+               thunk: Callable[[np.ndarray | None], np.ndarray] | None = None) -> Tensor:
+    """A fresh result tile; ``thunk`` (values mode) computes its values later (``tensor.defer``)."""
     shape = tuple(int(s) for s in shape)
     if len(shape) == 1:
         shape = (shape[0], 1)
@@ -75,13 +80,17 @@ def new_result(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, buffer
         written = m if written is None else (broadcast(written, shape) & m)
     elif written is not None and written.shape != shape:
         written = broadcast(written, shape).copy()
-    if data is not None:
+    if thunk is not None:
+        data = _DEFERRED
+    elif data is not None:
         if data.shape != shape:
             data = broadcast(data, shape).copy()
         elif data.base is not None or not data.flags.writeable:
             data = data.copy()  # a view (e.g. nl.copy's identity) must not alias its source's storage
     t = Tensor(rt, shape, dtype, buffer, "result", data=data, written=written if written is not None else True,
                raw=True)
+    if thunk is not None:
+        defer(t, thunk)
     # a mask value's broadcast is read-only too: its summaries are kept like the mask's (emit_for, regions)
     t._mask = None if mask is None else broadcast(mask, shape)
     if isinstance(mask, np.ndarray) and not mask.flags.writeable:
@@ -118,19 +127,23 @@ def broadcast_shape(rt: Runtime, api: str, operands: Sequence[Operand]) -> tuple
         raise rt.rule_error(api, f"operand shapes {shapes} do not broadcast", "element-wise operands must broadcast") from None
 
 
-def _deferrable(fn: Any, opnds: Sequence[Operand], dtype: Any, shape: tuple[int, ...]) -> bool:
-    """Whether an element-wise result can be computed later, maybe into its destination (``tensor.defer``):
-    a NumPy ufunc of float32 operands giving a float32 tile of the broadcast shape (then ``out=`` rounds
-    exactly as the result tile and the copy would)."""
-    if type(fn) is not np.ufunc or fn.nout != 1 or dtype != dt.float32 or len(shape) < 2:
+def deferrable(fns: Sequence[Any], values: Sequence[Any], dtype: Any, shape: tuple[int, ...]) -> bool:
+    """Whether a result can be computed later, maybe into its destination (``tensor.defer``): NumPy ufuncs
+    of float32 arrays and scalars giving a float32 tile (then ``out=`` rounds exactly as the result tile
+    and its copy would)."""
+    if dtype != dt.float32 or len(shape) < 2:
         return False
-    for o in opnds:
-        if o.scalar:
-            if type(o.data) is not np.float32:
-                return False
-        elif type(o.data) is not np.ndarray or o.data.dtype != np.float32:
+    for fn in fns:
+        if type(fn) is not np.ufunc or fn.nout != 1:
             return False
-    return True
+    arrays = 0
+    for v in values:
+        if type(v) is np.float32:
+            continue
+        if type(v) is not np.ndarray or v.dtype != np.float32:
+            return False
+        arrays += 1
+    return arrays > 0   # the ufunc's result has the tile's (broadcast) shape
 
 
 def elementwise(api: str, engine: str, op: str, fn: Callable[..., np.ndarray], args: Sequence[Any], *,
@@ -148,7 +161,7 @@ def elementwise(api: str, engine: str, op: str, fn: Callable[..., np.ndarray], a
             dtype = o.dtype if dtype is None else dt.promote(dtype, o.dtype)
     dtype = dt.canonical(dtype)
     data = None
-    deferred = not rt.options.trace_only and _deferrable(fn, opnds, dtype, shape)
+    deferred = not rt.options.trace_only and deferrable((fn,), [o.data for o in opnds], dtype, shape)
     if not rt.options.trace_only and not deferred:
         with np.errstate(all="ignore"):
             data = fn(*[o.data for o in opnds])
@@ -156,10 +169,9 @@ def elementwise(api: str, engine: str, op: str, fn: Callable[..., np.ndarray], a
         if dt.is_float(dtype):
             data = data.astype(np.float32, copy=False)
     written = combine_written(*[o.written for o in opnds], shape=shape)
-    out = new_result(rt, api, shape, dtype, buffer, data, written, m)
-    if deferred:
-        args = [o.data for o in opnds]
-        defer(out, lambda dst: fn(*args) if dst is None else fn(*args, out=dst))
+    args = [o.data for o in opnds]
+    out = new_result(rt, api, shape, dtype, buffer, data, written, m,
+                     (lambda dst: fn(*args) if dst is None else fn(*args, out=dst)) if deferred else None)
     a = {"num_inputs": sum(1 for o in opnds if not o.scalar),
          "psum_input": any(o.buffer == "psum" for o in opnds)}
     if attrs:
