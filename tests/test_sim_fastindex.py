@@ -411,23 +411,6 @@ def test_cover_sends_wide_questions_over_many_boxes_to_the_array():
     assert cover.mask((Cover.SCAN_LIMIT + 1, 4)).all()
 
 
-def test_cover_gaps_are_the_unwritten_elements(rng):
-    shape = (6, 40, 30)
-    for trial in range(20):
-        cover = Cover()
-        for _ in range(int(rng.integers(0, 12))):
-            lo = [int(rng.integers(0, n)) for n in shape]
-            cover.add(tuple((a, int(rng.integers(a + 1, n + 1)), 1) for a, n in zip(lo, shape)))
-        gaps = cover.gaps(shape)
-        unwritten = np.zeros(shape, bool)
-        for gap in gaps:
-            assert not unwritten[gap].any()   # the gaps do not overlap
-            unwritten[gap] = True
-        np.testing.assert_array_equal(unwritten, ~cover.mask(shape))
-    cover.add(((0, 5, 2), (0, 1, 1), (0, 1, 1)))   # a strided box: the array answers
-    assert cover.gaps(shape) is None
-
-
 def _paint(shape, box):
     out = np.zeros(shape, bool)
     out[tuple(slice(a, b, s) for a, b, s in box)] = True

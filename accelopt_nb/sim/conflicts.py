@@ -250,28 +250,6 @@ class Cover:
             out[tuple(key)] = True
         return out
 
-    GRID_LIMIT = 1 << 22
-
-    def gaps(self, shape: tuple[int, ...]) -> list[tuple[slice, ...]] | None:
-        """The unwritten part of a tensor of ``shape`` as boxes (slices), found on the grid that the written
-        boxes' edges cut (a few thousand cells for a tiled output, instead of a bool array as large as the
-        tensor); None when a strided box or too fine a grid needs the array (``mask``)."""
-        cuts = [{0, n} for n in shape]
-        for box in self.boxes:
-            for axis, (a0, a1, step) in enumerate(box):
-                if step != 1 and a1 - a0 > 1:
-                    return None
-                cuts[axis].update((a0, a1))
-        edges = [sorted(c) for c in cuts]
-        if int(np.prod([len(e) - 1 for e in edges])) > self.GRID_LIMIT:
-            return None
-        at = [{v: i for i, v in enumerate(e)} for e in edges]
-        covered = np.zeros(tuple(len(e) - 1 for e in edges), dtype=bool)
-        for box in self.boxes:
-            covered[tuple(slice(at[axis][a0], at[axis][a1]) for axis, (a0, a1, _) in enumerate(box))] = True
-        return [tuple(slice(edges[axis][i], edges[axis][i + 1]) for axis, i in enumerate(cell))
-                for cell in np.argwhere(~covered)]
-
     def mask(self, shape: tuple[int, ...]) -> np.ndarray:
         """The per-element validity the boxes leave."""
         out = np.zeros(shape, dtype=bool)

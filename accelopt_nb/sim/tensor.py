@@ -953,15 +953,9 @@ def finish_output(t: Tensor) -> None:
     """Give a lazily allocated tensor handed out as a kernel output the fill value where it is unwritten."""
     if not t._lazy or t._data is None:
         return
-    fill = dt.nan_fill(t.dtype)
-    gaps = None if t._cover is None else t._cover.gaps(t.shape)
-    if gaps is not None:
-        for gap in gaps:
-            t._data[gap] = fill
-        return
     written = t._written if t._cover is None else t._cover.mask(t.shape)
     if written is not None and not written.all():
-        np.copyto(t._data, fill, where=~written, casting="unsafe")
+        np.copyto(t._data, dt.nan_fill(t.dtype), where=~written, casting="unsafe")
 
 
 def _adv_shape(view: View) -> tuple[int, ...]:
