@@ -558,32 +558,6 @@ def kernel(a):
     assert "never written" in err[1]
 
 
-def test_unwritten_output_elements_hold_the_fill_value(run_kernel, rng):
-    # outputs are allocated unfilled on the fast path and get the fill where unwritten when handed out,
-    # also after a masked (non-box) store and a load back of an unwritten part
-    body = """
-@nki.jit
-def kernel(a):
-    out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
-    ints = nl.ndarray((128, 64), dtype=nl.int32, buffer=nl.shared_hbm)
-    t = nl.load(a)
-    nl.store(out[:, 0:32], value=t[:, 0:32])
-    nl.store(out[nl.arange(128)[:, None], nl.arange(64)[None, :]], value=t,
-             mask=nl.arange(64)[None, :] >= nl.arange(128)[:, None] + 40)
-    nl.store(ints[0:64, :], value=nl.copy(t[0:64, :], dtype=nl.int32))
-    back = nl.load(out[64:128, 32:64])
-    nl.store(ints[64:128, 0:32], value=nl.copy(nl.exp(back), dtype=nl.int32))
-    return out, ints
-"""
-    a = rng.standard_normal((128, 64)).astype(np.float32)
-    out, ints = both(run_kernel, body, a, check_uninitialized=False).outputs
-    tri = np.arange(64)[None, :] >= np.arange(128)[:, None] + 40
-    written = (np.arange(64)[None, :] < 32) | tri
-    np.testing.assert_array_equal(out[written], np.broadcast_to(a, out.shape)[written])
-    assert np.isnan(out[~written]).all()
-    assert (ints[64:, 32:] == ints[64, 40]).all()   # never written: the int fill
-
-
 def test_kernel_inputs_are_read_in_place_and_copied_before_a_write(run_kernel, rng):
     # inputs are borrowed (no copy at launch); a store into one, directly or through a reshape, copies it
     # first, and an input returned as an output is a copy: the caller's arrays never change

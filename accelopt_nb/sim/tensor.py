@@ -166,10 +166,9 @@ class Tensor(_Opaque):
             self._data = None
         elif data is not None:
             self._data = data
-        elif written is False and self._fast:
-            # a buffer is written before it is read: unwritten elements read as the fill value (see
-            # _fill_unwritten; an output gets it when handed out, finish_output) instead of being filled up
-            # front, a pass over all of its memory (bmm's 1 GB output: 0.7 s)
+        elif written is False and buffer != "hbm" and self._fast:
+            # an on-chip buffer is written before it is read: unwritten elements read as the fill value
+            # (see _fill_unwritten) instead of being filled up front, a pass over all of its memory
             self._data = np.empty(self.shape, dtype=dt.storage(self.dtype))
             self._lazy = True
         else:
@@ -947,15 +946,6 @@ def _fill_unwritten(t: Tensor, data: Any, written: Any) -> Any:
     if not t._lazy or written is None or np.all(written):
         return data
     return np.where(written, data, np.asarray(dt.nan_fill(t.dtype)).astype(data.dtype))
-
-
-def finish_output(t: Tensor) -> None:
-    """Give a lazily allocated tensor handed out as a kernel output the fill value where it is unwritten."""
-    if not t._lazy or t._data is None:
-        return
-    written = t._written if t._cover is None else t._cover.mask(t.shape)
-    if written is not None and not written.all():
-        np.copyto(t._data, dt.nan_fill(t.dtype), where=~written, casting="unsafe")
 
 
 def _adv_shape(view: View) -> tuple[int, ...]:
