@@ -278,3 +278,32 @@ def test_random_numbers_are_not_replayed():
         "    for i in", "    np.random.seed(0)\n    for i in")
     fast, _ = run_both(src, rows(1280))
     assert fast.replayed == 0
+
+
+def test_ragged_tiles_on_both_axes_of_a_nested_loop_are_replayed():
+    # regions of the ragged tiles are clamped to the tensor: exact while each bound stays on its side
+    src = """
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        ip, jf = nl.arange(128)[:, None], nl.arange(64)[None, :]
+        for i in nl.affine_range((a.shape[0] + 127) // 128):
+            for j in nl.affine_range((a.shape[1] + 63) // 64):
+                inside = (128 * i + ip < a.shape[0]) & (64 * j + jf < a.shape[1])
+                t = nl.load(a[128 * i + ip, 64 * j + jf], mask=inside)
+                nl.store(out[128 * i + ip, 64 * j + jf], value=nl.exp(t, mask=inside), mask=inside)
+        return out
+    """
+    fast, _ = run_both(src, rows(128 * 9 + 40, 64 * 7 + 10))
+    assert fast.replayed > len(fast) / 2
+    assert fast.instructions[-1].writes[0].hi == (128 * 9 + 40, 64 * 7 + 10)
+
+
+def test_region_clamped_only_in_the_first_iterations():
+    # rows (i - 6) * 16 + 0..127 start below the tensor until i = 6: the region's lo stays 0 (clamped) in the
+    # probes, and extrapolating that would be wrong from i = 6 on
+    src = PLAIN.replace("t = nl.load(a[i * 128 + ip, jf])", "t = nl.load(a[(i - 6) * 16 + ip, jf])")
+    fast, full = run_both(src, rows(1280))
+    loads = [i for i in full if i.op == "dma_load"]
+    assert [r.reads[0].lo[0] for r in loads] == [0] * 7 + [16, 32, 48]
+    assert 0 < fast.replayed < len(fast)

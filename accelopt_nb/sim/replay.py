@@ -18,9 +18,10 @@ Extrapolation is only used where it provably gives the same records:
 * every mask comparison made while probing (``nl.arange(...) + 128 * i < n``) is extrapolated too:
   replay stops at the first iteration where its outcome would change (a ragged tail), which then runs
   for real, and probing starts again after it;
-* no region was clamped to its tensor while probing, and replay stops before the first iteration
-  whose extrapolated regions, or int and slice indices (used by an instruction or not), would leave
-  their tensor or view (where a real run clamps or raises);
+* a region clamped to its tensor (a masked ragged tile) notes on which side of 0 and of the axis size
+  each of its bounds lay, as mask comparisons: replay stops where one would cross; replay also stops
+  before the first iteration whose extrapolated unclamped regions, or int and slice indices (used by an
+  instruction or not), would leave their tensor or view (where a real run clamps or raises);
 * the runtime's other state (log, warnings, pending ``loop_reduce``, shared HBM cursor, ...) does not
   change while probing.
 
@@ -107,12 +108,20 @@ def note_view_key(rt: Runtime, key: list[Any], lengths: list[int]) -> None:
             p.keys[-1] += out
 
 
-def note_region(rt: Runtime, region: Region, shape: tuple[int, ...], clamped: bool) -> None:
-    """A region recorded while probing (``View.region`` hook): its view's shape, and whether it was clamped."""
+def note_region(rt: Runtime, region: Region, shape: tuple[int, ...],
+                clamped: list[tuple[int, int, int]] | None) -> None:
+    """A region recorded while probing (``View.region`` hook): its view's shape and, when it was clamped to
+    its tensor, every index-array axis's (lo, hi, size) before clamping.
+
+    Clamping is linear in the loop variables while each bound stays on the same side of 0 and of the axis
+    size, so those sides are noted as mask comparisons: replay stops where one would change.
+    """
     rt.region_shapes[id(region)] = shape
     if clamped:
-        for p in rt.probes:
-            p.fail("a region was clamped to its tensor")
+        bounds = np.array([(lo, hi) for lo, hi, _ in clamped], dtype=np.int64)
+        sizes = np.array([size for _, _, size in clamped], dtype=np.int64)[:, None]
+        note_mask(rt, np.less, bounds, 0, bounds < 0)
+        note_mask(rt, np.greater, bounds, sizes, bounds > sizes)
 
 
 def trace_fields(trace: Trace) -> tuple:
