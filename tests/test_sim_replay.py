@@ -307,3 +307,28 @@ def test_region_clamped_only_in_the_first_iterations():
     loads = [i for i in full if i.op == "dma_load"]
     assert [r.reads[0].lo[0] for r in loads] == [0] * 7 + [16, 32, 48]
     assert 0 < fast.replayed < len(fast)
+
+
+def test_plain_python_range_loop_is_replayed():
+    # a plain `range` in a kernel is a sequential loop (NKI semantics): replayed like nl.sequential_range
+    fast, full = run_both(PLAIN.replace("nl.affine_range(a.shape[0] // 128)", "range(0, a.shape[0], 128)").replace(
+        "i * 128", "i"), rows(1280))
+    assert fast.replayed == 21
+    assert {lp[1] for ins in full for lp in ins.loops} == {"sequential"}
+
+
+def test_plain_python_range_loop_carrying_python_state():
+    # k advances by 1, 2, 3, ...: the three probes cannot show it, the liveness check must
+    src = PLAIN.replace("    for i in nl.affine_range(a.shape[0] // 128):", "    k = 0\n    for i in range(9):").replace(
+        "t = nl.load(a[i * 128 + ip, jf])", "k = k + i\n        t = nl.load(a[k * 16 + ip, jf])")
+    fast, _ = run_both(src, rows(1280))
+    assert fast.replayed == 0
+
+
+def test_plain_python_range_loop_over_a_python_list():
+    # the loop variable indexes a Python list of offsets that is not affine after the probes
+    src = PLAIN.replace("    for i in nl.affine_range(a.shape[0] // 128):",
+                        "    starts = [0, 128, 256, 384, 896, 640, 768]\n    for i in range(7):").replace(
+        "i * 128 + ip", "starts[i] + ip")
+    fast, _ = run_both(src, rows(1280))
+    assert fast.replayed == 0

@@ -98,8 +98,10 @@ def _analyse(tree: ast.Module | None, code: types.CodeType, line: int) -> LoopSi
     if isinstance(call, ast.Call):
         f = call.func
         name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+        if isinstance(f, ast.Name) and name == "range":
+            name = "sequential_range"   # a kernel module's plain `range` is the runtime's sequential loop
     if name not in RANGE_APIS:
-        return "the loop does not iterate an nl range directly"
+        return "the loop does not iterate an nl range or a plain range directly"
     if not isinstance(loop.target, ast.Name):
         return "the loop target is not a plain name"
     if loop.orelse:
