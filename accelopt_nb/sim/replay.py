@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -44,12 +46,13 @@ import numpy as np
 from accelopt_nb.sim import loopcheck
 from accelopt_nb.sim import replay_records as records
 from accelopt_nb.sim.runtime import LoopFrame, Runtime, active
-from accelopt_nb.sim.taint import ProbeIndex
+from accelopt_nb.sim.taint import SIM_DIR, ProbeIndex
 from accelopt_nb.sim.trace import Region, Trace
 
 PROBES = 3         # iterations compared (two steps: a constant step is seen twice)
 WARMUP = 1         # iterations that may run first when the probes differ (a loop_reduce restarting at the start)
 _log = logging.getLogger(__name__)
+_NUMPY_DIR = str(Path(np.__file__).parent)
 
 
 # ---- probes -----------------------------------------------------------------------------------------
@@ -79,6 +82,30 @@ def note_mask(rt: Runtime, op: Any, lhs: np.ndarray, rhs: Any, result: np.ndarra
     for p in rt.probes:
         if p.events:
             p.events[-1].append((op, lhs, rhs, result))
+
+
+def combine_deps(a: tuple, b: tuple, affine: bool, product: bool) -> tuple:
+    """The probes an index expression computed from two operands depends on (``IndexExpr`` arithmetic hook).
+
+    ``//`` and ``%`` (``affine`` False), or a product of two operands that depend on one loop variable, are
+    not affine in it: extrapolation could not follow them, so those loops are not replayed.
+    """
+    merged = a + tuple(p for p in b if p not in a)
+    if not affine or (product and any(p in b for p in a)):
+        for p in merged:
+            p.fail("non-affine index arithmetic on the loop variable")
+    return merged
+
+
+def note_array(deps: tuple) -> None:
+    """An index expression computed from a probing loop variable became a NumPy array (``IndexExpr.__array__``
+    hook): outside the simulator's own code, what happens to it next is not followed."""
+    frame = sys._getframe(2)   # the caller of __array__, past NumPy's own Python code
+    while frame is not None and frame.f_code.co_filename.startswith(_NUMPY_DIR):
+        frame = frame.f_back
+    if frame is None or not frame.f_code.co_filename.startswith(SIM_DIR):
+        for p in deps:
+            p.fail("an index expression computed from the loop variable was converted to a NumPy array")
 
 
 def note_key(rt: Runtime, key: tuple, shape: tuple[int, ...]) -> None:
