@@ -51,6 +51,9 @@ from accelopt_nb.sim.trace import Region, Trace
 
 PROBES = 3         # iterations compared (two steps: a constant step is seen twice)
 WARMUP = 1         # iterations that may run first when the probes differ (a loop_reduce restarting at the start)
+# fewest records (instructions + tensors) replay must be able to extrapolate for a loop to be probed further:
+# checking and extrapolating costs about as much as running 4 instructions, plus a little per record
+MIN_GAIN = 8
 _log = logging.getLogger(__name__)
 _NUMPY_DIR = str(Path(np.__file__).parent)
 
@@ -189,10 +192,14 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
             pos += 1
             marks.append(_mark(rt))
             if len(marks) == 2:
-                reason = loopcheck.runtime_reason(site, caller.f_locals, caller.f_globals, rt.kernel_files,
-                                                  _sim_types())
-                if reason:
-                    probe.fail(reason)
+                records = marks[1][0] - marks[0][0] + marks[1][1] - marks[0][1]
+                if (n - pos - (PROBES - 1)) * records < MIN_GAIN:
+                    probe.fail(f"at most {(n - pos - (PROBES - 1)) * records} records to extrapolate")
+                else:
+                    reason = loopcheck.runtime_reason(site, caller.f_locals, caller.f_globals, rt.kernel_files,
+                                                      _sim_types())
+                    if reason:
+                        probe.fail(reason)
             if len(marks) > PROBES and probe.reason is None:
                 done = _extrapolate(rt, frame, values, pos, probe, marks[-PROBES - 1:], probe.events[-PROBES:],
                                     probe.keys[-PROBES:])

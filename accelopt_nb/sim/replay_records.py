@@ -247,7 +247,7 @@ class _Codegen:
 
     def slot(self, wrap: type | None = None) -> str:
         self.k += 1
-        text = f"v[o+{self.k - 1}]" if self.k > 1 else "v[o]"
+        text = f"a{self.k - 1}"
         return text if wrap is None else f"{self.const(wrap)}({text})"
 
     def const(self, x: Any) -> str:
@@ -312,7 +312,10 @@ def builder(sig: tuple) -> tuple[Any, list[Any]]:
     if hit is not None:
         return hit
     gen = _Codegen()
-    source = f"def build(v, o, C):\n    return {gen.expr(sig)}\n"
+    body = gen.expr(sig)
+    # the record's integers as locals: one slice and an unpacking instead of an indexing per integer
+    unpack = f"    {''.join(f'a{k},' for k in range(gen.k))} = v[o:o+{gen.k}]\n" if gen.k else ""
+    source = f"def build(v, o, C):\n{unpack}    return {body}\n"
     scope = dict(_SCOPE)
     exec(compile(source, "<loop replay>", "exec"), scope)  # noqa: S102 - generated from the signature
     out = (scope["build"], gen.consts)
