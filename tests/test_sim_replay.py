@@ -356,3 +356,19 @@ def test_index_expressions_of_two_loops_multiplied_are_replayed():
     """)
     fast, _ = run_both(src, rows(2560))
     assert fast.replayed > 0
+
+
+def test_loop_that_never_replays_is_no_longer_probed(caplog):
+    # the inner loop fails the runtime check in every instance; after two it runs without probing
+    src = rowwise_kernel("""
+        starts = [0, 64, 128, 192, 256, 320]
+        for i in nl.affine_range(a.shape[0] // 128):
+            for j in nl.affine_range(6):
+                t = nl.load(a[i * 128 + ip, jf])
+                nl.store(out[i * 128 + ip, jf], value=nl.add(t, starts[j]))
+        return out
+    """)
+    with caplog.at_level("DEBUG", logger="accelopt_nb.sim.replay"):
+        fast, _ = run_both(src, rows(1280))
+    assert fast.replayed == 0
+    assert sum("nothing was extrapolated in the last 2 instances" in r.getMessage() for r in caplog.records) == 8

@@ -54,6 +54,7 @@ WARMUP = 1         # iterations that may run first when the probes differ (a loo
 # fewest records (instructions + tensors) replay must be able to extrapolate for a loop to be probed further:
 # checking and extrapolating costs about as much as running 4 instructions, plus a little per record
 MIN_GAIN = 8
+MISSES = 2         # instances of one loop in a row that extrapolated nothing, after which it is no longer probed
 _log = logging.getLogger(__name__)
 _NUMPY_DIR = str(Path(np.__file__).parent)
 
@@ -165,17 +166,23 @@ def trace_fields(trace: Trace) -> tuple:
 def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[int]:
     """Iterate ``values`` for the kernel frame ``caller``, replaying what can be replayed."""
     site: loopcheck.LoopSite | str = "loop not called from kernel code"
+    key = None
     if caller is not None and caller.f_code.co_filename in rt.kernel_files:
         site = loopcheck.loop_site(caller.f_code, caller.f_lineno)
+        key = (caller.f_code, caller.f_lineno)
+        if not isinstance(site, str) and rt.replay_misses.get(key, 0) >= MISSES:
+            site = f"nothing was extrapolated in the last {MISSES} instances of this loop"
     if isinstance(site, str):
         _log.debug("loop at %s runs every iteration: %s", caller and caller.f_lineno, site)
     n = len(values)
     pos = 0
+    gained: int | None = None   # iterations extrapolated, once a probe ran
     while pos < n:
         if isinstance(site, str) or n - pos <= PROBES:
             for i in values[pos:]:
                 yield rt.enter_iteration(frame, i)
-            return
+            break
+        gained = gained or 0
         probe = Probe()
         marks = [_mark(rt)]
         done = None
@@ -212,6 +219,9 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
             _log.debug("loop at %s:%s runs every iteration: %s", caller.f_code.co_filename, caller.f_lineno, site)
         else:
             pos += done
+            gained += done
+    if gained is not None:   # probing that gained nothing, again and again, is not tried any more in this run
+        rt.replay_misses[key] = 0 if gained else rt.replay_misses.get(key, 0) + 1
 
 
 def _sim_types() -> tuple[type, ...]:
@@ -221,7 +231,7 @@ def _sim_types() -> tuple[type, ...]:
 
 
 _MARK_SKIP = frozenset({"trace", "loops", "loop_key", "epoch", "_next_uid", "_next_tensor", "probes", "region_shapes",
-                        "replayed_blocks", "flattened"})
+                        "replayed_blocks", "flattened", "replay_misses"})
 
 
 def _mark(rt: Runtime) -> tuple:

@@ -98,6 +98,7 @@ class Runtime:
         self.region_shapes: dict[int, tuple[int, ...]] = {}   # id(Region) -> its view's shape, while probing
         self.replayed_blocks: dict[int, Any] = {}   # id(first record) -> a block replay built while a parent probes
         self.flattened: dict[int, tuple] = {}       # id(record) -> its replay signature, while loops probe
+        self.replay_misses: dict[tuple, int] = {}   # (code, line) of a loop -> its instances in a row replay gained nothing
         self.replay = options.trace_only and options.loop_replay and options.record_trace
 
     # ---- identities --------------------------------------------------------------
