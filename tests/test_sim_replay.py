@@ -372,3 +372,18 @@ def test_loop_that_never_replays_is_no_longer_probed(caplog):
         fast, _ = run_both(src, rows(1280))
     assert fast.replayed == 0
     assert sum("nothing was extrapolated in the last 2 instances" in r.getMessage() for r in caplog.records) == 8
+
+
+def test_trace_only_run_leaves_the_collector_as_it_found_it():
+    import gc
+    kernel = load_kernel(source=HEADER + textwrap.dedent(PLAIN))
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    simulate(kernel, rows(1280), options=REPLAY)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc.freeze()   # someone else's frozen objects stay frozen
+    try:
+        frozen = gc.get_freeze_count()
+        simulate(kernel, rows(1280), options=REPLAY)
+        assert gc.isenabled() and gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()

@@ -190,12 +190,15 @@ class Runtime:
 
 
 @contextlib.contextmanager
-def gc_paused(pause: bool = True) -> Iterator[None]:
+def gc_paused(pause: bool = True, keeps: bool = False) -> Iterator[None]:
     """Pause the cyclic garbage collector (when ``pause``).
 
     A trace-only run allocates a large, acyclic trace (it leaves a handful of cyclic objects, measured);
     the collector rescanned it over and over, half of a replayed run's time (gqa_full at paper shapes:
-    4.1 s with it, 2.0 s without).
+    4.1 s with it, 2.0 s without). ``keeps``: what the block allocated mostly outlives it (the trace), so
+    it moves to the oldest generation without the young-generation scan that re-enabling would start at
+    once (10-20% of a replayed run: paper rope 6.5 of 32 ms); unless something else froze objects, whose
+    freeze ``gc.unfreeze`` would undo.
     """
     was_enabled = gc.isenabled()
     if pause:
@@ -204,6 +207,9 @@ def gc_paused(pause: bool = True) -> Iterator[None]:
         yield
     finally:
         if pause and was_enabled:
+            if keeps and gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
