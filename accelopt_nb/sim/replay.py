@@ -36,6 +36,7 @@ iteration.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import sys
 from pathlib import Path
@@ -400,19 +401,21 @@ def _bounds_limit(flat: records.Flat, last: np.ndarray, delta: np.ndarray, count
 def _emit(rt: Runtime, frame: LoopFrame, values: range, pos: int, last: np.ndarray, delta: np.ndarray,
           count: int, step: np.ndarray, flat: records.Flat) -> None:
     """Append ``count`` extrapolated iterations and advance the runtime's counters past them."""
-    plan = [(*records.builder(rec_sig), first, tensor) for rec_sig, first, tensor in flat.plan]
     rows = last[None, :] + np.arange(1, count + 1, dtype=np.int64)[:, None] * delta[None, :]
+    values_ = rows.tolist()
+    # each record of the plan built for every row at once, then interleaved row by row (C-level zip):
+    # instructions in stream order, tensors in id (insertion) order
+    ins_cols, tens_cols = [], []
+    for rec_sig, first, tensor in flat.plan:
+        build, consts = records.builder(rec_sig)
+        (tens_cols if tensor else ins_cols).append(build(values_, first, consts))
     trace = rt.trace
     ins, tens = trace.instructions, trace.tensors
     first_ins, first_tensor = len(ins), rt._next_tensor
-    append = ins.append
-    for v in rows.tolist():
-        for build, consts, o, tensor in plan:
-            rec = build(v, o, consts)
-            if tensor:
-                tens[rec.id] = rec
-            else:
-                append(rec)
+    if ins_cols:
+        ins.extend(itertools.chain.from_iterable(zip(*ins_cols)))
+    if tens_cols:
+        tens.update((rec.id, rec) for rec in itertools.chain.from_iterable(zip(*tens_cols)))
     trace.replayed += len(ins) - first_ins
     if rt.probes:  # an enclosing loop is probing: it reads these records back as one block
         records.keep_block(rt, flat, rows, count, ins[first_ins] if len(ins) > first_ins else None,

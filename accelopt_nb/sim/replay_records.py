@@ -9,6 +9,7 @@ loop's extrapolated records are kept as a :class:`Block` that an enclosing probi
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import Any
 
 import numpy as np
@@ -239,7 +240,7 @@ def flatten(rt: Runtime, a: tuple, b: tuple) -> tuple[tuple, np.ndarray, Flat]:
 
 
 class _Codegen:
-    """Python source of a function ``build(v, o, C)`` that rebuilds one record from integers ``v[o:]``."""
+    """Python source of the expression that rebuilds one record from its integers ``a0, a1, ...``."""
 
     def __init__(self) -> None:
         self.k = 0
@@ -299,11 +300,14 @@ class _Codegen:
 
 
 _builders: dict[tuple, tuple[Any, list[Any]]] = {}
-_SCOPE = {"I": Instruction, "R": Region, "T": TensorInfo}
+_SCOPE = {"I": Instruction, "R": Region, "T": TensorInfo, "S": operator.itemgetter}
 
 
 def builder(sig: tuple) -> tuple[Any, list[Any]]:
-    """The compiled builder of one record signature and its constants (cached: records repeat)."""
+    """The compiled builder of one record signature and its constants (cached: records repeat).
+
+    ``build(rows, o, C)`` returns the record of every row (a list of integers), read from ``row[o:]``.
+    """
     try:
         hit = _builders.get(sig)
         hashable = True
@@ -313,9 +317,10 @@ def builder(sig: tuple) -> tuple[Any, list[Any]]:
         return hit
     gen = _Codegen()
     body = gen.expr(sig)
-    # the record's integers as locals: one slice and an unpacking instead of an indexing per integer
-    unpack = f"    {''.join(f'a{k},' for k in range(gen.k))} = v[o:o+{gen.k}]\n" if gen.k else ""
-    source = f"def build(v, o, C):\n{unpack}    return {body}\n"
+    # one comprehension over the rows, each row's integers sliced (in C) and unpacked into locals
+    names = "".join(f"a{k}," for k in range(gen.k)) or "_"
+    rows = f"map(S(slice(o, o + {gen.k})), rows)" if gen.k else "rows"
+    source = f"def build(rows, o, C):\n    return [{body} for {names} in {rows}]\n"
     scope = dict(_SCOPE)
     exec(compile(source, "<loop replay>", "exec"), scope)  # noqa: S102 - generated from the signature
     out = (scope["build"], gen.consts)
