@@ -387,3 +387,18 @@ def test_trace_only_run_leaves_the_collector_as_it_found_it():
         assert gc.isenabled() and gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
+
+
+def test_tile_growing_on_two_axes_is_not_extrapolated_linearly():
+    # (i + 1) x (i + 1) tiles: element counts grow quadratically, which the taint does not see (the product
+    # is computed inside the simulator); two probes would extrapolate it linearly (measured: a different
+    # trace), three see the second step change
+    src = rowwise_kernel("""
+        for i in nl.affine_range(10):
+            t = nl.load(a[0:128, 0:64])
+            nl.store(out[0:i + 1, 0:i + 1], value=t[0:i + 1, 0:i + 1])
+        return out
+    """)
+    fast, full = run_both(src, rows(1280))
+    assert [ins.writes[0].elements for ins in full if ins.op == "dma_store"][:4] == [1, 4, 9, 16]
+    assert fast.replayed == 0
