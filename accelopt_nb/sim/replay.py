@@ -2,9 +2,10 @@
 
 A trace-only simulation spends ~100 µs of Python per instruction, and compiler-style kernels issue tens
 of thousands of instructions from a handful of loop bodies. In trace-only mode an ``nl.*_range`` loop
-runs its first :data:`PROBES` iterations for real (*probes*). If their records (instructions, tensors
-registered, loop uids, epochs, counters) are structurally identical and every integer in them moves by
-the same delta from one probe to the next, the runtime stops running the Python body and builds the
+(or a plain ``range`` loop in kernel code, the runtime's sequential loop) runs its first :data:`PROBES`
+iterations for real (*probes*). If their records (instructions, tensors registered, loop uids, epochs,
+counters) are structurally identical and every integer in them moves by the same delta from one probe
+to the next, the runtime stops running the Python body and builds the
 records of the following iterations by extrapolation, leaving the trace and the runtime's counters as
 running every iteration would.
 
@@ -14,7 +15,9 @@ Extrapolation is only used where it provably gives the same records:
   iterations or out of the loop, stores only into NKI tensors, calls only to NKI / NumPy / pure code);
 * the loop variable is a tainted int while probing (:mod:`accelopt_nb.sim.taint`): affine arithmetic
   keeps the taint; anything else done with it outside the simulator (comparisons, ``bool``, ``hash``,
-  ``//``, ``%``, ``int()``, formatting, NumPy conversion) marks its loops as not replayable;
+  ``//``, ``%``, ``int()``, formatting, NumPy conversion) marks its loops as not replayable, and so does
+  ``//``, ``%``, a product of two dependent operands or an array conversion on an index expression
+  computed from it (``IndexExpr.deps``, :func:`combine_deps`);
 * every mask comparison made while probing (``nl.arange(...) + 128 * i < n``) is extrapolated too:
   replay stops at the first iteration where its outcome would change (a ragged tail), which then runs
   for real, and probing starts again after it;
@@ -31,7 +34,9 @@ iteration of its parent, and the parent replays as a whole (its records include 
 ones; the child hands up its last mask outcomes and index bounds, the far corner of its range). Mask
 outcomes and bounds are linear in each loop variable, so checking a range's ends checks all of it.
 ``Trace.replayed`` counts extrapolated instructions. ``SimOptions(loop_replay=False)`` runs every
-iteration.
+iteration. Where checking would cost more than it saves, a loop runs every iteration without probing
+further: fewer than :data:`MIN_GAIN` records left to extrapolate after its first iteration, or nothing
+extrapolated in its last :data:`MISSES` instances (``Runtime.replay_misses``).
 """
 from __future__ import annotations
 
