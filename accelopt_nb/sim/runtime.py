@@ -98,6 +98,7 @@ class Runtime:
         self.region_shapes: dict[int, tuple[int, ...]] = {}   # id(Region) -> its view's shape, while probing
         self.replayed_blocks: dict[int, Any] = {}   # id(first record) -> a block replay built while a parent probes
         self.flattened: dict[int, tuple] = {}       # id(record) -> its replay signature, while loops probe
+        self.replay_misses: dict[tuple, int] = {}   # (code, line) of a loop -> its instances in a row replay gained nothing
         self.replay = options.trace_only and options.loop_replay and options.record_trace
 
     # ---- identities --------------------------------------------------------------
@@ -189,12 +190,15 @@ class Runtime:
 
 
 @contextlib.contextmanager
-def gc_paused(pause: bool = True) -> Iterator[None]:
+def gc_paused(pause: bool = True, keeps: bool = False) -> Iterator[None]:
     """Pause the cyclic garbage collector (when ``pause``).
 
     A trace-only run allocates a large, acyclic trace (it leaves a handful of cyclic objects, measured);
     the collector rescanned it over and over, half of a replayed run's time (gqa_full at paper shapes:
-    4.1 s with it, 2.0 s without).
+    4.1 s with it, 2.0 s without). ``keeps``: what the block allocated mostly outlives it (the trace), so
+    it moves to the oldest generation without the young-generation scan that re-enabling would start at
+    once (10-20% of a replayed run: paper rope 6.5 of 32 ms); unless something else froze objects, whose
+    freeze ``gc.unfreeze`` would undo.
     """
     was_enabled = gc.isenabled()
     if pause:
@@ -203,6 +207,9 @@ def gc_paused(pause: bool = True) -> Iterator[None]:
         yield
     finally:
         if pause and was_enabled:
+            if keeps and gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
