@@ -5,10 +5,12 @@ simulation with every loop iteration executed (``SimOptions(loop_replay=False)``
 (the default), whether the two traces are equal field by field and give the same performance-model
 profile, the share of instructions replay extrapolated, and the time of ``accelopt_nb.perf.estimate``
 on the trace (screening a candidate costs trace-only simulation + estimate). Cases come from
-``benchmarks/sim_speed.py``: our 14 NKIBench baselines at a preset and, with ``--accelopt-repo DIR``,
+``benchmarks/sim_speed.py``: our 14 NKIBench baselines at a preset, our arange/mask-heavy kernel
+(``benchmarks/kernels/arange_mask.py``, ragged tiles on both axes) and, with ``--accelopt-repo DIR``,
 the paper's 14 baselines unchanged at the paper's shapes.
 
-CPU seconds of this process (``time.process_time``), best of ``--repeat``; ratios are to NumPy.
+CPU seconds of this process (``time.process_time``), best of ``--repeat``; ratios are to NumPy, timed after
+one untimed call (the first call's page faults vary between runs).
 
     python benchmarks/trace_replay.py --accelopt-repo DIR --no-ours [--only matmul,lora] [--repeat 2]
 """
@@ -23,7 +25,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sim_speed import Case, best_of, our_cases, paper_cases  # noqa: E402
+from sim_speed import Case, arange_mask_case, best_of, our_cases, paper_cases  # noqa: E402
 
 from accelopt_nb.perf import estimate  # noqa: E402
 from accelopt_nb.sim import SimOptions, load_kernel, simulate  # noqa: E402
@@ -35,6 +37,7 @@ def measure(case: Case, repeat: int) -> dict:
     try:
         host, nki_inputs = case.make()
         with threadpool_limits(limits=1, user_api="blas"):
+            case.numpy_fp32(*host)   # untimed: the first call's page faults made NumPy up to 6x slower
             row["numpy"], _ = best_of(lambda: case.numpy_fp32(*host), repeat)
         kernel = load_kernel(case.kernel_path)
         row["full"], full = best_of(lambda: simulate(kernel, *nki_inputs,
@@ -65,11 +68,15 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated problem names")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--accelopt-repo", type=Path, default=None, help="checkout of github.com/zhang677/AccelOpt")
-    ap.add_argument("--no-ours", action="store_true", help="skip our 14 baselines")
+    ap.add_argument("--no-ours", action="store_true", help="skip our 14 baselines and the arange/mask kernel")
+    ap.add_argument("--arange-shape", default="4000x3000", help="rows x cols of the arange/mask kernel")
     ap.add_argument("-v", action="store_true", help="print the traceback of kernels that raise")
     args = ap.parse_args()
     only = {s.strip() for s in args.only.split(",") if s.strip()} or None
     cases = [] if args.no_ours else our_cases(args.preset, only)
+    if not args.no_ours and (not only or "arange_mask" in only):
+        rows_, cols_ = (int(v) for v in args.arange_shape.lower().split("x"))
+        cases.append(arange_mask_case(rows_, cols_))
     if args.accelopt_repo is not None:
         cases += paper_cases(args.accelopt_repo, only)
     print(f"# trace-only loop replay, CPU seconds, best of {args.repeat}")

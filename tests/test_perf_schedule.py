@@ -181,6 +181,39 @@ def test_affine_iterations_overlap_and_sequential_ones_are_single_buffered():
     assert sequential == pytest.approx(4 * (2 * load + compute), rel=0.02)   # next load waits for the free buffer
 
 
+def _load_compute_store(kind):
+    """4 iterations of load a -> vector a -> m -> vector m -> o -> store o: different tiles in and out."""
+    b = TraceBuilder()
+    src, dst = b.hbm("src", (512, 2048)), b.hbm("dst", (512, 2048), kind="output")
+    for i in range(4):
+        b.loops = ((1, kind, i),)
+        rows = (i * 128, 0), (i * 128 + 128, 2048)
+        tiles = []
+        for line, name in enumerate("amo", start=30):     # one allocation site each
+            b.line = line
+            tiles.append(b.tensor(name, (128, 2048)))
+        a, m, o = tiles
+        b.dma(b.region(a), b.region(src, *rows))
+        b.vector("tensor_scalar", [b.region(a)], [b.region(m)], 8192)
+        b.vector("tensor_scalar", [b.region(m)], [b.region(o)], 8192)
+        b.dma(b.region(dst, *rows), b.region(o))
+    return b.trace
+
+
+@pytest.mark.parametrize("kind", ["sequential", "spmd"])
+def test_sequential_loads_wait_for_the_earlier_stores_to_land(kind):
+    unordered = load_hw("trn1", {**documented_overrides(), "sequential_hbm_order": False})
+    transfer = 128 * 8192 / (0.98 * 272e9)     # 8 KiB per partition: 98% of the DMA engines' rate
+    compute = (8192 + 100) / 1.12e9            # each op waits for its input: + the dependent overhead
+    ordered = estimate(_load_compute_store(kind), TRN1).total_time
+    assert ordered == pytest.approx(4 * (transfer + 2 * compute + transfer), rel=0.02)   # iterations do not overlap
+    # without the rule the next load waits only for the last read of its buffer and hides under the compute
+    assert estimate(_load_compute_store(kind), unordered).total_time == pytest.approx(
+        transfer + 4 * 2 * compute + transfer, rel=0.02)
+    affine = _load_compute_store("affine")
+    assert estimate(affine, TRN1).total_time == pytest.approx(estimate(affine, unordered).total_time)
+
+
 def test_dependent_back_to_back_instructions_pay_an_overhead():
     def chain(dependent):
         b = TraceBuilder()

@@ -278,3 +278,127 @@ def test_random_numbers_are_not_replayed():
         "    for i in", "    np.random.seed(0)\n    for i in")
     fast, _ = run_both(src, rows(1280))
     assert fast.replayed == 0
+
+
+def test_ragged_tiles_on_both_axes_of_a_nested_loop_are_replayed():
+    # regions of the ragged tiles are clamped to the tensor: exact while each bound stays on its side
+    src = """
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        ip, jf = nl.arange(128)[:, None], nl.arange(64)[None, :]
+        for i in nl.affine_range((a.shape[0] + 127) // 128):
+            for j in nl.affine_range((a.shape[1] + 63) // 64):
+                inside = (128 * i + ip < a.shape[0]) & (64 * j + jf < a.shape[1])
+                t = nl.load(a[128 * i + ip, 64 * j + jf], mask=inside)
+                nl.store(out[128 * i + ip, 64 * j + jf], value=nl.exp(t, mask=inside), mask=inside)
+        return out
+    """
+    fast, _ = run_both(src, rows(128 * 9 + 40, 64 * 7 + 10))
+    assert fast.replayed > len(fast) / 2
+    assert fast.instructions[-1].writes[0].hi == (128 * 9 + 40, 64 * 7 + 10)
+
+
+def test_region_clamped_only_in_the_first_iterations():
+    # rows (i - 6) * 16 + 0..127 start below the tensor until i = 6: the region's lo stays 0 (clamped) in the
+    # probes, and extrapolating that would be wrong from i = 6 on
+    src = PLAIN.replace("t = nl.load(a[i * 128 + ip, jf])", "t = nl.load(a[(i - 6) * 16 + ip, jf])")
+    fast, full = run_both(src, rows(1280))
+    loads = [i for i in full if i.op == "dma_load"]
+    assert [r.reads[0].lo[0] for r in loads] == [0] * 7 + [16, 32, 48]
+    assert 0 < fast.replayed < len(fast)
+
+
+def test_plain_python_range_loop_is_replayed():
+    # a plain `range` in a kernel is a sequential loop (NKI semantics): replayed like nl.sequential_range
+    fast, full = run_both(PLAIN.replace("nl.affine_range(a.shape[0] // 128)", "range(0, a.shape[0], 128)").replace(
+        "i * 128", "i"), rows(1280))
+    assert fast.replayed == 21
+    assert {lp[1] for ins in full for lp in ins.loops} == {"sequential"}
+
+
+def test_plain_python_range_loop_carrying_python_state():
+    # k advances by 1, 2, 3, ...: the three probes cannot show it, the liveness check must
+    src = PLAIN.replace("    for i in nl.affine_range(a.shape[0] // 128):", "    k = 0\n    for i in range(9):").replace(
+        "t = nl.load(a[i * 128 + ip, jf])", "k = k + i\n        t = nl.load(a[k * 16 + ip, jf])")
+    fast, _ = run_both(src, rows(1280))
+    assert fast.replayed == 0
+
+
+def test_plain_python_range_loop_over_a_python_list():
+    # the loop variable indexes a Python list of offsets that is not affine after the probes
+    src = PLAIN.replace("    for i in nl.affine_range(a.shape[0] // 128):",
+                        "    starts = [0, 128, 256, 384, 896, 640, 768]\n    for i in range(7):").replace(
+        "i * 128 + ip", "starts[i] + ip")
+    fast, _ = run_both(src, rows(1280))
+    assert fast.replayed == 0
+
+
+@pytest.mark.parametrize("expr", ["(ip + 32 * i) // 128 * 128 + ip", "(ip * 0 + 30 * i) % 100 + ip",
+                                  "np.minimum(ip + 128 * i, 1100) + ip * 0", "(ip + i) * i + ip",
+                                  "(ip + 1000) % (i + 5) + ip * 0"])
+def test_non_affine_index_expression_of_the_loop_variable(expr):
+    # the arithmetic happens on index expressions (inside the simulator), not on the tainted int itself;
+    # the first two look affine (or constant) over the three probes and change later
+    src = PLAIN.replace("t = nl.load(a[i * 128 + ip, jf])", f"t = nl.load(a[{expr}, jf])")
+    fast, _ = run_both(src, rows(2560))
+    assert fast.replayed == 0
+
+
+def test_index_expressions_of_two_loops_multiplied_are_replayed():
+    # bilinear in (i, j): affine in each loop variable, like i * j on plain ints
+    src = rowwise_kernel("""
+        for i in nl.affine_range(4):
+            for j in nl.affine_range(5):
+                t = nl.load(a[(ip * 0 + i) * (ip * 0 + j) * 8 + ip, jf])
+                nl.store(out[(i * 5 + j) * 128 + ip, jf], value=t)
+        return out
+    """)
+    fast, _ = run_both(src, rows(2560))
+    assert fast.replayed > 0
+
+
+def test_loop_that_never_replays_is_no_longer_probed(caplog):
+    # the inner loop fails the runtime check in every instance; after two it runs without probing
+    src = rowwise_kernel("""
+        starts = [0, 64, 128, 192, 256, 320]
+        for i in nl.affine_range(a.shape[0] // 128):
+            for j in nl.affine_range(6):
+                t = nl.load(a[i * 128 + ip, jf])
+                nl.store(out[i * 128 + ip, jf], value=nl.add(t, starts[j]))
+        return out
+    """)
+    with caplog.at_level("DEBUG", logger="accelopt_nb.sim.replay"):
+        fast, _ = run_both(src, rows(1280))
+    assert fast.replayed == 0
+    assert sum("nothing was extrapolated in the last 2 instances" in r.getMessage() for r in caplog.records) == 8
+
+
+def test_trace_only_run_leaves_the_collector_as_it_found_it():
+    import gc
+    kernel = load_kernel(source=HEADER + textwrap.dedent(PLAIN))
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    simulate(kernel, rows(1280), options=REPLAY)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc.freeze()   # someone else's frozen objects stay frozen
+    try:
+        frozen = gc.get_freeze_count()
+        simulate(kernel, rows(1280), options=REPLAY)
+        assert gc.isenabled() and gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+
+
+def test_tile_growing_on_two_axes_is_not_extrapolated_linearly():
+    # (i + 1) x (i + 1) tiles: element counts grow quadratically, which the taint does not see (the product
+    # is computed inside the simulator); two probes would extrapolate it linearly (measured: a different
+    # trace), three see the second step change
+    src = rowwise_kernel("""
+        for i in nl.affine_range(10):
+            t = nl.load(a[0:128, 0:64])
+            nl.store(out[0:i + 1, 0:i + 1], value=t[0:i + 1, 0:i + 1])
+        return out
+    """)
+    fast, full = run_both(src, rows(1280))
+    assert [ins.writes[0].elements for ins in full if ins.op == "dma_store"][:4] == [1, 4, 9, 16]
+    assert fast.replayed == 0

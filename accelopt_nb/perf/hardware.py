@@ -72,6 +72,7 @@ class HWConfig:
     hbm_bandwidth: float
     elide_redundant_work: bool      # toolchain keeps reloaded / recomputed values on chip (reuse.py)
     compiler_engine_placement: bool  # toolchain puts engine-unspecified copies / affine ops on Vector or Scalar
+    sequential_hbm_order: bool       # in sequential loops an HBM read waits for the earlier HBM writes (schedule.py)
     # engine conflicts
     vector_gpsimd_share_sbuf_port: bool
     vector_scalar_share_psum: bool

@@ -10,7 +10,9 @@ Rules (documented in docs/perf_model.md):
   overlap as far as dependencies, engines and on-chip capacity allow (multi-buffering bounded by
   :class:`TimedPool`). ``sequential_range`` (and SPMD instances, which run serially on one core)
   keeps order conservatively: a tile allocated inside such a loop reuses the previous
-  iteration's buffer, so it is single-buffered (a WAR/WAW wait on the previous instance).
+  iteration's buffer, so it is single-buffered (a WAR/WAW wait on the previous instance). Nor does
+  it reorder memory accesses: inside such a loop a DMA that reads HBM waits until the HBM writes
+  issued before it in the loop have landed (``hw.sequential_hbm_order``).
 * trn1 resource conflicts: VectorE and GpSimdE never access SBUF at the same time; VectorE and
   ScalarE never access PSUM at the same time.
 * Fixed overheads: tiny instructions (N < 128) pay ~100 cycles; an instruction that waits for
@@ -95,6 +97,20 @@ def _alias_map(trace: Trace) -> dict[int, int]:
     return prev
 
 
+def _sequential_loops(trace: Trace) -> list[tuple[int, ...]]:
+    """Per instruction: the enclosing sequential/SPMD loop instances, numbered (empty if none).
+
+    An instance is one execution of the whole loop: the loop plus the iterations of the loops
+    around it, so the same loop inside another outer iteration is another instance.
+    """
+    ids: dict[tuple, int] = {}
+    out: list[tuple[int, ...]] = []
+    for ins in trace.instructions:
+        out.append(tuple(ids.setdefault((ins.loops[:j], lp[0]), len(ids))
+                         for j, lp in enumerate(ins.loops) if lp[1] in ("sequential", "spmd")))
+    return out
+
+
 def _folded_psum_zeroing(trace: Trace) -> set[int]:
     """Zero-fills of PSUM tiles whose next use is a matmul accumulation into them.
 
@@ -149,17 +165,18 @@ class TraceAnalysis:
     folded: set[int]
     reused: dict[int, int]
     reads_that_matter: set[int]
+    sequential_loops: list[tuple[int, ...]]
 
 
 def analyse(trace: Trace, hw: HWConfig) -> TraceAnalysis:
-    """Liveness and spills, loop-buffer aliases, folded PSUM zero-fills and elided redundant work."""
+    """Liveness and spills, loop-buffer aliases, sequential loops, folded PSUM zero-fills, elided work."""
     instrs = trace.instructions
     if any(ins.index != k for k, ins in enumerate(instrs)):
         raise ValueError("trace instructions must be numbered 0..n-1 in stream order (Instruction.index)")
     plan = plan_memory(trace, hw)
     reused = redundant_instructions(trace, hw, plan.peak_demand["sbuf"]) if hw.elide_redundant_work else {}
     return TraceAnalysis(_analysis_key(hw), plan, _alias_map(trace), _folded_psum_zeroing(trace), reused,
-                         _reads_that_matter(trace))
+                         _reads_that_matter(trace), _sequential_loops(trace))
 
 
 def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) -> Schedule:
@@ -224,6 +241,9 @@ def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) 
     alias_sources = set(alias_prev.values())
     folded, reused = analysis.folded, analysis.reused
     place = hw.compiler_engine_placement
+    # sequential_hbm_order: per sequential loop instance, when its HBM writes issued so far have landed
+    seq_loops = analysis.sequential_loops if hw.sequential_hbm_order else None
+    hbm_written: dict[int, float] = {}
     spills_at, reloads_at, starts = plan.spills_at, plan.reloads_at, plan.starts
     access_ranges, ends = plan.access_ranges, plan.ends
     for i, ins in enumerate(instrs):
@@ -285,11 +305,17 @@ def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) 
             transfers[i] = shape
             q = queues.queue(ins)
             s = max(ready, queue_free[q])
+            if seq_loops and seq_loops[i] and shape.hbm_read:
+                for lp in seq_loops[i]:
+                    s = max(s, hbm_written.get(lp, 0.0))
             data_end = ledger.serve(s, shape.nbytes, transfer_rate(shape, hw, rate_cache), shape.touches_hbm)
             queue_free[q] = data_end
             e = max(s + latency, data_end)
             row[i] = 4 + q
             busy_end[i] = data_end
+            if seq_loops and seq_loops[i] and shape.hbm_write:
+                for lp in seq_loops[i]:
+                    hbm_written[lp] = max(hbm_written.get(lp, 0.0), e)
         else:
             best = None
             for engine in (placement_choices(ins) if place else (engine,)):

@@ -116,7 +116,7 @@ def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None
     launch_grid = parse_grid(tuple(grid)) if grid is not None else kernel.grid_spec
     rt = Runtime(options, kernel.__name__, _kernel_files(kernel))
     # per-tile BLAS calls are tiny: extra BLAS threads only add synchronization (5x slower measured)
-    with running(rt), threadpool_limits(limits=1, user_api="blas"), gc_paused():
+    with running(rt), threadpool_limits(limits=1, user_api="blas"), gc_paused(keeps=True):
         args = [_as_input(rt, a, i) for i, a in enumerate(inputs)]
         kw = {k: _as_input(rt, v, k) for k, v in kwargs.items()}
         try:

@@ -36,15 +36,19 @@ class IndexExpr:
     ``aff`` = (start, step) when the values are known to be ``start + step * k`` along their only
     axis longer than 1 (``nl.arange`` and int arithmetic on it); None when unknown. It lets the
     data path address compiler-style accesses as slices without inspecting the values.
+
+    ``deps``: the loop replay probes of the loop variables the values were computed from (trace-only
+    replay, ``sim/replay.py``); non-affine arithmetic on them stops those loops from being replayed.
     """
 
-    __slots__ = ("values", "aff", "_subs")
+    __slots__ = ("values", "aff", "_subs", "deps")
     __array_priority__ = 100  # make ndarray operators defer to ours
 
-    def __init__(self, values: np.ndarray, aff: tuple[int, int] | None = None) -> None:
+    def __init__(self, values: np.ndarray, aff: tuple[int, int] | None = None, deps: tuple = ()) -> None:
         self.values = np.asarray(values, dtype=np.int64)
         self.aff = aff
         self._subs: dict[tuple, IndexExpr] | None = None  # new axes taken of a shared (read-only) expression
+        self.deps = deps
 
     # shape manipulation used as nl.arange(n)[:, None]
     def __getitem__(self, key: Any) -> "IndexExpr":
@@ -61,9 +65,9 @@ class IndexExpr:
                 sig = None
                 break
         if sig is None:
-            return IndexExpr(self.values[key], None)
+            return IndexExpr(self.values[key], None, self.deps)
         if self.values.flags.writeable:
-            return IndexExpr(self.values[key], self.aff)
+            return IndexExpr(self.values[key], self.aff, self.deps)
         # a shared arange: its [:, None] / [None, :] are shared too (kernels write them on every access)
         if self._subs is None:
             self._subs = {}
@@ -88,9 +92,11 @@ class IndexExpr:
                f"max={self.values.max() if self.values.size else 0})"
 
     def __array__(self, dtype=None, copy=None):
+        if self.deps:
+            _replay.note_array(self.deps)
         return self.values if dtype is None else self.values.astype(dtype)
 
-    def _bin(self, other: Any, fn, aff_fn=None) -> "IndexExpr":
+    def _bin(self, other: Any, fn, aff_fn=None, product: bool = False) -> "IndexExpr":
         if isinstance(other, float) and not float(other).is_integer():
             raise TypeError("index expressions only support integer arithmetic")
         aff = None
@@ -98,19 +104,24 @@ class IndexExpr:
             c = _const(other)
             if c is not None:
                 aff = aff_fn(self.aff, c)
-        return IndexExpr(fn(self.values, _arr(other)), aff)
+        deps = self.deps
+        other_deps = getattr(other, "deps", ())
+        if deps or other_deps:
+            deps = _replay.combine_deps(deps, other_deps, affine=aff_fn is not None, product=product)
+        return IndexExpr(fn(self.values, _arr(other)), aff, deps)
 
     def __add__(self, o): return self._bin(o, np.add, lambda a, c: (a[0] + c, a[1]))
     def __radd__(self, o): return self._bin(o, lambda a, b: b + a, lambda a, c: (a[0] + c, a[1]))
     def __sub__(self, o): return self._bin(o, np.subtract, lambda a, c: (a[0] - c, a[1]))
     def __rsub__(self, o): return self._bin(o, lambda a, b: b - a, lambda a, c: (c - a[0], -a[1]))
-    def __mul__(self, o): return self._bin(o, np.multiply, lambda a, c: (a[0] * c, a[1] * c))
-    def __rmul__(self, o): return self._bin(o, lambda a, b: b * a, lambda a, c: (a[0] * c, a[1] * c))
+    def __mul__(self, o): return self._bin(o, np.multiply, lambda a, c: (a[0] * c, a[1] * c), True)
+    def __rmul__(self, o): return self._bin(o, lambda a, b: b * a, lambda a, c: (a[0] * c, a[1] * c), True)
     def __floordiv__(self, o): return self._bin(o, np.floor_divide)
     def __rfloordiv__(self, o): return self._bin(o, lambda a, b: b // a)
     def __mod__(self, o): return self._bin(o, np.mod)
     def __rmod__(self, o): return self._bin(o, lambda a, b: b % a)
-    def __neg__(self): return IndexExpr(-self.values, None if self.aff is None else (-self.aff[0], -self.aff[1]))
+    def __neg__(self):
+        return IndexExpr(-self.values, None if self.aff is None else (-self.aff[0], -self.aff[1]), self.deps)
     def __pos__(self): return self
 
     def _compare(self, o: Any, op) -> "Mask":

@@ -98,8 +98,10 @@ def _analyse(tree: ast.Module | None, code: types.CodeType, line: int) -> LoopSi
     if isinstance(call, ast.Call):
         f = call.func
         name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+        if isinstance(f, ast.Name) and name == "range":
+            name = "sequential_range"   # a kernel module's plain `range` is the runtime's sequential loop
     if name not in RANGE_APIS:
-        return "the loop does not iterate an nl range directly"
+        return "the loop does not iterate an nl range or a plain range directly"
     if not isinstance(loop.target, ast.Name):
         return "the loop target is not a plain name"
     if loop.orelse:
@@ -148,6 +150,29 @@ def _function_facts(fn: ast.FunctionDef) -> _Facts:
     return hit
 
 
+def _children(node: ast.AST) -> list[ast.AST]:
+    """``ast.iter_child_nodes`` as a list, without its generators (the analysis visits every node)."""
+    out = []
+    for name in node._fields:
+        v = getattr(node, name, None)
+        if isinstance(v, ast.AST):
+            out.append(v)
+        elif type(v) is list:
+            out.extend(x for x in v if isinstance(x, ast.AST))
+    return out
+
+
+def _walk(node: ast.AST) -> list[ast.AST]:
+    """Every node under ``node``, itself included (``ast.walk``'s nodes, depth first)."""
+    out = [node]
+    todo = [node]
+    while todo:
+        kids = _children(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
 _functions_memo: dict[ast.AST, dict[tuple[str, int], list[ast.FunctionDef]]] = {}
 
 
@@ -157,7 +182,7 @@ def _find_function(tree: ast.Module, code: types.CodeType) -> ast.FunctionDef | 
         if len(_functions_memo) > 256:
             _functions_memo.clear()
         functions = _functions_memo[tree] = {}
-        for n in ast.walk(tree):
+        for n in _walk(tree):
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 for line in {n.lineno} | {d.lineno for d in n.decorator_list}:
                     functions.setdefault((n.name, line), []).append(n)
@@ -167,12 +192,12 @@ def _find_function(tree: ast.Module, code: types.CodeType) -> ast.FunctionDef | 
 
 def _walk_scope(fn: ast.AST):
     """Nodes of one function's own scope (not of nested functions, lambdas or classes)."""
-    todo = list(ast.iter_child_nodes(fn))
+    todo = _children(fn)
     while todo:
         node = todo.pop()
         yield node
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            todo.extend(ast.iter_child_nodes(node))
+            todo.extend(_children(node))
 
 
 _nodes_memo: dict[ast.AST, list[ast.AST]] = {}
@@ -184,23 +209,47 @@ def _nodes(stmt: ast.AST) -> list[ast.AST]:
     if hit is None:
         if len(_nodes_memo) > 50_000:
             _nodes_memo.clear()
-        hit = _nodes_memo[stmt] = list(ast.walk(stmt))
+        hit = [stmt]
+        for kid in _children(stmt):   # nested statements through the memo: nested loops share them
+            hit += _nodes(kid) if isinstance(kid, ast.stmt) else _walk(kid)
+        _nodes_memo[stmt] = hit
     return hit
 
 
 def body_reason(body: list[ast.stmt], top_level_loop: bool, allow_return: bool = False) -> str | None:
     """Why statements cannot run as a replayed body (or a helper called from one), or None."""
     for stmt in body:
-        for node in _nodes(stmt):
-            if isinstance(node, _FORBIDDEN) and not (allow_return and isinstance(node, ast.Return)):
-                return f"{type(node).__name__.lower()} statement in the loop body"
-            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-                return "attribute assignment in the loop body"
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _DYNAMIC:
-                return f"{node.func.id}() in the loop body"
+        reason = _stmt_reason(stmt, allow_return)
+        if reason:
+            return reason
     if top_level_loop and _has_own_break(body):
         return "break in the loop body"
     return None
+
+
+_stmt_reasons: dict[tuple[ast.AST, bool], str | None] = {}
+
+
+def _stmt_reason(stmt: ast.stmt, allow_return: bool) -> str | None:
+    """:func:`body_reason` of one statement (memoized: a nested loop's statements are checked for each
+    enclosing loop too)."""
+    key = (stmt, allow_return)
+    if key in _stmt_reasons:
+        return _stmt_reasons[key]
+    reason = None
+    for node in _nodes(stmt):
+        if isinstance(node, _FORBIDDEN) and not (allow_return and isinstance(node, ast.Return)):
+            reason = f"{type(node).__name__.lower()} statement in the loop body"
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            reason = "attribute assignment in the loop body"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _DYNAMIC:
+            reason = f"{node.func.id}() in the loop body"
+        if reason:
+            break
+    if len(_stmt_reasons) > 50_000:
+        _stmt_reasons.clear()
+    _stmt_reasons[key] = reason
+    return reason
 
 
 def _has_own_break(body: list[ast.stmt]) -> bool:
@@ -212,7 +261,7 @@ def _has_own_break(body: list[ast.stmt]) -> bool:
         if isinstance(node, (ast.For, ast.While)):
             todo.extend(node.orelse)  # a break inside a nested loop ends that loop only
             continue
-        todo.extend(ast.iter_child_nodes(node))
+        todo.extend(_children(node))
     return False
 
 
@@ -265,7 +314,7 @@ def _uses(node: ast.AST) -> frozenset[str]:
         if isinstance(node, ast.Name):
             hit = frozenset((node.id,)) if isinstance(node.ctx, ast.Load) else frozenset()
         else:
-            hit = frozenset().union(*map(_uses, ast.iter_child_nodes(node)))
+            hit = frozenset().union(*map(_uses, _children(node)))
         if len(_uses_memo) > 200_000:
             _uses_memo.clear()
         _uses_memo[node] = hit
@@ -273,7 +322,7 @@ def _uses(node: ast.AST) -> frozenset[str]:
 
 
 def _target_names(target: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return {n.id for n in _walk(target) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
 class _Liveness:
@@ -457,8 +506,8 @@ def _helper_reason(fn: types.FunctionType, call: ast.Call, env: _Env, kernel_fil
     if node is None:
         return f"source of kernel helper {fn.__name__} not found"
     helper_env = _Env({}, fn.__globals__)
-    local = _bound_names(node.body) | {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
-    for sub in ast.walk(node):
+    local = _bound_names(node.body) | {a.arg for a in _walk(node.args) if isinstance(a, ast.arg)}
+    for sub in _nodes(node):
         if isinstance(sub, ast.Call) and not (isinstance(sub.func, ast.Name) and sub.func.id in local):
             reason = _call_reason(sub, helper_env, kernel_files, sim_types, depth + 1, frozenset(local))
             if reason:

@@ -2,9 +2,10 @@
 
 A trace-only simulation spends ~100 µs of Python per instruction, and compiler-style kernels issue tens
 of thousands of instructions from a handful of loop bodies. In trace-only mode an ``nl.*_range`` loop
-runs its first :data:`PROBES` iterations for real (*probes*). If their records (instructions, tensors
-registered, loop uids, epochs, counters) are structurally identical and every integer in them moves by
-the same delta from one probe to the next, the runtime stops running the Python body and builds the
+(or a plain ``range`` loop in kernel code, the runtime's sequential loop) runs its first :data:`PROBES`
+iterations for real (*probes*). If their records (instructions, tensors registered, loop uids, epochs,
+counters) are structurally identical and every integer in them moves by the same delta from one probe
+to the next, the runtime stops running the Python body and builds the
 records of the following iterations by extrapolation, leaving the trace and the runtime's counters as
 running every iteration would.
 
@@ -14,13 +15,16 @@ Extrapolation is only used where it provably gives the same records:
   iterations or out of the loop, stores only into NKI tensors, calls only to NKI / NumPy / pure code);
 * the loop variable is a tainted int while probing (:mod:`accelopt_nb.sim.taint`): affine arithmetic
   keeps the taint; anything else done with it outside the simulator (comparisons, ``bool``, ``hash``,
-  ``//``, ``%``, ``int()``, formatting, NumPy conversion) marks its loops as not replayable;
+  ``//``, ``%``, ``int()``, formatting, NumPy conversion) marks its loops as not replayable, and so does
+  ``//``, ``%``, a product of two dependent operands or an array conversion on an index expression
+  computed from it (``IndexExpr.deps``, :func:`combine_deps`);
 * every mask comparison made while probing (``nl.arange(...) + 128 * i < n``) is extrapolated too:
   replay stops at the first iteration where its outcome would change (a ragged tail), which then runs
   for real, and probing starts again after it;
-* no region was clamped to its tensor while probing, and replay stops before the first iteration
-  whose extrapolated regions, or int and slice indices (used by an instruction or not), would leave
-  their tensor or view (where a real run clamps or raises);
+* a region clamped to its tensor (a masked ragged tile) notes on which side of 0 and of the axis size
+  each of its bounds lay, as mask comparisons: replay stops where one would cross; replay also stops
+  before the first iteration whose extrapolated unclamped regions, or int and slice indices (used by an
+  instruction or not), would leave their tensor or view (where a real run clamps or raises);
 * the runtime's other state (log, warnings, pending ``loop_reduce``, shared HBM cursor, ...) does not
   change while probing.
 
@@ -30,12 +34,17 @@ iteration of its parent, and the parent replays as a whole (its records include 
 ones; the child hands up its last mask outcomes and index bounds, the far corner of its range). Mask
 outcomes and bounds are linear in each loop variable, so checking a range's ends checks all of it.
 ``Trace.replayed`` counts extrapolated instructions. ``SimOptions(loop_replay=False)`` runs every
-iteration.
+iteration. Where checking would cost more than it saves, a loop runs every iteration without probing
+further: fewer than :data:`MIN_GAIN` records left to extrapolate after its first iteration, or nothing
+extrapolated in its last :data:`MISSES` instances (``Runtime.replay_misses``).
 """
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
+import sys
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -43,12 +52,17 @@ import numpy as np
 from accelopt_nb.sim import loopcheck
 from accelopt_nb.sim import replay_records as records
 from accelopt_nb.sim.runtime import LoopFrame, Runtime, active
-from accelopt_nb.sim.taint import ProbeIndex
+from accelopt_nb.sim.taint import SIM_DIR, ProbeIndex
 from accelopt_nb.sim.trace import Region, Trace
 
 PROBES = 3         # iterations compared (two steps: a constant step is seen twice)
 WARMUP = 1         # iterations that may run first when the probes differ (a loop_reduce restarting at the start)
+# fewest records (instructions + tensors) replay must be able to extrapolate for a loop to be probed further:
+# checking and extrapolating costs about as much as running 4 instructions, plus a little per record
+MIN_GAIN = 8
+MISSES = 2         # instances of one loop in a row that extrapolated nothing, after which it is no longer probed
 _log = logging.getLogger(__name__)
+_NUMPY_DIR = str(Path(np.__file__).parent)
 
 
 # ---- probes -----------------------------------------------------------------------------------------
@@ -80,6 +94,30 @@ def note_mask(rt: Runtime, op: Any, lhs: np.ndarray, rhs: Any, result: np.ndarra
             p.events[-1].append((op, lhs, rhs, result))
 
 
+def combine_deps(a: tuple, b: tuple, affine: bool, product: bool) -> tuple:
+    """The probes an index expression computed from two operands depends on (``IndexExpr`` arithmetic hook).
+
+    ``//`` and ``%`` (``affine`` False), or a product of two operands that depend on one loop variable, are
+    not affine in it: extrapolation could not follow them, so those loops are not replayed.
+    """
+    merged = a + tuple(p for p in b if p not in a)
+    if not affine or (product and any(p in b for p in a)):
+        for p in merged:
+            p.fail("non-affine index arithmetic on the loop variable")
+    return merged
+
+
+def note_array(deps: tuple) -> None:
+    """An index expression computed from a probing loop variable became a NumPy array (``IndexExpr.__array__``
+    hook): outside the simulator's own code, what happens to it next is not followed."""
+    frame = sys._getframe(2)   # the caller of __array__, past NumPy's own Python code
+    while frame is not None and frame.f_code.co_filename.startswith(_NUMPY_DIR):
+        frame = frame.f_back
+    if frame is None or not frame.f_code.co_filename.startswith(SIM_DIR):
+        for p in deps:
+            p.fail("an index expression computed from the loop variable was converted to a NumPy array")
+
+
 def note_key(rt: Runtime, key: tuple, shape: tuple[int, ...]) -> None:
     """A tensor indexed while probing (``Tensor.__getitem__`` hook): its ints and slices as (lo, hi, size)."""
     out = []
@@ -107,12 +145,20 @@ def note_view_key(rt: Runtime, key: list[Any], lengths: list[int]) -> None:
             p.keys[-1] += out
 
 
-def note_region(rt: Runtime, region: Region, shape: tuple[int, ...], clamped: bool) -> None:
-    """A region recorded while probing (``View.region`` hook): its view's shape, and whether it was clamped."""
+def note_region(rt: Runtime, region: Region, shape: tuple[int, ...],
+                clamped: list[tuple[int, int, int]] | None) -> None:
+    """A region recorded while probing (``View.region`` hook): its view's shape and, when it was clamped to
+    its tensor, every index-array axis's (lo, hi, size) before clamping.
+
+    Clamping is linear in the loop variables while each bound stays on the same side of 0 and of the axis
+    size, so those sides are noted as mask comparisons: replay stops where one would change.
+    """
     rt.region_shapes[id(region)] = shape
     if clamped:
-        for p in rt.probes:
-            p.fail("a region was clamped to its tensor")
+        bounds = np.array([(lo, hi) for lo, hi, _ in clamped], dtype=np.int64)
+        sizes = np.array([size for _, _, size in clamped], dtype=np.int64)[:, None]
+        note_mask(rt, np.less, bounds, 0, bounds < 0)
+        note_mask(rt, np.greater, bounds, sizes, bounds > sizes)
 
 
 def trace_fields(trace: Trace) -> tuple:
@@ -126,17 +172,23 @@ def trace_fields(trace: Trace) -> tuple:
 def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[int]:
     """Iterate ``values`` for the kernel frame ``caller``, replaying what can be replayed."""
     site: loopcheck.LoopSite | str = "loop not called from kernel code"
+    key = None
     if caller is not None and caller.f_code.co_filename in rt.kernel_files:
         site = loopcheck.loop_site(caller.f_code, caller.f_lineno)
+        key = (caller.f_code, caller.f_lineno)
+        if not isinstance(site, str) and rt.replay_misses.get(key, 0) >= MISSES:
+            site = f"nothing was extrapolated in the last {MISSES} instances of this loop"
     if isinstance(site, str):
         _log.debug("loop at %s runs every iteration: %s", caller and caller.f_lineno, site)
     n = len(values)
     pos = 0
+    gained: int | None = None   # iterations extrapolated, once a probe ran
     while pos < n:
         if isinstance(site, str) or n - pos <= PROBES:
             for i in values[pos:]:
                 yield rt.enter_iteration(frame, i)
-            return
+            break
+        gained = gained or 0
         probe = Probe()
         marks = [_mark(rt)]
         done = None
@@ -153,10 +205,14 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
             pos += 1
             marks.append(_mark(rt))
             if len(marks) == 2:
-                reason = loopcheck.runtime_reason(site, caller.f_locals, caller.f_globals, rt.kernel_files,
-                                                  _sim_types())
-                if reason:
-                    probe.fail(reason)
+                records = marks[1][0] - marks[0][0] + marks[1][1] - marks[0][1]
+                if (n - pos - (PROBES - 1)) * records < MIN_GAIN:
+                    probe.fail(f"at most {(n - pos - (PROBES - 1)) * records} records to extrapolate")
+                else:
+                    reason = loopcheck.runtime_reason(site, caller.f_locals, caller.f_globals, rt.kernel_files,
+                                                      _sim_types())
+                    if reason:
+                        probe.fail(reason)
             if len(marks) > PROBES and probe.reason is None:
                 done = _extrapolate(rt, frame, values, pos, probe, marks[-PROBES - 1:], probe.events[-PROBES:],
                                     probe.keys[-PROBES:])
@@ -169,6 +225,9 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
             _log.debug("loop at %s:%s runs every iteration: %s", caller.f_code.co_filename, caller.f_lineno, site)
         else:
             pos += done
+            gained += done
+    if gained is not None:   # probing that gained nothing, again and again, is not tried any more in this run
+        rt.replay_misses[key] = 0 if gained else rt.replay_misses.get(key, 0) + 1
 
 
 def _sim_types() -> tuple[type, ...]:
@@ -178,7 +237,7 @@ def _sim_types() -> tuple[type, ...]:
 
 
 _MARK_SKIP = frozenset({"trace", "loops", "loop_key", "epoch", "_next_uid", "_next_tensor", "probes", "region_shapes",
-                        "replayed_blocks", "flattened"})
+                        "replayed_blocks", "flattened", "replay_misses"})
 
 
 def _mark(rt: Runtime) -> tuple:
@@ -347,19 +406,21 @@ def _bounds_limit(flat: records.Flat, last: np.ndarray, delta: np.ndarray, count
 def _emit(rt: Runtime, frame: LoopFrame, values: range, pos: int, last: np.ndarray, delta: np.ndarray,
           count: int, step: np.ndarray, flat: records.Flat) -> None:
     """Append ``count`` extrapolated iterations and advance the runtime's counters past them."""
-    plan = [(*records.builder(rec_sig), first, tensor) for rec_sig, first, tensor in flat.plan]
     rows = last[None, :] + np.arange(1, count + 1, dtype=np.int64)[:, None] * delta[None, :]
+    values_ = rows.tolist()
+    # each record of the plan built for every row at once, then interleaved row by row (C-level zip):
+    # instructions in stream order, tensors in id (insertion) order
+    ins_cols, tens_cols = [], []
+    for rec_sig, first, tensor in flat.plan:
+        build, consts = records.builder(rec_sig)
+        (tens_cols if tensor else ins_cols).append(build(values_, first, consts))
     trace = rt.trace
     ins, tens = trace.instructions, trace.tensors
     first_ins, first_tensor = len(ins), rt._next_tensor
-    append = ins.append
-    for v in rows.tolist():
-        for build, consts, o, tensor in plan:
-            rec = build(v, o, consts)
-            if tensor:
-                tens[rec.id] = rec
-            else:
-                append(rec)
+    if ins_cols:
+        ins.extend(itertools.chain.from_iterable(zip(*ins_cols)))
+    if tens_cols:
+        tens.update((rec.id, rec) for rec in itertools.chain.from_iterable(zip(*tens_cols)))
     trace.replayed += len(ins) - first_ins
     if rt.probes:  # an enclosing loop is probing: it reads these records back as one block
         records.keep_block(rt, flat, rows, count, ins[first_ins] if len(ins) > first_ins else None,

@@ -9,6 +9,7 @@ loop's extrapolated records are kept as a :class:`Block` that an enclosing probi
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import Any
 
 import numpy as np
@@ -239,7 +240,7 @@ def flatten(rt: Runtime, a: tuple, b: tuple) -> tuple[tuple, np.ndarray, Flat]:
 
 
 class _Codegen:
-    """Python source of a function ``build(v, o, C)`` that rebuilds one record from integers ``v[o:]``."""
+    """Python source of the expression that rebuilds one record from its integers ``a0, a1, ...``."""
 
     def __init__(self) -> None:
         self.k = 0
@@ -247,7 +248,7 @@ class _Codegen:
 
     def slot(self, wrap: type | None = None) -> str:
         self.k += 1
-        text = f"v[o+{self.k - 1}]" if self.k > 1 else "v[o]"
+        text = f"a{self.k - 1}"
         return text if wrap is None else f"{self.const(wrap)}({text})"
 
     def const(self, x: Any) -> str:
@@ -299,11 +300,14 @@ class _Codegen:
 
 
 _builders: dict[tuple, tuple[Any, list[Any]]] = {}
-_SCOPE = {"I": Instruction, "R": Region, "T": TensorInfo}
+_SCOPE = {"I": Instruction, "R": Region, "T": TensorInfo, "S": operator.itemgetter}
 
 
 def builder(sig: tuple) -> tuple[Any, list[Any]]:
-    """The compiled builder of one record signature and its constants (cached: records repeat)."""
+    """The compiled builder of one record signature and its constants (cached: records repeat).
+
+    ``build(rows, o, C)`` returns the record of every row (a list of integers), read from ``row[o:]``.
+    """
     try:
         hit = _builders.get(sig)
         hashable = True
@@ -312,7 +316,11 @@ def builder(sig: tuple) -> tuple[Any, list[Any]]:
     if hit is not None:
         return hit
     gen = _Codegen()
-    source = f"def build(v, o, C):\n    return {gen.expr(sig)}\n"
+    body = gen.expr(sig)
+    # one comprehension over the rows, each row's integers sliced (in C) and unpacked into locals
+    names = "".join(f"a{k}," for k in range(gen.k)) or "_"
+    rows = f"map(S(slice(o, o + {gen.k})), rows)" if gen.k else "rows"
+    source = f"def build(rows, o, C):\n    return [{body} for {names} in {rows}]\n"
     scope = dict(_SCOPE)
     exec(compile(source, "<loop replay>", "exec"), scope)  # noqa: S102 - generated from the signature
     out = (scope["build"], gen.consts)

@@ -14,12 +14,12 @@ from typing import Any
 
 from accelopt_nb.sim.runtime import LoopIndex
 
-_SIM_DIR = str(Path(__file__).parent)
+SIM_DIR = str(Path(__file__).parent)   # the simulator's own code
 
 
 def _outside_simulator(depth: int) -> bool:
     """Whether the code ``depth`` frames up (the caller of a dunder method) is not the simulator's own."""
-    return not sys._getframe(depth).f_code.co_filename.startswith(_SIM_DIR)
+    return not sys._getframe(depth).f_code.co_filename.startswith(SIM_DIR)
 
 
 class _TaintOps:

@@ -678,6 +678,7 @@ class View(_Opaque):
             return self._region
         t = self.tensor
         clamped = False   # a key plan's box is in bounds by construction
+        spans: list[tuple[int, int, int]] = []   # (lo, hi, size) of the index arrays before clamping
         if self._box is not None:
             lo, hi = self._box
             key: tuple = ()
@@ -703,6 +704,7 @@ class View(_Opaque):
                 lo.append(min(max(a0, 0), size))
                 hi.append(min(max(a1, 0), size))
                 clamped = clamped or not 0 <= a0 <= a1 <= size
+                spans.append((a0, a1, size))
             else:
                 lo.append(k)
                 hi.append(k + 1)
@@ -717,7 +719,7 @@ class View(_Opaque):
                      itemsize=dt.itemsize(t.dtype), block=block)
         rt = _replay.probing()
         if rt is not None:  # trace-only loop replay checks extrapolated regions against this shape
-            _replay.note_region(rt, reg, t.shape, clamped)
+            _replay.note_region(rt, reg, t.shape, spans if clamped else None)
         if mask is None:
             self._region = reg
         return reg
