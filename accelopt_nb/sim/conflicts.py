@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from accelopt_nb.sim.indexing import broadcast_reps, compact
+from accelopt_nb.sim.indexing import broadcast_reps, compact, memo
 
 Box = tuple[tuple[int, int, int], ...]  # per axis (first, last + 1, step), tight
 
@@ -47,6 +47,30 @@ def masked_box(key: tuple, mask: np.ndarray) -> Box | None:
     ``mask`` has the shape of ``t[key]`` (one axis per slice of ``key``). Returns :data:`EMPTY` when
     the mask keeps nothing.
     """
+    spans = mask_spans(mask)
+    if spans is None or spans is EMPTY:
+        return spans
+    out = []
+    spans_left = iter(spans)
+    for k in key:
+        if isinstance(k, slice):
+            first, last = next(spans_left)
+            out.append((k.start + k.step * first, k.start + k.step * last + 1, k.step))
+        else:
+            out.append((k, k + 1, 1))
+    return tuple(out)
+
+
+def mask_spans(mask: np.ndarray) -> tuple[tuple[int, int], ...] | Box | None:
+    """Per axis of ``mask`` the (first, last) position of the box the mask keeps; :data:`EMPTY` when it
+    keeps nothing, None when the kept elements form no box.
+
+    It depends on the mask alone, so a kept (read-only) mask answers once for every write of its tile.
+    """
+    return memo(mask, "spans", lambda: _spans(mask))
+
+
+def _spans(mask: np.ndarray) -> tuple[tuple[int, int], ...] | Box | None:
     c = compact(mask)
     kept = int(np.count_nonzero(c))
     if kept == 0:
@@ -60,17 +84,7 @@ def masked_box(key: tuple, mask: np.ndarray) -> Box | None:
         first, last = (0, mask.shape[d] - 1) if c.shape[d] == 1 else (int(idx[0]), int(idx[-1]))
         spans.append((first, last))
         size *= last - first + 1
-    if size != kept:
-        return None
-    out = []
-    spans_left = iter(spans)
-    for k in key:
-        if isinstance(k, slice):
-            first, last = next(spans_left)
-            out.append((k.start + k.step * first, k.start + k.step * last + 1, k.step))
-        else:
-            out.append((k, k + 1, 1))
-    return tuple(out)
+    return tuple(spans) if size == kept else None
 
 
 def _axis_meets(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:

@@ -149,7 +149,7 @@ class Mask:
 
     def __init__(self, values: Any) -> None:
         values = np.asarray(values, dtype=bool)
-        if values.flags.writeable:  # a value: read-only, so its summaries (see _memo) stay true
+        if values.flags.writeable:  # a value: read-only, so its summaries (see memo) stay true
             values = values.view()
             values.flags.writeable = False
         self.values = keep(values)
@@ -334,7 +334,8 @@ def keep(m: np.ndarray) -> np.ndarray:
     return m
 
 
-def _memo(m: Any, key: Any, fn: Any) -> Any:
+def memo(m: Any, key: Any, fn: Any) -> Any:
+    """``fn()``, kept under ``key`` for a kept mask value ``m`` (computed each time for any other array)."""
     entry = _SUMMARIES.get(id(m))
     if entry is None or entry[0] is not m:
         return fn()
@@ -353,7 +354,7 @@ def compact(m: np.ndarray) -> np.ndarray:
 
 def mask_all(m: np.ndarray) -> bool:
     """``m.all()`` without expanding a broadcast mask."""
-    return _memo(m, "all", lambda: bool(compact(m).all()))
+    return memo(m, "all", lambda: bool(compact(m).all()))
 
 
 def broadcast_reps(small: tuple[int, ...], shape: tuple[int, ...]) -> int:
@@ -381,7 +382,7 @@ def mask_count(m: Any, shape: tuple[int, ...]) -> int:
         broadcast_reps(a.shape, shape)  # the expanded form's shape check
         c = compact(a)
         return int(np.count_nonzero(c)) * broadcast_reps(c.shape, shape)
-    return _memo(m, ("count", shape), count)
+    return memo(m, ("count", shape), count)
 
 
 def mask_rows_cols(m: Any, shape: tuple[int, ...]) -> tuple[int, int]:
@@ -390,7 +391,7 @@ def mask_rows_cols(m: Any, shape: tuple[int, ...]) -> tuple[int, int]:
     Equals ``(count_nonzero(b.any(axis=1)), count_nonzero(b.any(axis=0)))`` for
     ``b = broadcast_to(m, shape).reshape(shape[0], -1)``.
     """
-    return _memo(m, ("rows_cols", tuple(shape)), lambda: _rows_cols(m, tuple(shape)))
+    return memo(m, ("rows_cols", tuple(shape)), lambda: _rows_cols(m, tuple(shape)))
 
 
 def _rows_cols(m: Any, shape: tuple[int, ...]) -> tuple[int, int]:

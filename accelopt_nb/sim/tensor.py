@@ -1138,7 +1138,8 @@ def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: 
     if not isinstance(t._stamps, np.ndarray):
         box = None if basic is None or not rt.options.fast_indexing else box_of(basic)
         if box is not None and partial is not None:
-            box = masked_box(basic, partial.reshape(_basic_shape(basic)))
+            bshape = _basic_shape(basic)   # the mask itself when the shapes agree: its spans are kept
+            box = masked_box(basic, partial if partial.shape == bshape else partial.reshape(bshape))
             if box is EMPTY:
                 return
         if box is not None and rt.options.affine_write_conflicts == "error":
