@@ -227,7 +227,8 @@ class Tensor(_Opaque):
             self._borrowed = False
 
     def full_view(self) -> "View":
-        view = View(self, tuple(slice(0, s, 1) for s in self.shape))
+        shape = (self.shape[0], 1) if self.on_chip and len(self.shape) == 1 else self.shape  # as View() shapes it
+        view = View.known(self, tuple(slice(0, s, 1) for s in self.shape), shape)
         # a buffer keeps its whole region (the simulator reads it often and it never changes), not the view:
         # a tensor <-> view reference cycle would keep the data alive until the garbage collector runs
         if self.kind != "result":
@@ -577,11 +578,18 @@ class View(_Opaque):
     def planned(cls, tensor: Tensor, key: tuple, shape: tuple[int, ...], basic: tuple, affs: dict[int, Any],
                 box: tuple[list[int], list[int]]) -> "View":
         """An advanced view whose shape, basic key and region box a key plan already knows (``_compiler_view``)."""
+        return cls.known(tensor, key, shape, True, basic, affs, box)
+
+    @classmethod
+    def known(cls, tensor: Tensor, key: tuple, shape: tuple[int, ...], advanced: bool = False, basic: Any = None,
+              affs: dict[int, Any] | None = None, box: tuple[list[int], list[int]] | None = None) -> "View":
+        """A view whose shape (and, for an advanced key, basic key and box) the caller knows: ``View()``
+        would derive the same from ``key``, one pass per view, many views per instruction."""
         self = cls.__new__(cls)
         self.tensor = tensor
         self.key = key
         self.indirect = ()
-        self.advanced = True
+        self.advanced = advanced
         self._region = None
         self._basic = basic
         self._affs = affs
@@ -1224,7 +1232,7 @@ class Operand:
             return None
         if self.mask is not None:
             try:
-                np.broadcast_shapes(self.mask.shape, self.view.shape)
+                _broadcast_shapes([self.mask.shape, self.view.shape])
                 return self.view.region(self.mask)  # a masked instruction only touches the masked elements
             except ValueError:
                 pass
