@@ -57,6 +57,7 @@ class UnknownDTypeError(UnsupportedAPIError, TypeError):
 
 _CANON_CACHE: dict[Any, Any] = {}
 _NAME_CACHE: dict[Any, str] = {}
+_ITEMSIZE_CACHE: dict[Any, int] = {}
 
 
 def canonical(dtype: Any) -> Any:
@@ -122,8 +123,17 @@ def storage(dtype: Any) -> np.dtype:
 
 
 def itemsize(dtype: Any) -> int:
-    dtype = canonical(dtype)
-    return 4 if isinstance(dtype, _TF32) else dtype.itemsize
+    try:  # asked for every region of every instruction; a dtype's size never changes
+        return _ITEMSIZE_CACHE[dtype]
+    except (KeyError, TypeError):
+        pass
+    c = canonical(dtype)
+    out = 4 if isinstance(c, _TF32) else c.itemsize
+    try:
+        _ITEMSIZE_CACHE[dtype] = out
+    except TypeError:
+        pass
+    return out
 
 
 def is_float(dtype: Any) -> bool:

@@ -748,10 +748,17 @@ class View(_Opaque):
                 if n != t.shape[axis]:
                     break
             elif isinstance(k, np.ndarray):
-                flat = np.unique(k.ravel())
-                if flat.size > 1 and np.all(np.diff(flat) == 1):
-                    run *= flat.size
-                    if flat.size != t.shape[axis]:
+                aff = self._affs.get(axis) if self._affs else None
+                if aff is not None:  # start + step * i along its only long axis: no need to sort the values
+                    n = k.size if aff[1] != 0 else min(k.size, 1)
+                    adjacent = abs(aff[1]) == 1
+                else:
+                    flat = np.unique(compact(k))   # a broadcast index array's distinct values, without repeats
+                    n = flat.size
+                    adjacent = bool(np.all(np.diff(flat) == 1))
+                if n > 1 and adjacent:
+                    run *= n
+                    if n != t.shape[axis]:
                         break
                 else:
                     break
@@ -1083,7 +1090,8 @@ def _write_basic(t: Tensor, basic: tuple, vals: np.ndarray, written: np.ndarray 
     if m is None or mask_all(m):
         _store(t, basic, vals, w_src, store_dtype, accumulate)
         return
-    m = m.reshape(sub.shape)
+    if m.shape != sub.shape:   # else the mask itself: its summaries (masked_box's spans) are kept
+        m = m.reshape(sub.shape)
     if w_src is not None and not np.any(m & ~w_src):
         w_src = None  # every element the mask keeps is valid (a ragged tile computed from ragged inputs)
     if accumulate:
