@@ -316,12 +316,18 @@ def broadcast(a: Any, shape: tuple[int, ...]) -> np.ndarray:
         view = a.view()
         view.flags.writeable = False
         return view
-    return np.broadcast_to(a, shape)
+    # a kept mask's broadcast is kept with it (one per shape), so its own summaries are kept too: a mask
+    # narrower than its tile is broadcast by every instruction that uses it
+    return memo(a, ("broadcast", shape), lambda: keep(np.broadcast_to(a, shape)))
 
 
 # One mask serves every instruction of a tile, and each asks the same questions of it (all true? how many?
 # which rows and columns?): the answers are kept per mask value, by identity, while the mask is recent.
+# Kernels that write the mask expression into every call make a new mask per instruction with the values of
+# the previous one: the answers are shared by value (shape, dtype and the distinct part's bytes), as every
+# question is a function of the values alone.
 _SUMMARIES: dict[int, tuple[np.ndarray, dict]] = {}
+_BY_VALUE: dict[tuple, dict] = {}
 
 
 def keep(m: np.ndarray) -> np.ndarray:
@@ -330,7 +336,14 @@ def keep(m: np.ndarray) -> np.ndarray:
     if entry is None or entry[0] is not m:
         if len(_SUMMARIES) >= 64:
             _SUMMARIES.clear()
-        _SUMMARIES[id(m)] = (m, {})
+        c = compact(m)
+        value = (m.shape, m.dtype.str, c.shape, c.tobytes())
+        known = _BY_VALUE.get(value)
+        if known is None:
+            if len(_BY_VALUE) >= 256:
+                _BY_VALUE.clear()
+            known = _BY_VALUE[value] = {}
+        _SUMMARIES[id(m)] = (m, known)
     return m
 
 
@@ -347,6 +360,8 @@ def memo(m: Any, key: Any, fn: Any) -> Any:
 
 def compact(m: np.ndarray) -> np.ndarray:
     """The distinct part of a broadcast array: one element along every zero-stride axis."""
+    if 0 not in m.strides:
+        return m
     if not any(s == 0 and n > 1 for s, n in zip(m.strides, m.shape)):
         return m
     return m[tuple(slice(0, 1) if s == 0 else slice(None) for s in m.strides)]
