@@ -980,7 +980,9 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
     rt = current()
     if rt.deferred is not None:   # its operands are views of memory this write may change
         _compute_deferred(rt)
-    _loop_conflict_check(rt, view, mask, api, accumulate or reduction)
+    # a ragged tile whose key runs past its tensor: the box its mask keeps, for the check and the data path
+    kept = _kept_basic(view, mask) if view.advanced and view.basic is None and not rt.options.trace_only else None
+    _loop_conflict_check(rt, view, mask, api, accumulate or reduction, kept)
     if t._data is None or values is None:
         return
     t.own()
@@ -993,7 +995,6 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
         if view.basic is not None:
             _write_basic(t, view.basic, vals, written, shape, adv_shape, mask, store_dtype, accumulate)
             return
-        kept = _kept_basic(view, mask)
         if kept is not None:  # a ragged tile's kept box
             basic, sub = kept
             if basic:
@@ -1133,8 +1134,10 @@ def _store(t: Tensor, key: tuple, vals: np.ndarray, written: np.ndarray | None, 
     _mark_written(t, key, written)
 
 
-def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: str, accumulate: bool) -> None:
-    """Detect plain writes to one location from different iterations of an affine_range."""
+def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: str, accumulate: bool,
+                         kept: tuple[tuple, tuple[slice, ...]] | None = None) -> None:
+    """Detect plain writes to one location from different iterations of an affine_range. ``kept``: the
+    view's ragged-tile box (``_kept_basic``), as ``write`` found it."""
     if accumulate or rt.options.affine_write_conflicts == "ignore" or rt.options.trace_only:
         return
     frames = [f for f in rt.affine_frames() if f.inst_epoch > view.tensor._alloc_epoch]
@@ -1143,7 +1146,7 @@ def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: 
     t = view.tensor
     basic = view.basic if view.advanced else view.key
     partial = None  # the masked part of a basic-key box
-    if basic is None and (kept := _kept_basic(view, mask)) is not None:
+    if basic is None and kept is not None:
         if not kept[0]:
             return   # the mask keeps nothing
         basic = kept[0]   # a ragged tile: its kept box (the general path checks the same elements)
