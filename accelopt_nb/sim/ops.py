@@ -222,16 +222,15 @@ def copy_into(dest: View, value: Any, api: str, reduction: bool = False) -> None
             rt.pending_reduction = None
             pending[1].reduce_into(dest, src, api)
             return
-        if src._thunk is not None and sshape == dshape and (mask is None or mask_all(mask)) and \
-                write_deferred(dest, src, src._written, api, reduction=reduction):
-            producer.writes = (dest.region(mask),)
-            producer.out_dtype = dt.name(dest.dtype)
-            return
-        values = None if src._data is None else src._data.reshape(dshape) if sshape != dshape else src._data
-        written = None if src._written is None else (src._written.reshape(dshape) if sshape != dshape else src._written)
-        if mask is not None and sshape != dshape:
-            mask = mask.reshape(dshape)
-        write(dest, values, written, mask, api, reduction=reduction)
+        # a deferred result is computed straight into a whole float32 destination box (tensor.defer)
+        if not (src._thunk is not None and sshape == dshape and (mask is None or mask_all(mask))
+                and write_deferred(dest, src, src._written, api, reduction=reduction)):
+            values = None if src._data is None else src._data.reshape(dshape) if sshape != dshape else src._data
+            written = None if src._written is None else (src._written.reshape(dshape) if sshape != dshape
+                                                         else src._written)
+            if mask is not None and sshape != dshape:
+                mask = mask.reshape(dshape)
+            write(dest, values, written, mask, api, reduction=reduction)
         producer.writes = (dest.region(mask),)
         producer.out_dtype = dt.name(dest.dtype)
         return
