@@ -1,8 +1,8 @@
-"""Trace-only loop replay gives the trace that running every iteration gives, or is not used.
+"""Loop replay gives the trace (and, with values, the outputs) that running every iteration gives, or is not used.
 
-Every test simulates a kernel twice in trace-only mode, with loop replay (the default) and with
-``SimOptions(loop_replay=False)``, and compares the two traces field by field (and, where it raises,
-the two errors). The adversarial kernels each break one premise of replay (control flow on the loop
+Every test simulates a kernel with loop replay (the default) and with ``SimOptions(loop_replay=False)``,
+in trace-only mode and with values, and compares the traces field by field, the outputs bit for bit
+(and, where it raises, the errors). The adversarial kernels each break one premise of replay (control flow on the loop
 variable, Python state carried between iterations or out of the loop, a ragged or out-of-bounds last
 tile, non-affine index arithmetic, a helper with hidden state); the plain ones check that replay does
 extrapolate, so the comparison is not vacuous.
@@ -25,22 +25,33 @@ FULL = SimOptions(trace_only=True, loop_replay=False)
 HEADER = "import numpy as np\nimport neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\n\n"
 
 
+VALUES = SimOptions()
+VALUES_FULL = SimOptions(loop_replay=False)
+
+
 def run_both(source: str, *inputs):
-    """(replayed trace or error, full trace or error): equal errors or equal traces are asserted."""
+    """(replayed trace or error, full trace or error) in trace-only mode: equal errors or equal traces are
+    asserted, and with values equal errors, or equal traces and bit-equal outputs."""
     kernel = load_kernel(source=HEADER + textwrap.dedent(source))
-    out = []
-    for options in (REPLAY, FULL):
-        try:
-            out.append(simulate(kernel, *inputs, options=options).trace)
-        except KernelError as exc:
-            out.append(exc)
-    fast, full = out
-    if isinstance(full, Exception) or isinstance(fast, Exception):
-        assert type(fast) is type(full) and str(fast) == str(full), (fast, full)
-        assert (fast.line, fast.rule) == (full.line, full.rule)
-    else:
-        assert trace_fields(fast) == trace_fields(full)
-        assert full.replayed == 0
+    for replay, full_options in ((VALUES, VALUES_FULL), (REPLAY, FULL)):
+        out = []
+        for options in (replay, full_options):
+            try:
+                out.append(simulate(kernel, *inputs, options=options))
+            except KernelError as exc:
+                out.append(exc)
+        fast, full = out
+        if isinstance(full, Exception) or isinstance(fast, Exception):
+            assert type(fast) is type(full) and str(fast) == str(full), (fast, full)
+            assert (fast.line, fast.rule) == (full.line, full.rule)
+            fast = full = fast if isinstance(fast, Exception) else full
+        else:
+            assert trace_fields(fast.trace) == trace_fields(full.trace)
+            assert full.trace.replayed == 0
+            assert len(fast.outputs) == len(full.outputs)
+            for a, b in zip(fast.outputs, full.outputs):
+                assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
+            fast, full = fast.trace, full.trace
     return fast, full
 
 
@@ -75,7 +86,8 @@ def test_switch_turns_replay_off():
     kernel = load_kernel(source=HEADER + textwrap.dedent(PLAIN))
     assert simulate(kernel, rows(1280), options=FULL).trace.replayed == 0
     assert simulate(kernel, rows(1280), options=REPLAY).trace.replayed > 0
-    assert simulate(kernel, rows(1280)).trace.replayed == 0   # values mode always runs every iteration
+    assert simulate(kernel, rows(1280)).trace.replayed > 0   # with values too
+    assert simulate(kernel, rows(1280), options=VALUES_FULL).trace.replayed == 0
 
 
 def test_control_flow_on_the_loop_variable():

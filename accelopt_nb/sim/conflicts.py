@@ -218,6 +218,17 @@ class WriteLog:
         return out
 
 
+def paint(out: np.ndarray, written: Box, box: Box) -> None:
+    """Mark in ``out`` (the validity of an unstrided ``box``) the elements of a ``written`` box."""
+    if not _meets(written, box):
+        return
+    key = []
+    for (w0, w1, ws), (b0, b1, _) in zip(written, box):
+        first = w0 + -(-(max(w0, b0) - w0) // ws) * ws   # the written progression's first element >= b0
+        key.append(slice(first - b0, min(w1, b1) - b0, ws))
+    out[tuple(key)] = True
+
+
 class Cover:
     """The elements of a tensor written so far, as the boxes its writes assigned (validity without a bool
     array as large as the tensor). ``covers`` answers for a box inside one written box, ``local`` paints the
@@ -254,14 +265,7 @@ class Cover:
             return None
         out = np.zeros(tuple(a[1] - a[0] for a in box), dtype=bool)
         for i in rows:
-            written = self.boxes[i]
-            if not _meets(written, box):
-                continue
-            key = []
-            for (w0, w1, ws), (b0, b1, _) in zip(written, box):
-                first = w0 + -(-(max(w0, b0) - w0) // ws) * ws   # the written progression's first element >= b0
-                key.append(slice(first - b0, min(w1, b1) - b0, ws))
-            out[tuple(key)] = True
+            paint(out, self.boxes[i], box)
         return out
 
     def mask(self, shape: tuple[int, ...]) -> np.ndarray:

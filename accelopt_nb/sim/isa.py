@@ -8,6 +8,7 @@ import numpy as np
 from math import prod as _prod
 
 from accelopt_nb.sim import dtypes as _dt
+from accelopt_nb.sim import effects
 from accelopt_nb.sim import ops as _ops
 from accelopt_nb.sim.functions import ACTIVATIONS, ALU, REDUCE, op_name
 from accelopt_nb.sim.indexing import IndexExpr, Mask
@@ -225,6 +226,18 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=None, _api: str = "nisa.
 
 
 # ---- ScalarE ---------------------------------------------------------------------------------
+def _activation_into(dst: np.ndarray | None, fn: Any, xs: np.ndarray, sc: Any, bc: Any) -> np.ndarray:
+    """fn(xs * sc + bc), each step rounded to fp32 (a deferred thunk, see ``tensor.defer``)."""
+    y = np.multiply(xs, sc, out=dst)
+    np.add(y, bc, out=y)
+    return fn(y, out=y)
+
+
+def _activation_eager(fn: Any, xs: np.ndarray, sc: Any, bc: Any) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return fn(xs * sc + bc).astype(np.float32, copy=False)
+
+
 def _activation(api: str, op, data, bias, scale, reduce_op, reduce_res, mask, dtype, reduce_required: bool) -> Tensor:
     rt = current()
     name, fn = _act(op, api)
@@ -253,13 +266,9 @@ def _activation(api: str, op, data, bias, scale, reduce_op, reduce_res, mask, dt
         if reduce_res is None and not reduce_required and _ops.deferrable(
                 (fn,), (xs, np.float32(sc) if type(sc) is float else sc, np.float32(bc) if type(bc) is float else bc),
                 out_dtype, x.shape):
-            def thunk(dst: np.ndarray | None) -> np.ndarray:   # fn(xs * sc + bc), each step rounded to fp32
-                y = np.multiply(xs, sc, out=dst)
-                np.add(y, bc, out=y)
-                return fn(y, out=y)
+            thunk = (_activation_into, fn, xs, sc, bc)
         else:
-            with np.errstate(all="ignore"):
-                out_data = fn(xs * sc + bc).astype(np.float32, copy=False)
+            out_data = effects.run(_activation_eager, fn, xs, sc, bc)
     written = combine_written(*[o.written if o is x else (None if o.written is None else _broadcast(
         o.written.reshape((rows,) + (1,) * (len(x.shape) - 1)), x.shape)) for o in operands], shape=x.shape)
     out = _ops.new_result(rt, api, x.shape, out_dtype, "sbuf", out_data, written, m, thunk)
@@ -323,6 +332,21 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, **kwa
                             attrs={"alu": name})
 
 
+def _tensor_scalar_into(dst: np.ndarray | None, x: np.ndarray, f0: Any, a0: Any, reverse0: bool, f1: Any, a1: Any,
+                        reverse1: bool) -> np.ndarray:
+    """``x op0 a0`` (then ``op1 a1``), into ``dst`` when given (a deferred thunk, see ``tensor.defer``)."""
+    with np.errstate(all="ignore"):
+        kw = {} if dst is None else {"out": dst}
+        v = f0(a0, x, **kw) if reverse0 else f0(x, a0, **kw)
+        if f1 is not None:
+            v = f1(a1, v, **kw) if reverse1 else f1(v, a1, **kw)
+    return v
+
+
+def _tensor_scalar_eager(*args: Any) -> np.ndarray:
+    return np.asarray(_tensor_scalar_into(None, *args))
+
+
 def tensor_scalar(data, op0, operand0, reverse0: bool = False, op1=None, operand1=None, reverse1: bool = False, *,
                   dtype=None, mask=None, engine=None, **kwargs) -> Tensor:
     rt = current()
@@ -350,18 +374,12 @@ def tensor_scalar(data, op0, operand0, reverse0: bool = False, op1=None, operand
         nd = x.data.ndim
         a0, a1 = _reshape_col(c0, nd), _reshape_col(c1, nd)
 
-        def compute(dst: np.ndarray | None = None) -> np.ndarray:
-            with np.errstate(all="ignore"):
-                kw = {} if dst is None else {"out": dst}
-                v = f0(a0, x.data, **kw) if reverse0 else f0(x.data, a0, **kw)
-                if f1 is not None:
-                    v = f1(a1, v, **kw) if reverse1 else f1(v, a1, **kw)
-            return v
+        call = (_tensor_scalar_into, x.data, f0, a0, bool(reverse0), f1, a1, bool(reverse1))
         if _ops.deferrable((f0,) if f1 is None else (f0, f1), (x.data, a0) if f1 is None else (x.data, a0, a1),
                            out_dtype, x.shape):
-            thunk = compute
+            thunk = call
         else:
-            out_data = np.asarray(compute())
+            out_data = effects.run(_tensor_scalar_eager, *call[1:])
     written = combine_written(x.written, *[None if o.written is None else _broadcast(
         o.written.reshape((x.shape[0],) + (1,) * (len(x.shape) - 1)), x.shape) for o in ops_[1:]], shape=x.shape)
     if out_data is not None and _dt.is_float(out_dtype):

@@ -27,6 +27,7 @@ from accelopt_nb.sim.launch import nc, spmd_dim  # noqa: F401 (re-exported)
 from accelopt_nb.sim.runtime import (BN_STATS_FMAX, GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX, PSUM_FMAX,
                                      ParDim, current, hbm, par_dim, private_hbm, psum, sbuf, shared_hbm)  # noqa: F401
 from accelopt_nb.sim.tensor import Tensor, View, as_view, operand, read, write
+from accelopt_nb.sim.tensor import copy_of as _copy_of
 
 # ---- dtypes --------------------------------------------------------------------------------------
 float32, float16, bfloat16, tfloat32 = _dt.float32, _dt.float16, _dt.bfloat16, _dt.tfloat32
@@ -263,8 +264,7 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
     if data is not None:
         data = data.reshape(shape)
         if data.dtype == np.float32 and out_dtype == _dt.float32 and len(shape) >= 2:
-            src = data   # the one copy out of HBM goes straight into the tile's destination (tensor.defer)
-            thunk = lambda dst: src.copy() if dst is None else np.copyto(dst, src)  # noqa: E731
+            thunk = (_copy_of, data)   # the one copy out of HBM goes straight into the tile's destination (tensor.defer)
             data = None
         else:
             compute = np.float32 if _dt.is_float(out_dtype) else np.int64

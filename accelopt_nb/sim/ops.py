@@ -14,6 +14,7 @@ from math import prod as _prod
 
 from accelopt_nb.errors import NKIRuleError, UninitializedReadError
 from accelopt_nb.sim import dtypes as dt
+from accelopt_nb.sim import effects
 from accelopt_nb.sim.indexing import Mask, broadcast, keep, mask_all, mask_rows_cols
 from accelopt_nb.sim.runtime import PMAX, PSUM_BANK_BYTES, Runtime, current
 from accelopt_nb.sim.tensor import (Operand, Tensor, View, as_view, combine_written, defer, operand, read, write,
@@ -65,7 +66,7 @@ _DEFERRED = np.empty(0, np.float32)   # the data of a tile whose values are defe
 
 def new_result(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, buffer: str,
                data: np.ndarray | None, written: np.ndarray | None, mask: np.ndarray | None,
-               thunk: Callable[[np.ndarray | None], np.ndarray] | None = None) -> Tensor:
+               thunk: tuple | None = None) -> Tensor:
     """A fresh result tile; ``thunk`` (values mode) computes its values later (``tensor.defer``)."""
     shape = tuple(int(s) for s in shape)
     if len(shape) == 1:
@@ -146,6 +147,16 @@ def deferrable(fns: Sequence[Any], values: Sequence[Any], dtype: Any, shape: tup
     return arrays > 0   # the ufunc's result has the tile's (broadcast) shape
 
 
+def _ufunc_into(dst: np.ndarray | None, fn: np.ufunc, *args: Any) -> np.ndarray:
+    return fn(*args) if dst is None else fn(*args, out=dst)
+
+
+def _eager(fn: Callable[..., Any], is_float: bool, *args: Any) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        data = np.asarray(fn(*args))
+    return data.astype(np.float32, copy=False) if is_float else data
+
+
 def elementwise(api: str, engine: str, op: str, fn: Callable[..., np.ndarray], args: Sequence[Any], *,
                 dtype: Any = None, mask: Any = None, attrs: dict | None = None, out_dtype_default: Any = None,
                 buffer: str = "sbuf") -> Tensor:
@@ -163,15 +174,10 @@ def elementwise(api: str, engine: str, op: str, fn: Callable[..., np.ndarray], a
     data = None
     deferred = not rt.options.trace_only and deferrable((fn,), [o.data for o in opnds], dtype, shape)
     if not rt.options.trace_only and not deferred:
-        with np.errstate(all="ignore"):
-            data = fn(*[o.data for o in opnds])
-        data = np.asarray(data)
-        if dt.is_float(dtype):
-            data = data.astype(np.float32, copy=False)
+        data = effects.run(_eager, fn, dt.is_float(dtype), *[o.data for o in opnds])
     written = combine_written(*[o.written for o in opnds], shape=shape)
     args = [o.data for o in opnds]
-    out = new_result(rt, api, shape, dtype, buffer, data, written, m,
-                     (lambda dst: fn(*args) if dst is None else fn(*args, out=dst)) if deferred else None)
+    out = new_result(rt, api, shape, dtype, buffer, data, written, m, (_ufunc_into, fn, *args) if deferred else None)
     a = {"num_inputs": sum(1 for o in opnds if not o.scalar),
          "psum_input": any(o.buffer == "psum" for o in opnds)}
     if attrs:

@@ -49,7 +49,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from accelopt_nb.sim import loopcheck
+from accelopt_nb.sim import effects, loopcheck
 from accelopt_nb.sim import replay_records as records
 from accelopt_nb.sim.runtime import LoopFrame, Runtime, active
 from accelopt_nb.sim.taint import SIM_DIR, ProbeIndex
@@ -74,6 +74,7 @@ class Probe:
         self.mismatch: str | None = None      # why the latest probe iterations do not extrapolate
         self.events: list[list[tuple]] = []   # per probe iteration: (op, lhs, rhs, result) of mask comparisons
         self.keys: list[list[int]] = []       # per probe iteration: (lo, hi, size) of every int and slice index
+        self.logs: list[effects.Log] = []     # per probe iteration, with values: its effects on memory
 
     def fail(self, reason: str) -> None:
         if self.reason is None:
@@ -186,7 +187,7 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
     while pos < n:
         if isinstance(site, str) or n - pos <= PROBES:
             for i in values[pos:]:
-                yield rt.enter_iteration(frame, i)
+                yield rt.iterate(frame, i)
             break
         gained = gained or 0
         probe = Probe()
@@ -195,10 +196,12 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
         while done is None and probe.reason is None and pos < n and len(marks) <= PROBES + WARMUP:
             probe.events.append([])
             probe.keys.append([])
+            idx = rt.iterate(frame, values[pos], ProbeIndex)
+            idx.deps = (probe,)
+            if rt.value_replay:
+                probe.logs.append(effects.Log(frame))
             rt.probes.append(probe)
             try:
-                idx = rt.enter_iteration(frame, values[pos], ProbeIndex)
-                idx.deps = (probe,)
                 yield idx
             finally:
                 rt.probes.remove(probe)
@@ -237,7 +240,7 @@ def _sim_types() -> tuple[type, ...]:
 
 
 _MARK_SKIP = frozenset({"trace", "loops", "loop_key", "epoch", "_next_uid", "_next_tensor", "probes", "region_shapes",
-                        "replayed_blocks", "flattened", "replay_misses"})
+                        "replayed_blocks", "flattened", "replay_misses", "roots", "deferred"})
 
 
 def _mark(rt: Runtime) -> tuple:
@@ -289,6 +292,11 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
     if count is None:
         probe.fail("a region of the records cannot be checked against its tensor")
         return None
+    if count > 0 and rt.value_replay:   # memory as running them would leave it: their effects, re-run
+        program = effects.compile_program(probe, PROBES)
+        if program is None:
+            return None
+        count = effects.replay(rt, frame, values, pos, program, count)
     if count <= 0:
         return 0
     _emit(rt, frame, values, pos, last, delta, count, steps[0], flat)

@@ -38,9 +38,9 @@ class SimOptions:
         check loop-carried writes on a log of written boxes, keep new buffers' validity as written boxes,
         and fill unwritten on-chip memory lazily (same values, trace and errors as the general
         gather/stamp/fill path, which ``False`` forces: for tests and side-by-side timing).
-    loop_replay: in trace-only mode, run a loop's first iterations and extrapolate the records of the
-        others where that provably gives the same trace (``accelopt_nb.sim.replay``); ``False`` runs
-        every iteration.
+    loop_replay: run a loop's first iterations and extrapolate the others where that provably gives the
+        same trace (``accelopt_nb.sim.replay``) and, with values, the same memory (``accelopt_nb.sim.effects``);
+        ``False`` runs every iteration.
     """
 
     trace_only: bool = False
@@ -100,7 +100,9 @@ class Runtime:
         self.replayed_blocks: dict[int, Any] = {}   # id(first record) -> a block replay built while a parent probes
         self.flattened: dict[int, tuple] = {}       # id(record) -> its replay signature, while loops probe
         self.replay_misses: dict[tuple, int] = {}   # (code, line) of a loop -> its instances in a row replay gained nothing
-        self.replay = options.trace_only and options.loop_replay and options.record_trace
+        self.replay = options.loop_replay and options.record_trace
+        self.value_replay = self.replay and not options.trace_only
+        self.roots: dict[int, Any] = {}      # id(array) -> the storage arrays of tensors (effects' roots)
 
     # ---- identities --------------------------------------------------------------
     def new_tensor_id(self) -> int:
@@ -138,6 +140,9 @@ class Runtime:
     def loop(self, kind: str, values: range) -> Iterator[int]:
         frame = LoopFrame(uid=self.new_uid(), kind=kind, start=values[0] if len(values) else 0)
         self.loops.append(frame)
+        if self.probes and self.value_replay:
+            from accelopt_nb.sim import effects
+            effects.note(effects.loop_begin, kind, frame.start, result=frame)
         try:
             if self.replay:
                 from accelopt_nb.sim import replay
@@ -145,12 +150,22 @@ class Runtime:
                 yield from replay.run(self, frame, values, sys._getframe(1))
             else:
                 for i in values:
-                    yield self.enter_iteration(frame, i)
+                    yield self.iterate(frame, i)
         finally:
             # generators may be closed out of order by `break`; remove this frame wherever it is
             if frame in self.loops:
                 self.loops.remove(frame)
             self._refresh_loop_key()
+            if self.probes and self.value_replay:
+                from accelopt_nb.sim import effects
+                effects.note(effects.loop_end, frame)
+
+    def iterate(self, frame: LoopFrame, i: int, index: type[LoopIndex] | None = None) -> LoopIndex:
+        """``enter_iteration``, recorded for value replay by the enclosing probing loops."""
+        if self.probes and self.value_replay:
+            from accelopt_nb.sim import effects
+            effects.note(effects.loop_iteration, frame, int(i))
+        return self.enter_iteration(frame, i, index or LoopIndex)
 
     def enter_iteration(self, frame: LoopFrame, i: int, index: type[LoopIndex] = LoopIndex) -> LoopIndex:
         """Start iteration ``i`` of ``frame``: its epoch (affine loops) and loop key; the loop variable."""

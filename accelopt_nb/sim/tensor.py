@@ -16,6 +16,7 @@ from math import prod as _prod
 
 from accelopt_nb.errors import LoopCarriedDependencyError, OpaqueTensorError
 from accelopt_nb.sim import dtypes as dt
+from accelopt_nb.sim import effects
 from accelopt_nb.sim import replay as _replay
 from accelopt_nb.sim.conflicts import EMPTY, Box, Cover, WriteLog, box_of, masked_box
 from accelopt_nb.sim.indexing import IndexExpr, Mask, basic_key, broadcast, compact, mask_all, mask_count
@@ -173,6 +174,9 @@ class Tensor(_Opaque):
             self._lazy = True
         else:
             self._data = np.full(self.shape, dt.nan_fill(self.dtype), dtype=dt.storage(self.dtype))
+        if self._array is not None and kind != "result":   # value replay's roots: a tensor's storage
+            root = effects.root(self._array)
+            rt.roots[id(root)] = root
         self._cover: Cover | None = None
         if written is True or trace_only:
             self._written = None
@@ -209,22 +213,26 @@ class Tensor(_Opaque):
     def _compute(self, out: np.ndarray | None = None) -> None:
         """Compute deferred values (see ``defer``), or compute them into ``out``, where the tile was assigned
         whole: then the tile copies them from there before that memory changes or when it is read."""
-        thunk, self._thunk = self._thunk, None
+        (fn, *args), self._thunk = self._thunk, None
         rt = active()
         if rt is not None and rt.deferred is not None and rt.deferred() is self:
             rt.deferred = None
         with np.errstate(all="ignore"):
-            values = thunk(out)
+            values = effects.run(fn, out, *args)
         if out is None:
             self._array = values
         else:
-            defer(self, lambda _: out.copy())
+            defer(self, (copy_of, out))
 
     def own(self) -> None:
         """Copy borrowed data before it changes (kernel inputs are the caller's arrays until written)."""
         if self._borrowed:
+            effects.fail("a kernel input was first written inside the loop")
             self._data = self._data.copy()
             self._borrowed = False
+            rt = active()
+            if rt is not None:
+                rt.roots[id(self._array)] = self._array
 
     def full_view(self) -> "View":
         shape = (self.shape[0], 1) if self.on_chip and len(self.shape) == 1 else self.shape  # as View() shapes it
@@ -860,13 +868,18 @@ def _read_basic(t: Tensor, basic: tuple, adv_shape: tuple[int, ...],
         m = broadcast(mask, adv_shape)
         if not mask_all(m):
             # the general path reads masked-off elements at index 0 of every axis: same values here
-            origin = (0,) * t._data.ndim
-            data = data.copy()
-            np.copyto(data, _fill_unwritten(t, t._data[origin], _validity(t, origin)),
-                      where=~m.reshape(data.shape))
+            origin = (slice(0, 1, 1),) * t._data.ndim   # a view, so value replay reads it at each iteration
+            data = effects.run(_masked_copy, data, _fill_unwritten(t, t._data[origin], _validity(t, origin)),
+                               m.reshape(data.shape))
     if written is not None:
         written = written.copy()  # the general path's gather never aliased the tensor's validity
     return data, written
+
+
+def _masked_copy(data: np.ndarray, fill: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    out = data.copy()
+    np.copyto(out, fill.reshape(()), where=~keep)
+    return out
 
 
 def _kept_basic(view: View, mask: np.ndarray | None) -> tuple[tuple, tuple[slice, ...]] | None:
@@ -900,19 +913,32 @@ def _read_kept(t: Tensor, kept: tuple[tuple, tuple[slice, ...]],
     """``read`` of a masked view through the kept box (see ``_kept_basic``); masked-off elements read as
     index 0 of every axis, as the general path's gather reads them."""
     basic, sub = kept
-    origin = (0,) * t._data.ndim
-    data = np.empty(adv_shape, dtype=t._data.dtype)
-    data[...] = _fill_unwritten(t, t._data[origin], _validity(t, origin))
+    origin = (slice(0, 1, 1),) * t._data.ndim   # a view, so value replay reads it at each iteration
+    fill = _fill_unwritten(t, t._data[origin], _validity(t, origin))
     if not basic:
-        return data, None
-    part = data[sub]
+        return effects.run(_filled, adv_shape, t._data.dtype, fill), None
     w = _validity(t, basic)
-    part[...] = _fill_unwritten(t, t._data[basic], w).reshape(part.shape)
+    data = effects.run(_kept_copy, adv_shape, t._data.dtype, fill, sub, _fill_unwritten(t, t._data[basic], w))
     if w is None or w.all():
         return data, None
     written = np.ones(adv_shape, dtype=bool)
-    written[sub] = w.reshape(part.shape)
+    part = written[sub]
+    part[...] = w.reshape(part.shape)
     return data, written
+
+
+def _filled(shape: tuple[int, ...], dtype: np.dtype, fill: np.ndarray) -> np.ndarray:
+    out = np.empty(shape, dtype=dtype)
+    out[...] = fill.reshape(())
+    return out
+
+
+def _kept_copy(shape: tuple[int, ...], dtype: np.dtype, fill: np.ndarray, sub: tuple[slice, ...],
+               part: np.ndarray) -> np.ndarray:
+    out = _filled(shape, dtype, fill)
+    dst = out[sub]
+    dst[...] = part.reshape(dst.shape)
+    return out
 
 
 def _validity(t: Tensor, key: tuple) -> np.ndarray | None:
@@ -921,12 +947,17 @@ def _validity(t: Tensor, key: tuple) -> np.ndarray | None:
         box = _box(key)
         if box is not None:
             if t._cover.covers(box):
+                effects.note(effects.guard_covered, t, box)
                 return None
             local = t._cover.local(box)  # e.g. a ragged tile: painted for this box alone
             if local is not None:
+                effects.note(effects.guard_local, t, box, local)
                 return local.reshape(tuple(n for k, n in zip(key, local.shape) if type(k) is slice))
         _materialize(t)
-    return None if t._written is None else t._written[key]
+    if t._written is None:
+        return None
+    effects.fail("validity kept per element")
+    return t._written[key]
 
 
 def _mark_written(t: Tensor, key: tuple, written: np.ndarray | None) -> None:
@@ -936,10 +967,11 @@ def _mark_written(t: Tensor, key: tuple, written: np.ndarray | None) -> None:
             written = None
         box = _box(key) if written is None else None
         if box is not None:
-            t._cover.add(box)
+            effects.run(effects.cover_add, t, box)
             return
         _materialize(t)
     if t._written is not None:
+        effects.fail("validity kept per element")
         t._written[key] = True if written is None else written
 
 
@@ -954,6 +986,7 @@ def _box(key: tuple) -> Box | None:
 def _materialize(t: Tensor) -> None:
     """Switch a tensor's validity from written boxes to the per-element array."""
     if t._cover is not None:
+        effects.fail("validity switched to per-element")
         t._written, t._cover = t._cover.mask(t.shape), None
 
 
@@ -962,7 +995,11 @@ def _fill_unwritten(t: Tensor, data: Any, written: Any) -> Any:
     read as the fill value."""
     if not t._lazy or written is None or np.all(written):
         return data
-    return np.where(written, data, np.asarray(dt.nan_fill(t.dtype)).astype(data.dtype))
+    return effects.run(_where_written, written, data, dt.nan_fill(t.dtype))
+
+
+def _where_written(written: np.ndarray, data: np.ndarray, fill: Any) -> np.ndarray:
+    return np.where(written, data, np.asarray(fill).astype(data.dtype))
 
 
 def _adv_shape(view: View) -> tuple[int, ...]:
@@ -1002,6 +1039,7 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
                 w_src = None if written is None else broadcast(written, shape).reshape(adv_shape)[sub]
                 _write_basic(t, basic, vals, w_src, vals.shape, vals.shape, None, store_dtype, accumulate)
             return
+        effects.fail("a write through index arrays")
         if mask is not None:
             m = broadcast(mask, adv_shape)
             arrays = [a[m] for a in _full_arrays(view, adv_shape)]
@@ -1022,6 +1060,7 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
         written = None if written is None else broadcast(written, shape).reshape(target_shape)
         mask = None if mask is None else broadcast(mask, shape).reshape(target_shape)
     if mask is not None:
+        effects.fail("a masked write of a basic key")
         sub = t._data[key]
         m = broadcast(mask, sub.shape)
         if accumulate:
@@ -1042,12 +1081,21 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
     _store(t, key, vals, written, store_dtype, accumulate)
 
 
-def defer(t: Tensor, thunk: Any) -> None:
-    """Compute a fresh result tile's values later: ``thunk(out)`` computes them into ``out`` (an array of the
-    tile's shape) or, given None, returns them. Assigned whole to a float32 box next (``dst[...] = nl.add(a, b)``,
-    every compiler-style instruction), they are computed in place there (``write_deferred``) instead of into a
-    tile that is then copied; anything else computes them first: reading the tile, and any write (the
-    thunk's operands are views of memory)."""
+def copy_of(dst: np.ndarray | None, src: np.ndarray) -> np.ndarray:
+    """A deferred copy (see ``defer``): ``src`` into ``dst``, or a new array."""
+    if dst is None:
+        return src.copy()
+    np.copyto(dst, src)
+    return dst
+
+
+def defer(t: Tensor, thunk: tuple) -> None:
+    """Compute a fresh result tile's values later: ``thunk`` is ``(fn, *args)`` and ``fn(out, *args)``
+    computes them into ``out`` (an array of the tile's shape) or, given None, returns them (a function and
+    its arguments, not a closure: value replay re-runs the call at other offsets, see ``effects``). Assigned
+    whole to a float32 box next (``dst[...] = nl.add(a, b)``, every compiler-style instruction), they are
+    computed in place there (``write_deferred``) instead of into a tile that is then copied; anything else
+    computes them first: reading the tile, and any write (the thunk's operands are views of memory)."""
     rt = current()
     if rt.deferred is not None:
         _compute_deferred(rt)
@@ -1096,39 +1144,56 @@ def _write_basic(t: Tensor, basic: tuple, vals: np.ndarray, written: np.ndarray 
     if w_src is not None and not np.any(m & ~w_src):
         w_src = None  # every element the mask keeps is valid (a ragged tile computed from ragged inputs)
     if accumulate:
+        effects.fail("a masked accumulation")
         prev = sub.astype(np.float32)
         prev_w = _validity(t, basic)
         if prev_w is not None:
             prev = np.where(prev_w, prev, 0.0)
-        new = dt.cast(prev + vals, t.dtype)
+        np.copyto(sub, dt.cast(prev + vals, t.dtype), where=m, casting="unsafe")
     else:
-        new = dt.cast(np.asarray(vals), t.dtype) if not t._raw else vals
-    np.copyto(sub, new, where=m, casting="unsafe")
+        effects.run(_copy_where, sub, vals, m, t.dtype, t._raw)
     if t._cover is not None and w_src is None:
         kept = masked_box(basic, m)   # a ragged tile's mask keeps a box
         if kept is EMPTY:
             return
         if kept is not None:
-            t._cover.add(kept)
+            effects.run(effects.cover_add, t, kept)
             return
     _materialize(t)
     if t._written is not None:
         np.copyto(t._written[basic], True if w_src is None else w_src, where=m)
 
 
+def _copy_where(dst: np.ndarray, vals: np.ndarray, keep: np.ndarray, dtype: Any, raw: bool) -> None:
+    np.copyto(dst, vals if raw else dt.cast(np.asarray(vals), dtype), where=keep, casting="unsafe")
+
+
+def _assign(dst: np.ndarray, vals: np.ndarray, dtype: Any, raw: bool) -> None:
+    dst[...] = vals if raw else dt.cast(np.asarray(vals), dtype)
+
+
+def _add_into(dst: np.ndarray, vals: np.ndarray) -> None:
+    np.add(dst, vals, out=dst)
+
+
 def _store(t: Tensor, key: tuple, vals: np.ndarray, written: np.ndarray | None, store_dtype, accumulate: bool) -> None:
+    box = _box(key)
+    if box is None:
+        effects.fail("a write through index arrays")
     if accumulate:
         prev_w = _validity(t, key)
         if (prev_w is None or prev_w.all()) and t.dtype == dt.float32 and vals.dtype == np.float32 \
-                and _box(key) is not None:
-            sub = t._data[key]  # a view: fp32 + fp32 rounds the same in place
-            np.add(sub, vals, out=sub)
+                and box is not None:
+            effects.run(_add_into, t._data[key], vals)  # a view: fp32 + fp32 rounds the same in place
         else:
+            effects.fail("an accumulation that rounds")
             prev = t._data[key].astype(np.float32)
             if prev_w is not None and not prev_w.all():
                 # PSUM accumulation onto never-written memory starts the group: overwrite
                 prev = np.where(prev_w, prev, 0.0)
             t._data[key] = dt.cast(prev + vals, t.dtype)
+    elif box is not None:
+        effects.run(_assign, t._data[key], vals, t.dtype, t._raw)
     else:
         t._data[key] = dt.cast(np.asarray(vals), t.dtype) if not t._raw else vals
     _mark_written(t, key, written)
@@ -1163,7 +1228,10 @@ def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: 
                 return
         if box is not None and rt.options.affine_write_conflicts == "error":
             _box_conflict_check(rt, t, box, frames, api)
+            if rt.probes and rt.value_replay:
+                effects.note(_box_conflict_replayed, t, box, api, rt.location())
             return
+        effects.fail("loop-carried writes checked per element")
         t._stamps = np.zeros(t.shape, dtype=np.int32) if t._stamps is None else t._stamps.stamps(t.shape)
     key = view.key
     where = None
@@ -1210,6 +1278,18 @@ def _box_conflict_check(rt: Runtime, t: Tensor, box: Box, frames: list, api: str
                 raise rt.rule_error(api, _conflict_message(t, f), LoopCarriedDependencyError.rule,
                                     LoopCarriedDependencyError)
     t._stamps.add(box, rt.epoch)
+
+
+def _box_conflict_replayed(t: Tensor, box: Box, api: str, where: tuple) -> None:
+    """``_loop_conflict_check``'s box check for a replayed iteration (``effects``); an error names the
+    instruction's line, as running the iteration would."""
+    rt = current()
+    frames = [f for f in rt.affine_frames() if f.inst_epoch > t._alloc_epoch]
+    try:
+        _box_conflict_check(rt, t, box, frames, api)
+    except LoopCarriedDependencyError as exc:
+        exc.file = exc.line = None
+        raise exc.locate(*where)
 
 
 def _conflict_message(t: Tensor, f: Any) -> str:

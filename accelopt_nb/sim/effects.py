@@ -1,0 +1,355 @@
+"""Loop replay with values: a probe iteration's effects on simulator memory, re-run at a later iteration's offsets.
+
+Trace replay (:mod:`accelopt_nb.sim.replay`) skips the Python body of a loop's later iterations and
+extrapolates their trace records. With values, the skipped iterations must still change memory as
+running them would. While a loop probes, every change the simulator makes to memory, validity, the
+loop-carried write log and the loop frames goes through :func:`run` (or :func:`note`), which records
+the call: its function, and its arguments with every integer and every array's byte offset as a
+number. Arrays are recorded as views of a *root*: a tensor's storage (``Runtime.roots``) or a
+*register*, an array an earlier call of the same iteration returned. The probes' calls must agree in
+everything but those numbers, and the numbers must move by a constant step; a later iteration is then
+the same calls on views at extrapolated offsets: no index expressions, masks, keys or checks rebuilt.
+
+Anything else is refused for the loop, so values are exact or the loop runs every iteration: an array
+that is neither (a temporary computed outside :func:`run`), a writable array the calls cannot re-derive,
+a change of memory outside these calls (:func:`fail`), a root allocated inside the body (its calls
+name a different root each iteration). Validity decided by a check (``Cover.covers``) is recorded as a
+guard; before each replayed iteration its guards are evaluated against the cover as it will be at their
+point, and replay stops before an iteration whose guard would come out differently.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+
+from accelopt_nb.sim.runtime import LoopFrame, Runtime, active
+
+_PLAIN = (str, bool, float, type(None), np.floating, np.bool_, np.dtype)
+
+
+class Log:
+    """One probe iteration's calls: per call a signature (everything but the numbers) and its numbers."""
+
+    __slots__ = ("sigs", "ints", "consts", "regs", "count", "keep", "own_frame")
+
+    def __init__(self, own_frame: LoopFrame) -> None:
+        self.sigs: list[tuple] = []
+        self.ints: list[int] = []
+        self.consts: list[list[Any]] = []    # per call: its non-numeric arguments, for rebuilding
+        self.regs: dict[int, int] = {}       # id(root array or frame) -> register number, while alive
+        self.count = 0                       # registers so far
+        self.keep: list[Any] = []            # everything named by identity stays alive (ids are not reused)
+        self.own_frame = own_frame
+
+
+class Unsupported(Exception):
+    """A call's argument that replay cannot re-derive at another iteration."""
+
+
+def recording() -> Runtime | None:
+    rt = active()
+    return rt if rt is not None and rt.probes and rt.value_replay else None
+
+
+def fail(reason: str) -> None:
+    """Memory changed in a way the calls cannot repeat: the probing loops run every iteration."""
+    rt = recording()
+    if rt is not None:
+        for p in rt.probes:
+            p.fail(f"values: {reason}")
+
+
+def run(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, recorded by the probing loops."""
+    result = fn(*args)
+    rt = recording()
+    if rt is not None:
+        _record(rt, fn, args, result)
+    return result
+
+
+def note(fn: Callable[..., Any], *args: Any, result: Any = None) -> None:
+    """Record ``fn(*args)`` (returning ``result``) done by the caller itself."""
+    rt = recording()
+    if rt is not None:
+        _record(rt, fn, args, result)
+
+
+def _record(rt: Runtime, fn: Callable[..., Any], args: tuple, result: Any) -> None:
+    for p in rt.probes:
+        log = p.logs[-1] if p.logs else None
+        if log is None or p.reason is not None:
+            continue
+        sig: list[Any] = [fn]
+        consts: list[Any] = []
+        try:
+            for a in args:
+                _flatten(rt, log, a, sig, consts)
+        except Unsupported as exc:
+            p.fail(f"values: {exc} (in {getattr(fn, '__qualname__', fn)})")
+            continue
+        reg = _register(rt, log, result)
+        sig.append(reg)
+        log.sigs.append(tuple(sig))
+        log.consts.append(consts)
+
+
+def _register(rt: Runtime, log: Log, result: Any) -> Any:
+    """A result that is new memory (or a loop frame) becomes the next register; returns its tag."""
+    if isinstance(result, np.ndarray):
+        base = root(result)
+        if id(base) in log.regs or id(base) in rt.roots:
+            return None
+        log.regs[id(base)] = n = log.count
+        log.count += 1
+        # not kept alive (dead temporaries are freed, as running the body frees them): forgotten when freed,
+        # so a new array at the same address is not taken for it
+        weakref.finalize(base, log.regs.pop, id(base), None)
+        return ("reg", n)
+    if isinstance(result, LoopFrame):
+        log.regs[id(result)] = n = log.count
+        log.count += 1
+        log.keep.append(result)
+        return ("frame", n)
+    return None
+
+
+def root(a: np.ndarray) -> np.ndarray:
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _flatten(rt: Runtime, log: Log, a: Any, sig: list, consts: list) -> None:
+    t = type(a)
+    if t is int or (isinstance(a, np.integer) and t is not np.bool_):
+        sig.append(0)
+        log.ints.append(int(a))
+    elif t is tuple:
+        sig.append(("t", len(a)))
+        for x in a:
+            _flatten(rt, log, x, sig, consts)
+    elif t is slice:
+        sig.append(("s",))
+        for x in (a.start, a.stop, a.step):
+            _flatten(rt, log, x, sig, consts)
+    elif t is np.ndarray:
+        base = root(a)
+        reg = log.regs.get(id(base))
+        if reg is not None:
+            where = ("r", reg)
+        elif id(base) in rt.roots:
+            where = ("b", id(base))
+            consts.append(base)
+        elif not base.flags.writeable or a.dtype == np.bool_:
+            # a constant: a kept array, or a mask (bool arrays reaching these calls are masks and what
+            # combines them; replay checks that the mask comparisons come out the same): by value
+            sig.append(("m", a.shape, a.dtype.str, a.tobytes()))
+            consts.append(a)
+            return
+        else:
+            raise Unsupported("an array computed outside the recorded calls")
+        if not base.flags.c_contiguous:
+            raise Unsupported("an array whose storage is not contiguous")
+        sig.append(("a",) + where + (a.shape, a.strides, a.dtype.str))
+        log.ints.append(_address(a) - _address(base))
+    elif isinstance(a, _PLAIN):
+        sig.append(("v", t, a))
+    elif t is LoopFrame:
+        reg = log.regs.get(id(a))
+        if reg is None:
+            raise Unsupported("a loop frame from outside the iteration")
+        sig.append(("f", reg))
+    else:
+        sig.append(("o", id(a)))
+        consts.append(a)
+        log.keep.append(a)
+
+
+# ---- the check and the replay ------------------------------------------------------------------------
+class Program:
+    """The calls of one loop iteration, each compiled into a function that rebuilds its arguments from an
+    iteration's numbers (``row``) and registers."""
+
+    def __init__(self, log: Log, last: np.ndarray, delta: np.ndarray) -> None:
+        self.last, self.delta = last, delta
+        self.calls: list[tuple[Callable, Callable, Any, tuple[int, ...]]] = []
+        self.guards: list[tuple[Callable, Any, Callable, Any]] = []   # (fn, tensor, box builder, local)
+        ns: dict[str, Any] = {"_nd": np.ndarray}
+        slot = 0
+        last_use: dict[int, int] = {}
+        for i, sig in enumerate(log.sigs):
+            for node in sig[1:-1]:
+                if type(node) is tuple and node and ((node[0] == "a" and node[1] == "r") or node[0] == "f"):
+                    last_use[node[2] if node[0] == "a" else node[1]] = i
+        frees: dict[int, list[int]] = {}
+        for reg, i in last_use.items():
+            frees.setdefault(i, []).append(reg)
+        for i, (sig, consts) in enumerate(zip(log.sigs, log.consts)):
+            it, cit = iter(sig[1:-1]), iter(consts)
+            exprs = []
+            while (node := next(it, _END)) is not _END:
+                expr, slot = _source(node, it, cit, slot, ns)
+                exprs.append(expr)
+            fn = sig[0]
+            # registers are dropped after their last use, so temporaries are freed when running the body frees them
+            self.calls.append((fn, _compiled(f"lambda row, regs: ({''.join(e + ', ' for e in exprs)})", ns), sig[-1],
+                               tuple(frees.get(i, ()))))
+            if fn is cover_add or fn is guard_covered or fn is guard_local:
+                self.guards.append((fn, consts[0], _compiled(f"lambda row: {exprs[1]}", ns),
+                                    consts[1] if fn is guard_local else None))
+
+
+_CODE: dict[str, Any] = {}
+
+
+def _compiled(source: str, ns: dict[str, Any]) -> Callable:
+    """``eval(source, ns)``, compiled once per source (constants are names in ``ns``)."""
+    code = _CODE.get(source)
+    if code is None:
+        code = _CODE[source] = compile(source, "<value replay>", "eval")
+    return eval(code, ns)
+
+
+_END = object()
+
+
+def _source(node: Any, it: Any, cit: Any, slot: int, ns: dict[str, Any]) -> tuple[str, int]:
+    """Python source rebuilding one flattened argument (``_flatten``), and the next number slot."""
+    def const(value: Any) -> str:   # numbered in order, so equal programs have equal sources
+        name = f"c{len(ns)}"
+        ns[name] = value
+        return name
+
+    if node == 0:
+        return f"row[{slot}]", slot + 1
+    kind = node[0]
+    if kind in ("t", "s"):
+        parts = []
+        for _ in range(node[1] if kind == "t" else 3):
+            expr, slot = _source(next(it), it, cit, slot, ns)
+            parts.append(expr)
+        return (f"({''.join(p + ', ' for p in parts)})" if kind == "t" else f"slice({', '.join(parts)})"), slot
+    if kind == "a":
+        base = const(next(cit)) if node[1] == "b" else f"regs[{node[2]}]"
+        return (f"_nd({node[3]!r}, {const(np.dtype(node[5]))}, buffer={base}, offset=row[{slot}], "
+                f"strides={node[4]!r})"), slot + 1
+    if kind == "v":
+        return const(node[2]), slot
+    if kind == "f":
+        return f"regs[{node[1]}]", slot
+    return const(next(cit)), slot   # "m", "o"
+
+
+def compile_program(probe: Any, probes: int) -> Program | None:
+    """The program of the last probe iteration if the last ``probes`` agree and their numbers move by a
+    constant step; None (``probe.mismatch`` says why) otherwise."""
+    logs = probe.logs[-probes:]
+    sigs = logs[-1].sigs
+    if any(len(log.sigs) != len(sigs) or len(log.ints) != len(logs[-1].ints) for log in logs):
+        probe.mismatch = "values: iterations differ in their effects"
+        return None
+    try:
+        same = all(log.sigs == sigs for log in logs[:-1])
+    except Exception:  # noqa: BLE001 - a constant whose == is not a truth value
+        same = False
+    if not same:
+        probe.mismatch = "values: iterations differ in their effects"
+        return None
+    ints = np.array([log.ints for log in logs], dtype=np.int64)
+    deltas = np.diff(ints, axis=0)
+    if (deltas != deltas[0]).any():
+        probe.mismatch = "values: an effect's number does not change by a constant step"
+        return None
+    return Program(logs[-1], ints[-1], deltas[0])
+
+
+def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: Program, count: int) -> int:
+    """Run iterations ``values[pos:pos+count]`` as the program's calls; stops before the first iteration
+    whose guards would not hold. Returns the number run. The runtime's counters and the frame come back
+    as they were (trace replay advances them)."""
+    saved = (rt.epoch, frame.iteration, frame.iter_epoch, frame.inst_epoch, len(rt.loops), rt.loop_key)
+    done = 0
+    try:
+        with np.errstate(all="ignore"):   # NumPy's warnings are no kernel's (deferred results computed under it)
+            for m in range(1, count + 1):
+                row = (program.last + m * program.delta).tolist()
+                if program.guards and not _guards_hold(program, row):
+                    break
+                run(loop_iteration, frame, values[pos + m - 1])
+                regs: list[Any] = []
+                for fn, build, reg, frees in program.calls:
+                    result = run(fn, *build(row, regs))
+                    if reg is not None:
+                        regs.append(root(result) if reg[0] == "reg" else result)
+                    del result
+                    for k in frees:
+                        regs[k] = None
+                done = m
+    finally:
+        rt.epoch, frame.iteration, frame.iter_epoch, frame.inst_epoch = saved[:4]
+        del rt.loops[saved[4]:]
+        rt.loop_key = saved[5]
+    return done
+
+
+def _guards_hold(program: Program, row: list[int]) -> bool:
+    """Whether every guard of the iteration at ``row`` comes out as in the probes where it stands: the
+    cover there is the cover now plus the boxes the iteration added before it."""
+    from accelopt_nb.sim.conflicts import _contains, paint
+    added: dict[int, list] = {}
+    for fn, t, build_box, local in program.guards:
+        box = build_box(row)
+        mine = added.setdefault(id(t), [])
+        if fn is cover_add:
+            mine.append(box)
+        elif t._cover is None:
+            return False
+        elif fn is guard_covered:
+            if not t._cover.covers(box) and not any(_contains(b, box) for b in mine):
+                return False
+        else:
+            painted = t._cover.local(box)
+            if painted is None:
+                return False
+            for b in mine:
+                paint(painted, b, box)
+            if not np.array_equal(painted, local):
+                return False
+    return True
+
+
+# ---- recorded calls ------------------------------------------------------------------------------------
+def guard_covered(t: Any, box: tuple) -> None:
+    """A read found ``box`` of ``t`` written (``Cover.covers``); checked before replaying an iteration."""
+
+
+def guard_local(t: Any, box: tuple, local: np.ndarray) -> None:
+    """A read found ``box`` of ``t`` written where ``local`` is true (``Cover.local``); checked likewise."""
+
+
+def cover_add(t: Any, box: tuple) -> None:
+    t._cover.add(box)
+
+
+def loop_begin(kind: str, start: int) -> LoopFrame:
+    rt = active()
+    frame = LoopFrame(uid=0, kind=kind, start=start)
+    rt.loops.append(frame)
+    return frame
+
+
+def loop_iteration(frame: LoopFrame, i: int) -> None:
+    active().enter_iteration(frame, i)
+
+
+def loop_end(frame: LoopFrame) -> None:
+    rt = active()
+    if frame in rt.loops:
+        rt.loops.remove(frame)
