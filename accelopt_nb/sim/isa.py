@@ -172,11 +172,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
     for v in tuple(tile_position) + tuple(tile_size):
         if int(v) % 32:
             raise rt.rule_error(_api, f"tile_position/tile_size {v} is not a multiple of 32", "PE tiling in multiples of 32")
-    data = None
-    if st.data is not None and rows == 2:
-        data = np.einsum("kim,kin->mn", st.data.astype(np.float32, copy=False), mv.data.astype(np.float32, copy=False))
-    elif st.data is not None:
-        data = np.matmul(st.data.astype(np.float32, copy=False).T, mv.data.astype(np.float32, copy=False))
+    data = None if st.data is None else effects.run(_pe_matmul, st.data, mv.data, rows)
     written = None
     if st.written is not None or mv.written is not None:
         ws = np.ones(st.shape, bool) if st.written is None else st.written
@@ -198,6 +194,16 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
     return out
 
 
+def _pe_matmul(st: np.ndarray, mv: np.ndarray, rows: int) -> np.ndarray:
+    """``st.T @ mv`` in fp32 (two rows of K per pass: ``[K, 2, M] x [K, 2, N]``)."""
+    st, mv = st.astype(np.float32, copy=False), mv.astype(np.float32, copy=False)
+    return np.einsum("kim,kin->mn", st, mv) if rows == 2 else np.matmul(st.T, mv)
+
+
+def _transposed(x: np.ndarray) -> np.ndarray:
+    return x.T.copy()
+
+
 def nc_transpose(data, *, mask=None, dtype=None, engine=None, _api: str = "nisa.nc_transpose", **kwargs) -> Tensor:
     rt = current()
     op = operand(data, _api, allow_scalar=False)
@@ -210,7 +216,7 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=None, _api: str = "nisa.
     if eng == "vector" and (p > 32 or f > 32):
         raise rt.rule_error(_api, f"VectorE transpose takes at most 32x32, got {op.shape}", "nc_transpose on VectorE <= 32x32")
     _ops.check_engine_access(rt, _api, eng, [op], None)
-    out_data = None if op.data is None else op.data.T.copy()
+    out_data = None if op.data is None else effects.run(_transposed, op.data)
     written = None if op.written is None else op.written.T.copy()
     buffer = "psum" if eng == "tensor" else "sbuf"
     out_dtype = _dt.canonical(dtype) if dtype is not None else (_dt.float32 if eng == "tensor" else op.dtype)
@@ -500,7 +506,7 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0: bool = False, 
 
 
 def reciprocal(data, *, dtype=None, mask=None, **kwargs) -> Tensor:
-    return _ops.elementwise("nisa.reciprocal", "vector", "reciprocal", lambda x: 1.0 / x, [data], dtype=dtype,
+    return _ops.elementwise("nisa.reciprocal", "vector", "reciprocal", _ops.reciprocal_of, [data], dtype=dtype,
                             mask=mask, attrs={"func": "reciprocal"})
 
 
@@ -537,7 +543,7 @@ def iota(expr, dtype, *, mask=None, **kwargs) -> Tensor:
 def tensor_copy(src, *, dtype=None, mask=None, engine=None, **kwargs) -> Tensor:
     api = "nisa.tensor_copy"
     eng = _engine(engine, "vector", ("vector", "scalar", "gpsimd"), api)
-    return _ops.elementwise(api, eng, "tensor_copy", lambda x: x, [src], dtype=dtype, mask=mask,
+    return _ops.elementwise(api, eng, "tensor_copy", _ops.identity, [src], dtype=dtype, mask=mask,
                             attrs={"compiler_engine": engine in (None, unknown_engine)})
 
 

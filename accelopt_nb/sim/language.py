@@ -18,6 +18,7 @@ from math import prod as _prod
 from accelopt_nb.errors import UnsupportedAPIError
 
 from accelopt_nb.sim import dtypes as _dt
+from accelopt_nb.sim import effects as _effects
 from accelopt_nb.sim import ops as _ops
 from accelopt_nb.sim.functions import ACTIVATIONS, ALU, SCALAR_ENGINE_FUNCS, op_name
 from accelopt_nb.sim.indexing import IndexExpr, Mask, arange, ds, mgrid  # noqa: F401 (re-exported)
@@ -345,7 +346,7 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
 
 
 def copy(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
-    return _ops.elementwise("nl.copy", "vector", "tensor_copy", lambda x: x, [src], dtype=dtype, mask=mask,
+    return _ops.elementwise("nl.copy", "vector", "tensor_copy", _ops.identity, [src], dtype=dtype, mask=mask,
                             out_dtype_default=None)
 
 
@@ -472,8 +473,12 @@ invert._nki_name = "invert"  # type: ignore[attr-defined]
 
 
 def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
-    return _ops.elementwise("nl.where", "vector", "tensor_tensor", lambda c, a, b: np.where(c != 0, a, b),
+    return _ops.elementwise("nl.where", "vector", "tensor_tensor", _select,
                             [condition, x, y], dtype=dtype or _where_dtype(x, y), mask=mask, attrs={"alu": "select"})
+
+
+def _select(c, a, b):
+    return np.where(c != 0, a, b)
 
 
 def _where_dtype(x, y):
@@ -483,6 +488,11 @@ def _where_dtype(x, y):
 
 
 # ---- reductions ----------------------------------------------------------------------------------
+def _reduced(rfn: Any, data: np.ndarray, axes: tuple[int, ...], keepdims: bool, to_fp32: bool) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return np.asarray(rfn(data.astype(np.float32) if to_fp32 else data, axis=axes, keepdims=keepdims))
+
+
 def _reduce(name: str, rfn):
     def api(x, axis=None, *, dtype=None, mask=None, keepdims: bool = False, **kwargs):
         rt = current()
@@ -494,9 +504,7 @@ def _reduce(name: str, rfn):
             tuple(s for i, s in enumerate(op.shape) if i not in axes)
         data = None
         if op.data is not None:
-            with np.errstate(all="ignore"):
-                src = op.data.astype(np.float32) if name in ("mean", "var") else op.data
-                data = rfn(src, axis=axes, keepdims=keepdims)
+            data = _effects.run(_reduced, rfn, op.data, axes, keepdims, name in ("mean", "var"))
         written = None
         if op.written is not None:
             written = np.all(op.written, axis=axes, keepdims=keepdims)

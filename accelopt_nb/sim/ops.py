@@ -64,6 +64,18 @@ def check_tile_shape(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, 
 _DEFERRED = np.empty(0, np.float32)   # the data of a tile whose values are deferred (never read: see tensor.defer)
 
 
+def identity(x: Any) -> Any:
+    return x
+
+
+def reciprocal_of(x: Any) -> Any:
+    return 1.0 / x
+
+
+def _broadcast_copy(data: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    return broadcast(data, shape).copy()
+
+
 def new_result(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, buffer: str,
                data: np.ndarray | None, written: np.ndarray | None, mask: np.ndarray | None,
                thunk: tuple | None = None) -> Tensor:
@@ -85,9 +97,9 @@ def new_result(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, buffer
         data = _DEFERRED
     elif data is not None:
         if data.shape != shape:
-            data = broadcast(data, shape).copy()
+            data = effects.run(_broadcast_copy, data, shape)
         elif data.base is not None or not data.flags.writeable:
-            data = data.copy()  # a view (e.g. nl.copy's identity) must not alias its source's storage
+            data = effects.run(np.copy, data)  # a view (e.g. nl.copy's identity) must not alias its source's storage
     t = Tensor(rt, shape, dtype, buffer, "result", data=data, written=written if written is not None else True,
                raw=True)
     if thunk is not None:
