@@ -144,8 +144,9 @@ def ones(shape, dtype=float32, *, buffer=None, name: str = "", **kwargs) -> Tens
     return _allocate("nl.ones", shape, dtype, buffer, name, 1)
 
 
-def full(shape, fill_value, dtype=float32, *, buffer=None, name: str = "", **kwargs) -> Tensor:
-    return _allocate("nl.full", shape, dtype, buffer, name, fill_value)
+def full(shape, fill_value, dtype=float32, *, buffer=None, name: str = "", lazy_initialization: bool = False,
+         **kwargs) -> Tensor:
+    return _allocate("nl.full", shape, dtype, buffer, name, fill_value, lazy=lazy_initialization)
 
 
 def zeros_like(a, dtype=None, *, buffer=None, name: str = "", **kwargs) -> Tensor:
