@@ -414,3 +414,90 @@ def test_tile_growing_on_two_axes_is_not_extrapolated_linearly():
     fast, full = run_both(src, rows(1280))
     assert [ins.writes[0].elements for ins in full if ins.op == "dma_store"][:4] == [1, 4, 9, 16]
     assert fast.replayed == 0
+
+
+# ---- with values (accelopt_nb.sim.effects) -------------------------------------------------------------
+def values_replayed(source: str, *inputs) -> int:
+    """Instructions replayed with values (``run_both`` has checked outputs and traces against the full run)."""
+    run_both(source, *inputs)
+    return simulate(load_kernel(source=HEADER + textwrap.dedent(source)), *inputs).trace.replayed
+
+
+COMPILER_STYLE = """
+@nki.jit
+def kernel(a, b):
+    M, N = a.shape
+    out = nl.ndarray((M, N), dtype=a.dtype, buffer=nl.shared_hbm)
+    xs = nl.ndarray(((M + 127) // 128, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+    ys = nl.ndarray(((M + 127) // 128, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+    ip, jf = nl.arange(128)[:, None], nl.arange(64)[None, :]
+    for i in nl.affine_range((M + 127) // 128):
+        inside = 128 * i + ip < M
+        xs[i, ip, jf] = nl.load(a[128 * i + ip, jf], mask=inside)
+        ys[i, ip, jf] = nl.multiply(nl.exp(xs[i, ip, jf], mask=inside), nl.load(b[128 * i + ip, jf], mask=inside),
+                                    mask=inside)
+        nl.store(out[128 * i + ip, jf], value=nl.sum(ys[i, ip, jf], axis=1, keepdims=True) + ys[i, ip, jf],
+                 mask=inside)
+    return out
+"""
+
+
+def test_values_of_a_compiler_style_kernel_with_a_ragged_tail_are_replayed():
+    assert values_replayed(COMPILER_STYLE, rows(128 * 12 + 50) / 1e5, rows(128 * 12 + 50)) > 0
+
+
+def test_matmul_accumulation_in_psum_is_replayed_with_values():
+    src = """
+    @nki.jit
+    def kernel(a, b):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+        res = nl.ndarray((nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.sbuf)
+        for k in nl.affine_range(a.shape[0] // 128):
+            acc[...] += nl.matmul(nl.load(a[k * 128:(k + 1) * 128, :]), nl.load(b[k * 128:(k + 1) * 128, :]),
+                                  transpose_x=True)
+        res[...] = nl.copy(acc)
+        nl.store(out, value=res)
+        return out
+    """
+    a = np.random.default_rng(0).standard_normal((128 * 10, 128), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((128 * 10, 512), dtype=np.float32)
+    assert values_replayed(src, a, b) > 0
+
+
+def test_reading_memory_no_iteration_wrote_stops_value_replay_there():
+    # the first loop writes blocks 0..4; the second reads blocks 0..9: replay's guard sees block 5 unwritten
+    # and runs it, which reports the read as running every iteration does
+    src = rowwise_kernel("""
+        buf = nl.ndarray((10, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(5):
+            buf[i, ip, jf] = nl.load(a[i * 128 + ip, jf])
+        for i in nl.affine_range(10):
+            nl.store(out[i * 128 + ip, jf], value=nl.exp(buf[i, ip, jf]))
+        return out
+    """)
+    kernel = load_kernel(source=HEADER + textwrap.dedent(src))
+    with pytest.raises(KernelError) as replayed:
+        simulate(kernel, rows(1280))
+    with pytest.raises(KernelError) as full:
+        simulate(kernel, rows(1280), options=VALUES_FULL)
+    assert str(replayed.value) == str(full.value) and "never written" in str(full.value)
+
+
+def test_loop_carried_write_found_in_a_replayed_iteration_names_its_line():
+    # iterations 0..2 write blocks 9, 8, 7 and every iteration also writes block i: iteration 7 meets block 7
+    src = rowwise_kernel("""
+        buf = nl.ndarray((10, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(10):
+            buf[9 - i, ip, jf] = nl.load(a[i * 128 + ip, jf])
+            buf[i, ip, jf] = nl.load(a[i * 128 + ip, jf])
+        nl.store(out[ip, jf], value=buf[0, ip, jf])
+        return out
+    """)
+    kernel = load_kernel(source=HEADER + textwrap.dedent(src))
+    with pytest.raises(KernelError) as replayed:
+        simulate(kernel, rows(1280))
+    with pytest.raises(KernelError) as full:
+        simulate(kernel, rows(1280), options=VALUES_FULL)
+    assert str(replayed.value) == str(full.value) and "affine_range" in str(full.value)
+    assert (replayed.value.line, replayed.value.rule) == (full.value.line, full.value.rule)

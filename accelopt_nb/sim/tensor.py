@@ -1176,6 +1176,15 @@ def _add_into(dst: np.ndarray, vals: np.ndarray) -> None:
     np.add(dst, vals, out=dst)
 
 
+def _accumulate_cast(dst: np.ndarray, vals: np.ndarray, prev_written: np.ndarray | None, dtype: Any) -> np.ndarray:
+    """``dst = dst + vals`` rounded to ``dtype``, elements never written counting as 0; returns ``dst``."""
+    prev = dst.astype(np.float32)
+    if prev_written is not None:
+        prev = np.where(prev_written, prev, 0.0)
+    dst[...] = dt.cast(prev + vals, dtype)
+    return dst
+
+
 def _store(t: Tensor, key: tuple, vals: np.ndarray, written: np.ndarray | None, store_dtype, accumulate: bool) -> None:
     box = _box(key)
     if box is None:
@@ -1185,13 +1194,13 @@ def _store(t: Tensor, key: tuple, vals: np.ndarray, written: np.ndarray | None, 
         if (prev_w is None or prev_w.all()) and t.dtype == dt.float32 and vals.dtype == np.float32 \
                 and box is not None:
             effects.run(_add_into, t._data[key], vals)  # a view: fp32 + fp32 rounds the same in place
+        elif box is not None:
+            # PSUM accumulation onto never-written memory starts the group: overwrite
+            effects.run(_accumulate_cast, t._data[key], vals, None if prev_w is None or prev_w.all() else prev_w,
+                        t.dtype)
         else:
-            effects.fail("an accumulation that rounds")
-            prev = t._data[key].astype(np.float32)
-            if prev_w is not None and not prev_w.all():
-                # PSUM accumulation onto never-written memory starts the group: overwrite
-                prev = np.where(prev_w, prev, 0.0)
-            t._data[key] = dt.cast(prev + vals, t.dtype)
+            effects.fail("an accumulation through index arrays")
+            t._data[key] = _accumulate_cast(t._data[key].copy(), vals, prev_w, t.dtype)
     elif box is not None:
         effects.run(_assign, t._data[key], vals, t.dtype, t._raw)
     else:
