@@ -427,6 +427,20 @@ def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0: bool =
     return out
 
 
+def _tensor_reduced(name: str, vals: np.ndarray, keep: np.ndarray | None, axes: tuple[int, ...], keepdims: bool,
+                    negate: bool) -> np.ndarray:
+    """``tensor_reduce``'s values: masked-off elements count as the operator's neutral element."""
+    if keep is not None:
+        neutral = {"add": 0, "sum": 0, "maximum": -np.inf, "max": -np.inf, "minimum": np.inf, "min": np.inf,
+                   "multiply": 1, "prod": 1}.get(name, 0)
+        vals = np.where(keep, vals, neutral)
+    with np.errstate(all="ignore"):
+        out = np.asarray(REDUCE[name](vals, axis=axes, keepdims=keepdims))
+    if negate:
+        out = -out
+    return out.astype(np.float32) if out.dtype.kind == "f" else out
+
+
 def tensor_reduce(op, data, axis, *, dtype=None, negate: bool = False, keepdims: bool = False, mask=None,
                   **kwargs) -> Tensor:
     rt = current()
@@ -442,19 +456,11 @@ def tensor_reduce(op, data, axis, *, dtype=None, negate: bool = False, keepdims:
         tuple(s for i, s in enumerate(x.shape) if i not in axes)
     out_data = None
     if x.data is not None:
-        vals = x.data
-        if m is not None:
-            neutral = {"add": 0, "sum": 0, "maximum": -np.inf, "max": -np.inf, "minimum": np.inf, "min": np.inf,
-                       "multiply": 1, "prod": 1}.get(name, 0)
-            vals = np.where(_broadcast(m, vals.shape), vals, neutral)
-        with np.errstate(all="ignore"):
-            out_data = np.asarray(REDUCE[name](vals, axis=axes, keepdims=keepdims))
-        if negate:
-            out_data = -out_data
+        out_data = effects.run(_tensor_reduced, name, x.data, None if m is None else _broadcast(m, x.data.shape), axes,
+                               keepdims, bool(negate))
     written = None if x.written is None else np.all(x.written, axis=axes, keepdims=keepdims)
     out = _ops.new_result(rt, api, out_shape, _dt.canonical(dtype) if dtype is not None else x.dtype, "sbuf",
-                          None if out_data is None else out_data.astype(np.float32) if out_data.dtype.kind == "f" else out_data,
-                          written, None)
+                          out_data, written, None)
     _ops.emit_for(rt, out, "vector", "tensor_reduce", api, [x], {"alu": name, "num_inputs": 1,
                                                                  "psum_input": x.buffer == "psum"},
                   free=int(_prod(x.shape[1:])) if len(x.shape) > 1 else 1)

@@ -591,7 +591,11 @@ def _named_loops(rt, api: str, loop_indices: Any) -> list:
 
 
 def _combine(fn, acc: np.ndarray, x: np.ndarray, m: np.ndarray | None) -> np.ndarray:
-    new = np.asarray(fn(acc, x), dtype=acc.dtype if acc.dtype.kind == "f" else None)
+    """``fn(acc, x)`` where ``m`` keeps (fp32 for a float accumulator)."""
+    if acc.dtype.kind == "f":
+        acc = acc.astype(np.float32, copy=False)
+    with np.errstate(all="ignore"):
+        new = np.asarray(fn(acc, x), dtype=acc.dtype if acc.dtype.kind == "f" else None)
     return new if m is None else np.where(_broadcast(m, new.shape), new, acc)
 
 
@@ -615,8 +619,7 @@ class _PendingReduce:
         else:
             acc, acc_written = read(dest, None, api)
             x = self.x.data.reshape(dest.shape)
-            with np.errstate(all="ignore"):
-                new = _combine(self.fn, acc.astype(np.float32) if acc.dtype.kind == "f" else acc, x,
+            new = _effects.run(_combine, self.fn, acc, x,
                                None if self.mask is None else _broadcast(self.mask, self.x.shape).reshape(dest.shape))
             xw = None if self.x.written is None else self.x.written.reshape(dest.shape)
             write(dest, new, _ops.combine_written(acc_written, xw, shape=dest.shape), mask, api, reduction=True)

@@ -1,7 +1,7 @@
-"""Loop replay in trace-only mode: run a few iterations, extrapolate the rest, exactly or not at all.
+"""Loop replay: run a few iterations, extrapolate the rest, exactly or not at all.
 
-A trace-only simulation spends ~100 µs of Python per instruction, and compiler-style kernels issue tens
-of thousands of instructions from a handful of loop bodies. In trace-only mode an ``nl.*_range`` loop
+A simulation spends ~100 µs of Python per instruction, and compiler-style kernels issue tens
+of thousands of instructions from a handful of loop bodies. An ``nl.*_range`` loop
 (or a plain ``range`` loop in kernel code, the runtime's sequential loop) runs its first :data:`PROBES`
 iterations for real (*probes*). If their records (instructions, tensors registered, loop uids, epochs,
 counters) are structurally identical and every integer in them moves by the same delta from one probe
@@ -33,8 +33,9 @@ iteration runs and the last :data:`PROBES` are compared. A nested loop replays i
 iteration of its parent, and the parent replays as a whole (its records include the child's extrapolated
 ones; the child hands up its last mask outcomes and index bounds, the far corner of its range). Mask
 outcomes and bounds are linear in each loop variable, so checking a range's ends checks all of it.
-``Trace.replayed`` counts extrapolated instructions. ``SimOptions(loop_replay=False)`` runs every
-iteration. Where checking would cost more than it saves, a loop runs every iteration without probing
+``Trace.replayed`` counts extrapolated instructions. With values, the probes also record their effects on
+memory (:mod:`accelopt_nb.sim.effects`) and the extrapolated iterations re-run them; a loop whose effects
+cannot be recorded runs every iteration. ``SimOptions(loop_replay=False)`` runs every iteration. Where checking would cost more than it saves, a loop runs every iteration without probing
 further: fewer than :data:`MIN_GAIN` records left to extrapolate after its first iteration, or nothing
 extrapolated in its last :data:`MISSES` instances (``Runtime.replay_misses``).
 """
@@ -60,6 +61,8 @@ WARMUP = 1         # iterations that may run first when the probes differ (a loo
 # fewest records (instructions + tensors) replay must be able to extrapolate for a loop to be probed further:
 # checking and extrapolating costs about as much as running 4 instructions, plus a little per record
 MIN_GAIN = 8
+# with values, recording a probe's effects and compiling them costs about as much as running 30 instructions
+MIN_GAIN_VALUES = 32
 MISSES = 2         # instances of one loop in a row that extrapolated nothing, after which it is no longer probed
 _log = logging.getLogger(__name__)
 _NUMPY_DIR = str(Path(np.__file__).parent)
@@ -209,7 +212,7 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
             marks.append(_mark(rt))
             if len(marks) == 2:
                 records = marks[1][0] - marks[0][0] + marks[1][1] - marks[0][1]
-                if (n - pos - (PROBES - 1)) * records < MIN_GAIN:
+                if (n - pos - (PROBES - 1)) * records < (MIN_GAIN_VALUES if rt.value_replay else MIN_GAIN):
                     probe.fail(f"at most {(n - pos - (PROBES - 1)) * records} records to extrapolate")
                 else:
                     reason = loopcheck.runtime_reason(site, caller.f_locals, caller.f_globals, rt.kernel_files,
