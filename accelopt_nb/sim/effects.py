@@ -32,16 +32,16 @@ _PLAIN = (str, bool, float, type(None), np.floating, np.bool_, np.dtype)
 class Log:
     """One probe iteration's calls: per call a signature (everything but the numbers) and its numbers."""
 
-    __slots__ = ("sigs", "ints", "consts", "regs", "count", "keep", "own_frame")
+    __slots__ = ("sigs", "ints", "consts", "regs", "count", "keep", "broken")
 
-    def __init__(self, own_frame: LoopFrame) -> None:
+    def __init__(self) -> None:
         self.sigs: list[tuple] = []
         self.ints: list[int] = []
         self.consts: list[list[Any]] = []    # per call: its non-numeric arguments, for rebuilding
         self.regs: dict[int, int] = {}       # id(root array or frame) -> register number, while alive
         self.count = 0                       # registers so far
         self.keep: list[Any] = []            # everything named by identity stays alive (ids are not reused)
-        self.own_frame = own_frame
+        self.broken: str | None = None       # why a call of this iteration cannot be recorded
 
 
 class Unsupported(Exception):
@@ -70,6 +70,10 @@ def run(fn: Callable[..., Any], *args: Any) -> Any:
     return result
 
 
+def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
+
+
 def note(fn: Callable[..., Any], *args: Any, result: Any = None) -> None:
     """Record ``fn(*args)`` (returning ``result``) done by the caller itself."""
     rt = recording()
@@ -80,7 +84,7 @@ def note(fn: Callable[..., Any], *args: Any, result: Any = None) -> None:
 def _record(rt: Runtime, fn: Callable[..., Any], args: tuple, result: Any) -> None:
     for p in rt.probes:
         log = p.logs[-1] if p.logs else None
-        if log is None or p.reason is not None:
+        if log is None or log.broken is not None or p.reason is not None:
             continue
         sig: list[Any] = [fn]
         consts: list[Any] = []
@@ -88,7 +92,9 @@ def _record(rt: Runtime, fn: Callable[..., Any], args: tuple, result: Any) -> No
             for a in args:
                 _flatten(rt, log, a, sig, consts)
         except Unsupported as exc:
-            p.fail(f"values: {exc} (in {getattr(fn, '__qualname__', fn)})")
+            # this iteration cannot be repeated; later ones may (a tile computed before the loop and first
+            # read in its first iteration): the probes compared must all be whole
+            log.broken = f"values: {exc} (in {getattr(fn, '__qualname__', fn)})"
             continue
         reg = _register(rt, log, result)
         sig.append(reg)
@@ -154,7 +160,11 @@ def _flatten(rt: Runtime, log: Log, a: Any, sig: list, consts: list) -> None:
             consts.append(a)
             return
         else:
-            raise Unsupported("an array computed outside the recorded calls")
+            # memory from before the iteration (a tile computed before the loop): by identity, so the
+            # probes agree only if every iteration reads that same memory (kept alive: ids are not reused)
+            where = ("b", id(base))
+            consts.append(base)
+            log.keep.append(base)
         if not base.flags.c_contiguous:
             raise Unsupported("an array whose storage is not contiguous")
         sig.append(("a",) + where + (a.shape, a.strides, a.dtype.str))
@@ -251,6 +261,10 @@ def compile_program(probe: Any, probes: int) -> Program | None:
     """The program of the last probe iteration if the last ``probes`` agree and their numbers move by a
     constant step; None (``probe.mismatch`` says why) otherwise."""
     logs = probe.logs[-probes:]
+    broken = next((log.broken for log in logs if log.broken is not None), None)
+    if broken is not None:
+        probe.mismatch = broken
+        return None
     sigs = logs[-1].sigs
     if any(len(log.sigs) != len(sigs) or len(log.ints) != len(logs[-1].ints) for log in logs):
         probe.mismatch = "values: iterations differ in their effects"
@@ -282,10 +296,11 @@ def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: Prog
                 row = (program.last + m * program.delta).tolist()
                 if program.guards and not _guards_hold(program, row):
                     break
-                run(loop_iteration, frame, values[pos + m - 1])
+                call = run if rt.probes else _call   # an enclosing probing loop records these calls too
+                call(loop_iteration, frame, values[pos + m - 1])
                 regs: list[Any] = []
                 for fn, build, reg, frees in program.calls:
-                    result = run(fn, *build(row, regs))
+                    result = call(fn, *build(row, regs))
                     if reg is not None:
                         regs.append(root(result) if reg[0] == "reg" else result)
                     del result

@@ -247,6 +247,12 @@ def _index_regions(view: View, attrs: dict) -> tuple:
     return tuple(v.region() for v in view.indirect)
 
 
+def _loaded(data: np.ndarray, dtype: Any) -> np.ndarray:
+    """HBM values as a tile of ``dtype`` holds them, in the compute type (fp32, or int64 for integers)."""
+    compute = np.float32 if _dt.is_float(dtype) else np.int64
+    return _dt.cast(data.astype(compute), dtype).astype(compute, copy=False)
+
+
 def load(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
     rt = current()
     api = "nl.load"
@@ -269,8 +275,7 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
             thunk = (_copy_of, data)   # the one copy out of HBM goes straight into the tile's destination (tensor.defer)
             data = None
         else:
-            compute = np.float32 if _dt.is_float(out_dtype) else np.int64
-            data = _dt.cast(data.astype(compute), out_dtype).astype(compute, copy=False)  # one copy out of HBM
+            data = _effects.run(_loaded, data, out_dtype)  # one copy out of HBM
     out = _ops.new_result(rt, api, shape, out_dtype, "sbuf", data, None, m, thunk)
     attrs = _dma_attrs(view, shape, _dt.itemsize(view.tensor.dtype), "hbm", "sbuf", mask=m)
     ins = rt.emit("dma", "dma_load", api, (view.region(m),) + _index_regions(view, attrs),
@@ -278,6 +283,10 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
                   int(_prod(shape[1:])), (_dt.name(view.tensor.dtype),), _dt.name(out_dtype), attrs=attrs)
     out._producer = ins
     return out
+
+
+def _transposed_cast(data: np.ndarray, dtype: Any) -> np.ndarray:
+    return _dt.cast(data.T.astype(np.float32), dtype).astype(np.float32)
 
 
 def load_transpose2d(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
@@ -293,7 +302,7 @@ def load_transpose2d(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
     out_dtype = _dt.canonical(dtype) if dtype is not None else view.tensor.dtype
     data, written = read(view, m.T if m is not None and m.ndim == 2 else m, api)
     if data is not None:
-        data = _dt.cast(data.T.astype(np.float32), out_dtype).astype(np.float32)
+        data = _effects.run(_transposed_cast, data, out_dtype)
     out = _ops.new_result(rt, api, shape, out_dtype, "sbuf", data, None if written is None else written.T, m)
     attrs = _dma_attrs(view, shape, _dt.itemsize(view.tensor.dtype), "hbm", "sbuf", transpose=True)
     out._producer = rt.emit("dma", "dma_transpose", api, (view.region(),), (out.full_view().region(),), shape[0],
@@ -360,7 +369,7 @@ def broadcast_to(src, *, shape, **kwargs) -> Tensor:
         np.broadcast_shapes(op.shape, shape)
     except ValueError:
         raise rt.rule_error(api, f"cannot broadcast {op.shape} to {shape}", "broadcast_to follows NumPy rules") from None
-    data = None if op.data is None else _broadcast(op.data, shape).astype(op.data.dtype)
+    data = None if op.data is None else _effects.run(_ops.broadcast_copy, op.data, shape)
     written = None if op.written is None else _broadcast(op.written, shape)
     if op.shape[0] == 1 and shape[0] > 1:
         # partition broadcast: a TensorE matmul with a ones row. One PSUM bank holds the result, which

@@ -72,7 +72,7 @@ def reciprocal_of(x: Any) -> Any:
     return 1.0 / x
 
 
-def _broadcast_copy(data: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+def broadcast_copy(data: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return broadcast(data, shape).copy()
 
 
@@ -97,7 +97,7 @@ def new_result(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, buffer
         data = _DEFERRED
     elif data is not None:
         if data.shape != shape:
-            data = effects.run(_broadcast_copy, data, shape)
+            data = effects.run(broadcast_copy, data, shape)
         elif data.base is not None or not data.flags.writeable:
             data = effects.run(np.copy, data)  # a view (e.g. nl.copy's identity) must not alias its source's storage
     t = Tensor(rt, shape, dtype, buffer, "result", data=data, written=written if written is not None else True,

@@ -202,7 +202,7 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
             idx = rt.iterate(frame, values[pos], ProbeIndex)
             idx.deps = (probe,)
             if rt.value_replay:
-                probe.logs.append(effects.Log(frame))
+                probe.logs.append(effects.Log())
             rt.probes.append(probe)
             try:
                 yield idx

@@ -10,6 +10,7 @@ import gc
 import sys
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -102,7 +103,8 @@ class Runtime:
         self.replay_misses: dict[tuple, int] = {}   # (code, line) of a loop -> its instances in a row replay gained nothing
         self.replay = options.loop_replay and options.record_trace
         self.value_replay = self.replay and not options.trace_only
-        self.roots: dict[int, Any] = {}      # id(array) -> the storage arrays of tensors (effects' roots)
+        # id(array) -> the storage of a live tensor (value replay's roots; weak: a dead tensor's memory is freed)
+        self.roots: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
     # ---- identities --------------------------------------------------------------
     def new_tensor_id(self) -> int:
