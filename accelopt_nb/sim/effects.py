@@ -5,17 +5,22 @@ extrapolates their trace records. With values, the skipped iterations must still
 running them would. While a loop probes, every change the simulator makes to memory, validity, the
 loop-carried write log and the loop frames goes through :func:`run` (or :func:`note`), which records
 the call: its function, and its arguments with every integer and every array's byte offset as a
-number. Arrays are recorded as views of a *root*: a tensor's storage (``Runtime.roots``) or a
-*register*, an array an earlier call of the same iteration returned. The probes' calls must agree in
-everything but those numbers, and the numbers must move by a constant step; a later iteration is then
-the same calls on views at extrapolated offsets: no index expressions, masks, keys or checks rebuilt.
+number. Arrays are recorded as views of a *root*: a tensor's storage (``Runtime.roots``), a *register*
+(an array an earlier call of the same iteration returned), or other memory by identity (a tile computed
+before the loop); bool arrays (masks) and read-only arrays are constants, by value. The probes' calls
+must agree in everything but those numbers, and the numbers must move by a constant step; a later
+iteration is then the same calls on views at extrapolated offsets: no index expressions, masks, keys or
+checks rebuilt. Registers are dropped after their last use, so temporaries are freed as running the body
+frees them.
 
-Anything else is refused for the loop, so values are exact or the loop runs every iteration: an array
-that is neither (a temporary computed outside :func:`run`), a writable array the calls cannot re-derive,
-a change of memory outside these calls (:func:`fail`), a root allocated inside the body (its calls
-name a different root each iteration). Validity decided by a check (``Cover.covers``) is recorded as a
-guard; before each replayed iteration its guards are evaluated against the cover as it will be at their
-point, and replay stops before an iteration whose guard would come out differently.
+Anything else is refused for the loop, so values are exact or the loop runs every iteration: a change of
+memory or validity outside these calls (:func:`fail`: a gather or scatter, per-element validity, a first
+write into a kernel input), a temporary computed outside :func:`run` (a new object each iteration: the
+probes disagree), a tensor allocated inside the body (likewise). Validity decided by a check
+(``Cover.covers``, ``Cover.local``) is recorded as a guard; before each replayed iteration its guards are
+evaluated against the cover as it will be at their point, and replay stops before an iteration whose
+guard would come out differently. A loop-carried write found in a replayed iteration raises with the
+line of the instruction, as running it would.
 """
 from __future__ import annotations
 
