@@ -1186,9 +1186,10 @@ def _accumulate_cast(dst: np.ndarray, vals: np.ndarray, prev_written: np.ndarray
 
 
 def _store(t: Tensor, key: tuple, vals: np.ndarray, written: np.ndarray | None, store_dtype, accumulate: bool) -> None:
-    box = _box(key)
+    # a box with a slice: t._data[key] is a view to write through (ints alone would give a NumPy scalar)
+    box = _box(key) if any(type(k) is slice for k in key) else None
     if box is None:
-        effects.fail("a write through index arrays")
+        effects.fail("a write that is not through a view")
     if accumulate:
         prev_w = _validity(t, key)
         if (prev_w is None or prev_w.all()) and t.dtype == dt.float32 and vals.dtype == np.float32 \
@@ -1199,8 +1200,7 @@ def _store(t: Tensor, key: tuple, vals: np.ndarray, written: np.ndarray | None, 
             effects.run(_accumulate_cast, t._data[key], vals, None if prev_w is None or prev_w.all() else prev_w,
                         t.dtype)
         else:
-            effects.fail("an accumulation through index arrays")
-            t._data[key] = _accumulate_cast(t._data[key].copy(), vals, prev_w, t.dtype)
+            t._data[key] = _accumulate_cast(np.array(t._data[key]), vals, prev_w, t.dtype)
     elif box is not None:
         effects.run(_assign, t._data[key], vals, t.dtype, t._raw)
     else:
