@@ -137,12 +137,37 @@ def _address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
+def _box_ints(a: tuple) -> list[int] | tuple | None:
+    """The ints of a tuple of ints (the tuple itself) or of (int, int, int) tuples (a list); None otherwise."""
+    if not a:
+        return None
+    if type(a[0]) is int:
+        for x in a:
+            if type(x) is not int:
+                return None
+        return a
+    out: list[int] = []
+    for b in a:
+        if type(b) is not tuple or len(b) != 3:
+            return None
+        x, y, z = b
+        if type(x) is not int or type(y) is not int or type(z) is not int:
+            return None
+        out += b
+    return out
+
+
 def _flatten(rt: Runtime, log: Log, a: Any, sig: list, consts: list) -> None:
     t = type(a)
     if t is int or (isinstance(a, np.integer) and t is not np.bool_):
         sig.append(0)
         log.ints.append(int(a))
     elif t is tuple:
+        ints = _box_ints(a)
+        if ints is not None:   # a box (per axis first, last + 1, step) or a shape: the common tuples, flat
+            sig.append(("B" if ints is not a else "I", len(a)))
+            log.ints += ints
+            return
         sig.append(("t", len(a)))
         for x in a:
             _flatten(rt, log, x, sig, consts)
@@ -245,6 +270,12 @@ def _source(node: Any, it: Any, cit: Any, slot: int, ns: dict[str, Any]) -> tupl
     if node == 0:
         return f"row[{slot}]", slot + 1
     kind = node[0]
+    if kind == "I":
+        return f"({''.join(f'row[{slot + i}], ' for i in range(node[1]))})", slot + node[1]
+    if kind == "B":
+        axes = "".join(f"(row[{slot + 3 * i}], row[{slot + 3 * i + 1}], row[{slot + 3 * i + 2}]), "
+                       for i in range(node[1]))
+        return f"({axes})", slot + 3 * node[1]
     if kind in ("t", "s"):
         parts = []
         for _ in range(node[1] if kind == "t" else 3):
