@@ -39,13 +39,17 @@ class Log:
 
     __slots__ = ("sigs", "ints", "consts", "regs", "count", "keep", "broken")
 
+    def release(self) -> None:
+        """Drop what only rebuilding this iteration's calls needs (a later probe's log replaces it)."""
+        self.consts = []
+
     def __init__(self) -> None:
         self.sigs: list[tuple] = []
         self.ints: list[int] = []
         self.consts: list[list[Any]] = []    # per call: its non-numeric arguments, for rebuilding
         self.regs: dict[int, int] = {}       # id(root array or frame) -> register number, while alive
         self.count = 0                       # registers so far
-        self.keep: list[Any] = []            # everything named by identity stays alive (ids are not reused)
+        self.keep: list[Any] = []            # named by identity without a weak reference: kept alive
         self.broken: str | None = None       # why a call of this iteration cannot be recorded
 
 
@@ -179,9 +183,9 @@ def _flatten(rt: Runtime, log: Log, a: Any, sig: list, consts: list) -> None:
         base = root(a)
         reg = log.regs.get(id(base))
         if reg is not None:
-            where = ("r", reg)
+            where = ("r", reg, 0)
         elif id(base) in rt.roots:
-            where = ("b", id(base))
+            where = ("b",) + _identity(rt, log, base)
             consts.append(base)
         elif not base.flags.writeable or a.dtype == np.bool_:
             # a constant: a kept array, or a mask (bool arrays reaching these calls are masks and what
@@ -191,10 +195,9 @@ def _flatten(rt: Runtime, log: Log, a: Any, sig: list, consts: list) -> None:
             return
         else:
             # memory from before the iteration (a tile computed before the loop): by identity, so the
-            # probes agree only if every iteration reads that same memory (kept alive: ids are not reused)
-            where = ("b", id(base))
+            # probes agree only if every iteration reads that same memory
+            where = ("b",) + _identity(rt, log, base)
             consts.append(base)
-            log.keep.append(base)
         if not base.flags.c_contiguous:
             raise Unsupported("an array whose storage is not contiguous")
         sig.append(("a",) + where + (a.shape, a.strides, a.dtype.str))
@@ -207,9 +210,24 @@ def _flatten(rt: Runtime, log: Log, a: Any, sig: list, consts: list) -> None:
             raise Unsupported("a loop frame from outside the iteration")
         sig.append(("f", reg))
     else:
-        sig.append(("o", id(a)))
+        sig.append(("o",) + _identity(rt, log, a))
         consts.append(a)
-        log.keep.append(a)
+
+
+def _identity(rt: Runtime, log: Log, obj: Any) -> tuple[int, int]:
+    """``obj`` by identity: its id and how many objects had that id before it in this run, so an object
+    freed and another allocated at its address never look the same (objects that take no weak reference
+    are kept alive instead)."""
+    key = id(obj)
+    live = rt.identities
+    if live.get(key) is not obj:
+        try:
+            live[key] = obj
+        except TypeError:   # no weak reference (a ufunc): kept alive while probing, so its id stays its own
+            log.keep.append(obj)
+            return key, -1
+        rt.generations[key] = rt.generations.get(key, -1) + 1
+    return key, rt.generations[key]
 
 
 # ---- the check and the replay ------------------------------------------------------------------------
@@ -284,8 +302,8 @@ def _source(node: Any, it: Any, cit: Any, slot: int, ns: dict[str, Any]) -> tupl
         return (f"({''.join(p + ', ' for p in parts)})" if kind == "t" else f"slice({', '.join(parts)})"), slot
     if kind == "a":
         base = const(next(cit)) if node[1] == "b" else f"regs[{node[2]}]"
-        return (f"_nd({node[3]!r}, {const(np.dtype(node[5]))}, buffer={base}, offset=row[{slot}], "
-                f"strides={node[4]!r})"), slot + 1
+        return (f"_nd({node[4]!r}, {const(np.dtype(node[6]))}, buffer={base}, offset=row[{slot}], "
+                f"strides={node[5]!r})"), slot + 1
     if kind == "v":
         return const(node[2]), slot
     if kind == "f":
@@ -293,9 +311,10 @@ def _source(node: Any, it: Any, cit: Any, slot: int, ns: dict[str, Any]) -> tupl
     return const(next(cit)), slot   # "m", "o"
 
 
-def compile_program(probe: Any, probes: int) -> Program | None:
-    """The program of the last probe iteration if the last ``probes`` agree and their numbers move by a
-    constant step; None (``probe.mismatch`` says why) otherwise."""
+def agreed(probe: Any, probes: int) -> tuple[Log, np.ndarray, np.ndarray] | None:
+    """The last probe iteration's log, its numbers and their step if the last ``probes`` agree and their
+    numbers move by a constant step (then ``Program(*agreed)`` replays it); None (``probe.mismatch``
+    says why) otherwise."""
     logs = probe.logs[-probes:]
     broken = next((log.broken for log in logs if log.broken is not None), None)
     if broken is not None:
@@ -317,7 +336,7 @@ def compile_program(probe: Any, probes: int) -> Program | None:
     if (deltas != deltas[0]).any():
         probe.mismatch = "values: an effect's number does not change by a constant step"
         return None
-    return Program(logs[-1], ints[-1], deltas[0])
+    return logs[-1], ints[-1], deltas[0]
 
 
 def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: Program, count: int) -> int:

@@ -202,6 +202,8 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
             idx = rt.iterate(frame, values[pos], ProbeIndex)
             idx.deps = (probe,)
             if rt.value_replay:
+                if probe.logs:   # only the last log is rebuilt from: the others keep nothing alive
+                    probe.logs[-1].release()
                 probe.logs.append(effects.Log())
             rt.probes.append(probe)
             try:
@@ -226,6 +228,9 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
             rt.region_shapes.clear()
             rt.replayed_blocks.clear()
             rt.flattened.clear()
+        # the probes' logs keep what their calls named alive (ids must not be reused while probing): let go
+        probe.logs.clear()
+        marks.clear()
         if done is None:
             site = probe.reason or probe.mismatch or "replay check failed"
             _log.debug("loop at %s:%s runs every iteration: %s", caller.f_code.co_filename, caller.f_lineno, site)
@@ -243,7 +248,8 @@ def _sim_types() -> tuple[type, ...]:
 
 
 _MARK_SKIP = frozenset({"trace", "loops", "loop_key", "epoch", "_next_uid", "_next_tensor", "probes", "region_shapes",
-                        "replayed_blocks", "flattened", "replay_misses", "roots", "deferred"})
+                        "replayed_blocks", "flattened", "replay_misses", "roots", "deferred", "identities",
+                        "generations"})
 
 
 def _mark(rt: Runtime) -> tuple:
@@ -271,6 +277,11 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
     if (steps != steps[0]).any():
         probe.mismatch = "iterations differ in their instruction, tensor, loop or epoch counts"
         return None
+    program = None
+    if rt.value_replay:   # checked first: cheaper than flattening the records, and it fails more often
+        program = effects.agreed(probe, PROBES)
+        if program is None:
+            return None
     flats = [records.flatten(rt, marks[j], marks[j + 1]) for j in range(PROBES)]
     sig, last, flat = flats[-1]
     try:
@@ -295,11 +306,8 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
     if count is None:
         probe.fail("a region of the records cannot be checked against its tensor")
         return None
-    if count > 0 and rt.value_replay:   # memory as running them would leave it: their effects, re-run
-        program = effects.compile_program(probe, PROBES)
-        if program is None:
-            return None
-        count = effects.replay(rt, frame, values, pos, program, count)
+    if count > 0 and program is not None:   # memory as running them would leave it: their effects, re-run
+        count = effects.replay(rt, frame, values, pos, effects.Program(*program), count)
     if count <= 0:
         return 0
     _emit(rt, frame, values, pos, last, delta, count, steps[0], flat)

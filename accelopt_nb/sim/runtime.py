@@ -105,6 +105,8 @@ class Runtime:
         self.value_replay = self.replay and not options.trace_only
         # id(array) -> the storage of a live tensor (value replay's roots; weak: a dead tensor's memory is freed)
         self.roots: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        self.identities: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()   # effects._identity
+        self.generations: dict[int, int] = {}
 
     # ---- identities --------------------------------------------------------------
     def new_tensor_id(self) -> int:
