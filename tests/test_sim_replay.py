@@ -86,8 +86,8 @@ def test_switch_turns_replay_off():
     kernel = load_kernel(source=HEADER + textwrap.dedent(PLAIN))
     assert simulate(kernel, rows(1280), options=FULL).trace.replayed == 0
     assert simulate(kernel, rows(1280), options=REPLAY).trace.replayed > 0
-    assert simulate(kernel, rows(1280)).trace.replayed > 0   # with values too
-    assert simulate(kernel, rows(1280), options=VALUES_FULL).trace.replayed == 0
+    assert simulate(kernel, rows(128 * 16)).trace.replayed > 0   # with values too (from 3 probes + 8 iterations)
+    assert simulate(kernel, rows(128 * 16), options=VALUES_FULL).trace.replayed == 0
 
 
 def test_control_flow_on_the_loop_variable():
@@ -460,44 +460,44 @@ def test_matmul_accumulation_in_psum_is_replayed_with_values():
         nl.store(out, value=res)
         return out
     """
-    a = np.random.default_rng(0).standard_normal((128 * 10, 128), dtype=np.float32)
-    b = np.random.default_rng(1).standard_normal((128 * 10, 512), dtype=np.float32)
+    a = np.random.default_rng(0).standard_normal((128 * 16, 128), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((128 * 16, 512), dtype=np.float32)
     assert values_replayed(src, a, b) > 0
 
 
 def test_reading_memory_no_iteration_wrote_stops_value_replay_there():
-    # the first loop writes blocks 0..4; the second reads blocks 0..9: replay's guard sees block 5 unwritten
+    # the first loop writes blocks 0..13; the second reads blocks 0..19: replay's guard sees block 14 unwritten
     # and runs it, which reports the read as running every iteration does
     src = rowwise_kernel("""
-        buf = nl.ndarray((10, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
-        for i in nl.affine_range(5):
+        buf = nl.ndarray((20, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(14):
             buf[i, ip, jf] = nl.load(a[i * 128 + ip, jf])
-        for i in nl.affine_range(10):
+        for i in nl.affine_range(20):
             nl.store(out[i * 128 + ip, jf], value=nl.exp(buf[i, ip, jf]))
         return out
     """)
     kernel = load_kernel(source=HEADER + textwrap.dedent(src))
     with pytest.raises(KernelError) as replayed:
-        simulate(kernel, rows(1280))
+        simulate(kernel, rows(128 * 20))
     with pytest.raises(KernelError) as full:
-        simulate(kernel, rows(1280), options=VALUES_FULL)
+        simulate(kernel, rows(128 * 20), options=VALUES_FULL)
     assert str(replayed.value) == str(full.value) and "never written" in str(full.value)
 
 
 def test_loop_carried_write_found_in_a_replayed_iteration_names_its_line():
-    # iterations 0..2 write blocks 9, 8, 7 and every iteration also writes block i: iteration 7 meets block 7
+    # iteration i writes blocks 19 - i and i: iteration 10 meets block 10, which iteration 9 wrote
     src = rowwise_kernel("""
-        buf = nl.ndarray((10, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
-        for i in nl.affine_range(10):
-            buf[9 - i, ip, jf] = nl.load(a[i * 128 + ip, jf])
+        buf = nl.ndarray((20, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(20):
+            buf[19 - i, ip, jf] = nl.load(a[i * 128 + ip, jf])
             buf[i, ip, jf] = nl.load(a[i * 128 + ip, jf])
         nl.store(out[ip, jf], value=buf[0, ip, jf])
         return out
     """)
     kernel = load_kernel(source=HEADER + textwrap.dedent(src))
     with pytest.raises(KernelError) as replayed:
-        simulate(kernel, rows(1280))
+        simulate(kernel, rows(128 * 20))
     with pytest.raises(KernelError) as full:
-        simulate(kernel, rows(1280), options=VALUES_FULL)
+        simulate(kernel, rows(128 * 20), options=VALUES_FULL)
     assert str(replayed.value) == str(full.value) and "affine_range" in str(full.value)
     assert (replayed.value.line, replayed.value.rule) == (full.value.line, full.value.rule)

@@ -32,6 +32,9 @@ import numpy as np
 from accelopt_nb.sim.runtime import LoopFrame, Runtime, active
 
 _PLAIN = (str, bool, float, type(None), np.floating, np.bool_, np.dtype)
+# an iteration with more calls is not recorded: a loop that large probes few iterations of many and, measured on
+# the paper's bmm_softmax, recording its probes cost more than replay then saved
+MAX_CALLS = 2048
 
 
 class Log:
@@ -94,6 +97,9 @@ def _record(rt: Runtime, fn: Callable[..., Any], args: tuple, result: Any) -> No
     for p in rt.probes:
         log = p.logs[-1] if p.logs else None
         if log is None or log.broken is not None or p.reason is not None:
+            continue
+        if len(log.sigs) >= MAX_CALLS:
+            log.broken = f"values: more than {MAX_CALLS} calls in one iteration (recording would cost more than it saves)"
             continue
         sig: list[Any] = [fn]
         consts: list[Any] = []

@@ -63,6 +63,9 @@ WARMUP = 1         # iterations that may run first when the probes differ (a loo
 MIN_GAIN = 8
 # with values, recording a probe's effects and compiling them costs about as much as running 30 instructions
 MIN_GAIN_VALUES = 32
+# ... and with at least this many iterations left to extrapolate (measured: the paper's bmm_softmax probed
+# loops of 4-8 iterations, and recording those probes cost several times what replaying the rest saved)
+MIN_SKIPPED_VALUES = 8
 MISSES = 2         # instances of one loop in a row that extrapolated nothing, after which it is no longer probed
 _log = logging.getLogger(__name__)
 _NUMPY_DIR = str(Path(np.__file__).parent)
@@ -187,8 +190,10 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
     n = len(values)
     pos = 0
     gained: int | None = None   # iterations extrapolated, once a probe ran
+    # with values, probing records every call of the probes: worth it only with enough iterations left to skip
+    fewest = PROBES + (MIN_SKIPPED_VALUES if rt.value_replay else 0)
     while pos < n:
-        if isinstance(site, str) or n - pos <= PROBES:
+        if isinstance(site, str) or n - pos <= fewest:
             for i in values[pos:]:
                 yield rt.iterate(frame, i)
             break
