@@ -501,3 +501,22 @@ def test_loop_carried_write_found_in_a_replayed_iteration_names_its_line():
         simulate(kernel, rows(128 * 20), options=VALUES_FULL)
     assert str(replayed.value) == str(full.value) and "affine_range" in str(full.value)
     assert (replayed.value.line, replayed.value.rule) == (full.value.line, full.value.rule)
+
+
+def test_tiles_allocated_in_the_loop_body_are_replayed_with_values():
+    # the NKI idiom: a PSUM accumulator and an SBUF tile allocated in every iteration (a new tensor each)
+    src = """
+    @nki.jit
+    def kernel(a, b):
+        out = nl.ndarray((a.shape[0] // 128 * 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        for m in nl.affine_range(a.shape[0] // 128):
+            acc = nl.zeros((nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+            tile = nl.ndarray((nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.sbuf)
+            acc += nl.matmul(nl.load(a[m * 128:(m + 1) * 128, :]), nl.load(b), transpose_x=True)
+            tile[...] = nl.exp(acc)
+            nl.store(out[m * 128:(m + 1) * 128, :], value=tile)
+        return out
+    """
+    a = np.random.default_rng(0).standard_normal((128 * 16, 128), dtype=np.float32) / 8
+    b = np.random.default_rng(1).standard_normal((128, 512), dtype=np.float32) / 8
+    assert values_replayed(src, a, b) > 0

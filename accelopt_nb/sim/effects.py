@@ -6,8 +6,9 @@ running them would. While a loop probes, every change the simulator makes to mem
 loop-carried write log and the loop frames goes through :func:`run` (or :func:`note`), which records
 the call: its function, and its arguments with every integer and every array's byte offset as a
 number. Arrays are recorded as views of a *root*: a tensor's storage (``Runtime.roots``), a *register*
-(an array an earlier call of the same iteration returned), or other memory by identity (a tile computed
-before the loop); bool arrays (masks) and read-only arrays are constants, by value. The probes' calls
+(an array or a tensor an earlier call of the same iteration returned: a tensor allocated in the body is the
+recorded call ``tensor.allocated``), or other memory by identity (a tile computed before the loop); bool
+arrays (masks) and read-only arrays are constants, by value. The probes' calls
 must agree in everything but those numbers, and the numbers must move by a constant step; a later
 iteration is then the same calls on views at extrapolated offsets: no index expressions, masks, keys or
 checks rebuilt. Registers are dropped after their last use, so temporaries are freed as running the body
@@ -16,7 +17,7 @@ frees them.
 Anything else is refused for the loop, so values are exact or the loop runs every iteration: a change of
 memory or validity outside these calls (:func:`fail`: a gather or scatter, per-element validity, a first
 write into a kernel input), a temporary computed outside :func:`run` (a new object each iteration: the
-probes disagree), a tensor allocated inside the body (likewise). Validity decided by a check
+probes disagree). Validity decided by a check
 (``Cover.covers``, ``Cover.local``) is recorded as a guard; before each replayed iteration its guards are
 evaluated against the cover as it will be at their point, and replay stops before an iteration whose
 guard would come out differently. A loop-carried write found in a replayed iteration raises with the
@@ -134,6 +135,14 @@ def _register(rt: Runtime, log: Log, result: Any) -> Any:
         log.count += 1
         log.keep.append(result)
         return ("frame", n)
+    if getattr(result, "_setup", None) is not None:   # a tensor allocated in the iteration: it and its storage
+        base = root(result._array)
+        log.regs[id(result)] = n = log.count
+        log.regs[id(base)] = n + 1
+        log.count += 2
+        weakref.finalize(result, log.regs.pop, id(result), None)
+        weakref.finalize(base, log.regs.pop, id(base), None)
+        return ("tensor", n)
     return None
 
 
@@ -216,6 +225,10 @@ def _flatten(rt: Runtime, log: Log, a: Any, sig: list, consts: list) -> None:
             raise Unsupported("a loop frame from outside the iteration")
         sig.append(("f", reg))
     else:
+        reg = log.regs.get(id(a))
+        if reg is not None:   # a tensor allocated earlier in the iteration
+            sig.append(("f", reg))
+            return
         sig.append(("o",) + _identity(rt, log, a))
         consts.append(a)
 
@@ -266,8 +279,11 @@ class Program:
             self.calls.append((fn, _compiled(f"lambda row, regs: ({''.join(e + ', ' for e in exprs)})", ns), sig[-1],
                                tuple(frees.get(i, ()))))
             if fn is cover_add or fn is guard_covered or fn is guard_local:
-                self.guards.append((fn, consts[0], _compiled(f"lambda row: {exprs[1]}", ns),
-                                    consts[1] if fn is guard_local else None))
+                # the tensor: a constant, or (None) one allocated in the iteration, whose cover starts empty
+                fresh = type(sig[1]) is tuple and sig[1][0] == "f"
+                self.guards.append((fn, ("reg", sig[1][1]) if fresh else id(consts[0]), None if fresh else consts[0],
+                                    _compiled(f"lambda row: {exprs[1]}", ns),
+                                    consts[-1] if fn is guard_local else None))
 
 
 _CODE: dict[str, Any] = {}
@@ -364,6 +380,8 @@ def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: Prog
                     result = call(fn, *build(row, regs))
                     if reg is not None:
                         regs.append(root(result) if reg[0] == "reg" else result)
+                        if reg[0] == "tensor":
+                            regs.append(root(result._array))
                     del result
                     for k in frees:
                         regs[k] = None
@@ -379,19 +397,24 @@ def _guards_hold(program: Program, row: list[int]) -> bool:
     """Whether every guard of the iteration at ``row`` comes out as in the probes where it stands: the
     cover there is the cover now plus the boxes the iteration added before it."""
     from accelopt_nb.sim.conflicts import _contains, paint
-    added: dict[int, list] = {}
-    for fn, t, build_box, local in program.guards:
+    added: dict[Any, list] = {}
+    for fn, key, t, build_box, local in program.guards:
         box = build_box(row)
-        mine = added.setdefault(id(t), [])
+        mine = added.setdefault(key, [])
         if fn is cover_add:
             mine.append(box)
-        elif t._cover is None:
+        elif t is not None and t._cover is None:
             return False
         elif fn is guard_covered:
-            if not t._cover.covers(box) and not any(_contains(b, box) for b in mine):
+            if not (t is not None and t._cover.covers(box)) and not any(_contains(b, box) for b in mine):
                 return False
         else:
-            painted = t._cover.local(box)
+            if t is not None:
+                painted = t._cover.local(box)
+            elif all(a[2] == 1 or a[1] - a[0] <= 1 for a in box):   # what Cover.local paints, from nothing
+                painted = np.zeros(tuple(a[1] - a[0] for a in box), dtype=bool)
+            else:
+                painted = None
             if painted is None:
                 return False
             for b in mine:

@@ -106,14 +106,8 @@ def _allocate(api: str, shape, dtype, buffer, name: str, fill: Any, *, lazy: boo
         if idx < len(rt.shared_hbm):
             return rt.shared_hbm[idx]
     kind = "output" if raw_name == "shared_hbm" else "internal"
-    data = None
-    written: Any = False
-    if fill is not None and not rt.options.trace_only:
-        data = np.full(dims, fill, dtype=_dt.storage(dtype))
-        written = True
-    elif fill is not None:
-        written = True
-    t = Tensor(rt, dims, dtype, buf, kind, name=name, par_axis=par_axis, data=data, written=written)
+    written = fill is not None
+    t = Tensor(rt, dims, dtype, buf, kind, name=name, par_axis=par_axis, written=written, fill=fill)
     placement = getattr(buffer, "trace_record", None)
     if placement is not None and not rt.force_auto_alloc and t.id in rt.trace.tensors:
         rt.trace.tensors[t.id].allocation = placement()

@@ -142,11 +142,29 @@ class Tensor(_Opaque):
 
     def __init__(self, rt: Runtime, shape: tuple[int, ...], dtype: Any, buffer: str, kind: str,
                  name: str = "", par_axis: int = 0, data: np.ndarray | None = None,
-                 written: np.ndarray | None | bool = False, raw: bool = False, borrowed: bool = False) -> None:
-        """``borrowed``: ``data`` is the caller's (read-only) array, copied before the first write into it."""
+                 written: np.ndarray | None | bool = False, raw: bool = False, borrowed: bool = False,
+                 fill: Any = None) -> None:
+        """``borrowed``: ``data`` is the caller's (read-only) array, copied before the first write into it;
+        ``fill``: the value every element starts with (``data`` None), written."""
+        tid = rt.new_tensor_id()
+        self._setup(rt, tid, name, buffer, kind, shape, dtype, par_axis, raw, data, fill, written, borrowed)
+        if data is None and type(written) is bool and rt.probes and rt.value_replay and kind != "result":
+            # value replay: an allocation in a loop body is a recorded call (a new tensor each iteration)
+            effects.note(allocated, tid, name, buffer, kind, self.shape, self.dtype, par_axis, raw, fill, written,
+                         result=self)
+        file, line = rt.location()
+        rt.register_tensor(TensorInfo(id=self.id, name=self.name, buffer=buffer, kind=kind, shape=self.shape,
+                                      dtype=dt.name(self.dtype), itemsize=dt.itemsize(self.dtype),
+                                      par_axis=par_axis, alloc_index=len(rt.trace.instructions),
+                                      loops=rt.loop_key, line=line))
+
+    def _setup(self, rt: Runtime, tid: int, name: str, buffer: str, kind: str, shape: tuple[int, ...], dtype: Any,
+               par_axis: int, raw: bool, data: np.ndarray | None, fill: Any, written: np.ndarray | None | bool,
+               borrowed: bool) -> None:
+        """Identity, memory and validity (everything but the trace record)."""
         self._thunk = None
-        self.id = rt.new_tensor_id()
-        self.name = name or f"{kind}{self.id}"
+        self.id = tid
+        self.name = name or f"{kind}{tid}"
         self.buffer = buffer
         self.kind = kind
         self.shape = tuple(int(s) for s in shape)
@@ -167,6 +185,8 @@ class Tensor(_Opaque):
             self._data = None
         elif data is not None:
             self._data = data
+        elif fill is not None:
+            self._data = np.full(self.shape, fill, dtype=dt.storage(self.dtype))
         elif written is False and buffer != "hbm" and self._fast:
             # an on-chip buffer is written before it is read: unwritten elements read as the fill value
             # (see _fill_unwritten) instead of being filled up front, a pass over all of its memory
@@ -186,11 +206,6 @@ class Tensor(_Opaque):
             self._written = np.zeros(self.shape, dtype=bool)
         else:
             self._written = written
-        file, line = rt.location()
-        rt.register_tensor(TensorInfo(id=self.id, name=self.name, buffer=buffer, kind=kind, shape=self.shape,
-                                      dtype=dt.name(self.dtype), itemsize=dt.itemsize(self.dtype),
-                                      par_axis=par_axis, alloc_index=len(rt.trace.instructions),
-                                      loops=rt.loop_key, line=line))
 
     def __repr__(self) -> str:
         return f"<nki tensor {self.name} {self.shape} {dt.name(self.dtype)} in {self.buffer}>"
@@ -275,6 +290,15 @@ class Tensor(_Opaque):
         if int(_prod(shape)) != int(_prod(self.shape)):
             raise current().rule_error("reshape", f"cannot reshape {self.shape} into {shape}", "reshape keeps size")
         return _Alias(self, shape)
+
+
+def allocated(tid: int, name: str, buffer: str, kind: str, shape: tuple[int, ...], dtype: Any, par_axis: int,
+              raw: bool, fill: Any, written: bool) -> Tensor:
+    """A tensor allocated in a replayed loop iteration (``effects``): memory and validity as ``Tensor()`` sets
+    them up; its trace record and id counter are extrapolated with the trace."""
+    t = Tensor.__new__(Tensor)
+    t._setup(current(), tid, name, buffer, kind, shape, dtype, par_axis, raw, None, fill, written, False)
+    return t
 
 
 class _Alias(Tensor):
