@@ -99,8 +99,8 @@ def _record(rt: Runtime, fn: Callable[..., Any], args: tuple, result: Any) -> No
         log = p.logs[-1] if p.logs else None
         if log is None or log.broken is not None or p.reason is not None:
             continue
-        if len(log.sigs) >= MAX_CALLS:
-            log.broken = f"values: more than {MAX_CALLS} calls in one iteration (recording would cost more than it saves)"
+        if len(log.sigs) >= MAX_CALLS:   # structural: stop probing this loop at once
+            p.fail(f"values: more than {MAX_CALLS} calls in one iteration (recording would cost more than it saves)")
             continue
         sig: list[Any] = [fn]
         consts: list[Any] = []
@@ -109,8 +109,13 @@ def _record(rt: Runtime, fn: Callable[..., Any], args: tuple, result: Any) -> No
                 _flatten(rt, log, a, sig, consts)
         except Unsupported as exc:
             # this iteration cannot be repeated; later ones may (a tile computed before the loop and first
-            # read in its first iteration): the probes compared must all be whole
-            log.broken = f"values: {exc} (in {getattr(fn, '__qualname__', fn)})"
+            # read in its first iteration): the probes compared must all be whole. Past the first probe
+            # iteration, the loop stops probing (what it would record costs without paying back)
+            reason = f"values: {exc} (in {getattr(fn, '__qualname__', fn)})"
+            if len(p.logs) > 1:
+                p.fail(reason)
+            else:
+                log.broken = reason
             continue
         reg = _register(rt, log, result)
         sig.append(reg)
