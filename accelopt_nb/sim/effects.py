@@ -124,7 +124,8 @@ def _record(rt: Runtime, fn: Callable[..., Any], args: tuple, result: Any) -> No
 
 
 def _register(rt: Runtime, log: Log, result: Any) -> Any:
-    """A result that is new memory (or a loop frame) becomes the next register; returns its tag."""
+    """A result that is new memory, a loop frame or a tensor allocated in the iteration (with its storage)
+    becomes the next register(s); returns its tag."""
     if isinstance(result, np.ndarray):
         base = root(result)
         if id(base) in log.regs or id(base) in rt.roots:
