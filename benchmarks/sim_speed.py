@@ -23,7 +23,7 @@ jobs. Both sides run on one core (the simulator limits BLAS to one thread; the N
 under the same limit). The L2 column is the simulator's relative error against the reference. Kernels
 that raise are reported with their error and the table goes on.
 
-    python benchmarks/sim_speed.py [--preset paper|small] [--only adamw,silu] [--repeat 3]
+    python benchmarks/sim_speed.py [--preset paper|small] [--only adamw,silu] [--repeat 3] [--no-ours]
                                    [--accelopt-repo DIR] [--no-ours] [--no-values]
 """
 from __future__ import annotations
@@ -187,10 +187,7 @@ def measure(case: Case, repeat: int, values: bool) -> Row:
                 del res
         row.t_numpy, row.t_trace, row.t_values = best["numpy"], best["trace"], best.get("values")
     except Exception as exc:  # report and go on: one failing kernel must not hide the others
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        row.failure = f"{type(exc).__name__}: {first}"[:160]
-        if "-v" in sys.argv:
-            traceback.print_exc()
+        row.failure = failure_text(exc)
     gc.collect()
     return row
 
@@ -213,34 +210,58 @@ def print_row(r: Row) -> None:
           + (f"  {r.failure}" if r.failure else ""), flush=True)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+# ---- the command line (shared by trace_replay.py and value_replay.py) ---------------------------------
+def case_parser(doc: str, repeat: int) -> argparse.ArgumentParser:
+    """The options that choose the kernels (and the rounds) of a side-by-side benchmark."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="paper", help="shape preset of our problems (paper or small)")
-    ap.add_argument("--only", default="", help="comma-separated problem names (e.g. adamw,silu)")
-    ap.add_argument("--repeat", type=int, default=2, help="interleaved rounds per kernel; each column is its best")
+    ap.add_argument("--only", default="", help="comma-separated problem names (e.g. adamw,silu,arange_mask)")
+    ap.add_argument("--repeat", type=int, default=repeat, help="interleaved rounds per kernel; each column is its best")
     ap.add_argument("--accelopt-repo", type=Path, default=None,
                     help="checkout of github.com/zhang677/AccelOpt: adds the paper's 14 NKIBench baselines")
-    ap.add_argument("--no-ours", action="store_true", help="skip our 14 baselines")
-    ap.add_argument("--no-values", action="store_true", help="time trace-only runs alone")
+    ap.add_argument("--no-ours", action="store_true", help="skip our 14 baselines and the arange/mask kernel")
     ap.add_argument("--arange-shape", default="4000x3000", help="rows x cols of the arange/mask kernel")
-    ap.add_argument("--wall", action="store_true", help="wall-clock seconds instead of CPU seconds")
     ap.add_argument("-v", action="store_true", help="print the traceback of kernels that raise")
-    args = ap.parse_args()
-    global CLOCK
-    if args.wall:
-        CLOCK = time.perf_counter
-    only = {s.strip() for s in args.only.split(",") if s.strip()} or None
+    return ap
 
+
+def chosen_cases(args: argparse.Namespace) -> list[Case]:
+    """The kernels ``case_parser``'s options name, ours first."""
+    only = {s.strip() for s in args.only.split(",") if s.strip()} or None
     cases: list[Case] = []
     if not args.no_ours:
         cases += our_cases(args.preset, only)
-    if not only or "arange_mask" in only:
-        rows_, cols_ = (int(v) for v in args.arange_shape.lower().split("x"))
-        cases.append(arange_mask_case(rows_, cols_))
+        if not only or "arange_mask" in only:
+            rows_, cols_ = (int(v) for v in args.arange_shape.lower().split("x"))
+            cases.append(arange_mask_case(rows_, cols_))
     if args.accelopt_repo is not None:
         cases += paper_cases(args.accelopt_repo, only)
     else:
         print("(the paper's baselines are skipped: pass --accelopt-repo DIR, a checkout of zhang677/AccelOpt)")
+    return cases
+
+
+def failure_text(exc: BaseException) -> str:
+    """A kernel's error as one table cell (the traceback too with ``-v``)."""
+    if "-v" in sys.argv:
+        traceback.print_exc()
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {first}"[:160]
+
+
+def geomean(xs: list[float]) -> float:
+    return float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")
+
+
+def main() -> None:
+    ap = case_parser(__doc__, repeat=2)
+    ap.add_argument("--no-values", action="store_true", help="time trace-only runs alone")
+    ap.add_argument("--wall", action="store_true", help="wall-clock seconds instead of CPU seconds")
+    args = ap.parse_args()
+    global CLOCK
+    if args.wall:
+        CLOCK = time.perf_counter
+    cases = chosen_cases(args)
     print(f"# simulator vs NumPy fp32, preset {args.preset!r}, {'wall' if args.wall else 'CPU'} seconds, "
           f"best of {args.repeat} interleaved rounds")
     print_header()
@@ -252,8 +273,7 @@ def main() -> None:
     values = [r.t_values / r.t_numpy for r in rows if r.t_values and r.t_numpy]
     traces = [r.t_trace / r.t_numpy for r in rows if r.t_trace and r.t_numpy]
     if values or traces:
-        gm = lambda xs: float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")  # noqa: E731
-        print(f"geometric mean: values/np {gm(values):.1f}, trace/np {gm(traces):.2f} "
+        print(f"geometric mean: values/np {geomean(values):.1f}, trace/np {geomean(traces):.2f} "
               f"({len(rows) - sum(1 for r in rows if r.failure)} of {len(rows)} kernels ran)")
 
 

@@ -16,16 +16,14 @@ one untimed call (the first call's page faults vary between runs).
 """
 from __future__ import annotations
 
-import argparse
 import sys
-import traceback
 from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sim_speed import Case, arange_mask_case, best_of, our_cases, paper_cases  # noqa: E402
+from sim_speed import Case, best_of, case_parser, chosen_cases, failure_text, geomean  # noqa: E402
 
 from accelopt_nb.perf import estimate  # noqa: E402
 from accelopt_nb.sim import SimOptions, load_kernel, simulate  # noqa: E402
@@ -52,9 +50,7 @@ def measure(case: Case, repeat: int) -> dict:
         row["same_profile"] = prof_fast.to_dict() == estimate(
             simulate(kernel, *nki_inputs, options=SimOptions(trace_only=True, loop_replay=False)).trace).to_dict()
     except Exception as exc:  # report and go on: one failing kernel must not hide the others
-        row["failure"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:160]
-        if "-v" in sys.argv:
-            traceback.print_exc()
+        row["failure"] = failure_text(exc)
     return row
 
 
@@ -63,22 +59,8 @@ def _f(row: dict, key: str, spec: str) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="paper", help="shape preset of our problems (paper or small)")
-    ap.add_argument("--only", default="", help="comma-separated problem names")
-    ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--accelopt-repo", type=Path, default=None, help="checkout of github.com/zhang677/AccelOpt")
-    ap.add_argument("--no-ours", action="store_true", help="skip our 14 baselines and the arange/mask kernel")
-    ap.add_argument("--arange-shape", default="4000x3000", help="rows x cols of the arange/mask kernel")
-    ap.add_argument("-v", action="store_true", help="print the traceback of kernels that raise")
-    args = ap.parse_args()
-    only = {s.strip() for s in args.only.split(",") if s.strip()} or None
-    cases = [] if args.no_ours else our_cases(args.preset, only)
-    if not args.no_ours and (not only or "arange_mask" in only):
-        rows_, cols_ = (int(v) for v in args.arange_shape.lower().split("x"))
-        cases.append(arange_mask_case(rows_, cols_))
-    if args.accelopt_repo is not None:
-        cases += paper_cases(args.accelopt_repo, only)
+    args = case_parser(__doc__, repeat=1).parse_args()
+    cases = chosen_cases(args)
     print(f"# trace-only loop replay, CPU seconds, best of {args.repeat}")
     print("| kernel | instr | replayed | numpy s | full s | replay s | full/np | replay/np | estimate s "
           "| (replay+est)/np | same trace | same profile |")
@@ -96,10 +78,9 @@ def main() -> None:
               f"| {'yes' if r['same_trace'] else 'NO'} | {'yes' if r['same_profile'] else 'NO'} |", flush=True)
     ok = [r for r in rows if "failure" not in r]
     if ok:
-        gm = lambda xs: float(np.exp(np.mean(np.log(xs))))  # noqa: E731
-        print(f"geometric mean: full/np {gm([r['full'] / r['numpy'] for r in ok]):.2f}, "
-              f"replay/np {gm([r['replay'] / r['numpy'] for r in ok]):.2f}, "
-              f"(replay+estimate)/np {gm([(r['replay'] + r['estimate']) / r['numpy'] for r in ok]):.2f}; "
+        print(f"geometric mean: full/np {geomean([r['full'] / r['numpy'] for r in ok]):.2f}, "
+              f"replay/np {geomean([r['replay'] / r['numpy'] for r in ok]):.2f}, "
+              f"(replay+estimate)/np {geomean([(r['replay'] + r['estimate']) / r['numpy'] for r in ok]):.2f}; "
               f"worst replay/np {max(r['replay'] / r['numpy'] for r in ok):.2f}; "
               f"traces equal {sum(r['same_trace'] for r in ok)}/{len(ok)}, "
               f"profiles equal {sum(r['same_profile'] for r in ok)}/{len(ok)}")

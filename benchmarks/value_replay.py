@@ -14,17 +14,15 @@ replay (interleaved, as in ``sim_speed.py``).
 """
 from __future__ import annotations
 
-import argparse
 import gc
 import sys
-import traceback
 from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sim_speed import Case, arange_mask_case, our_cases, paper_cases, timed  # noqa: E402
+from sim_speed import Case, case_parser, chosen_cases, failure_text, geomean, timed  # noqa: E402
 
 from accelopt_nb.sim import SimOptions, load_kernel, simulate  # noqa: E402
 from accelopt_nb.sim.replay import trace_fields  # noqa: E402
@@ -59,29 +57,13 @@ def measure(case: Case, repeat: int) -> dict:
         row["same_trace"] = trace_fields(full.trace) == trace_fields(fast.trace)
         row["l2"] = case.error(list(fast.outputs), host)
     except Exception as exc:  # report and go on: one failing kernel must not hide the others
-        row["failure"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:160]
-        if "-v" in sys.argv:
-            traceback.print_exc()
+        row["failure"] = failure_text(exc)
     return row
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="paper", help="shape preset of our problems (paper or small)")
-    ap.add_argument("--only", default="", help="comma-separated problem names")
-    ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--accelopt-repo", type=Path, default=None, help="checkout of github.com/zhang677/AccelOpt")
-    ap.add_argument("--no-ours", action="store_true", help="skip our 14 baselines and the arange/mask kernel")
-    ap.add_argument("--arange-shape", default="4000x3000", help="rows x cols of the arange/mask kernel")
-    ap.add_argument("-v", action="store_true", help="print the traceback of kernels that raise")
-    args = ap.parse_args()
-    only = {s.strip() for s in args.only.split(",") if s.strip()} or None
-    cases = [] if args.no_ours else our_cases(args.preset, only)
-    if not args.no_ours and (not only or "arange_mask" in only):
-        rows_, cols_ = (int(v) for v in args.arange_shape.lower().split("x"))
-        cases.append(arange_mask_case(rows_, cols_))
-    if args.accelopt_repo is not None:
-        cases += paper_cases(args.accelopt_repo, only)
+    args = case_parser(__doc__, repeat=1).parse_args()
+    cases = chosen_cases(args)
     print(f"# loop replay with values, CPU seconds, best of {args.repeat}")
     print("| kernel | instr | replayed | numpy s | full s | replay s | full/np | replay/np | full/replay "
           "| rel L2 | same values | same trace |")
@@ -99,10 +81,9 @@ def main() -> None:
               f"| {'yes' if r['same_trace'] else 'NO'} |", flush=True)
     ok = [r for r in rows if "failure" not in r]
     if ok:
-        gm = lambda xs: float(np.exp(np.mean(np.log(xs))))  # noqa: E731
-        print(f"geometric mean: full/np {gm([r['full'] / r['numpy'] for r in ok]):.2f}, "
-              f"replay/np {gm([r['replay'] / r['numpy'] for r in ok]):.2f}, "
-              f"full/replay {gm([r['full'] / r['replay'] for r in ok]):.2f}; "
+        print(f"geometric mean: full/np {geomean([r['full'] / r['numpy'] for r in ok]):.2f}, "
+              f"replay/np {geomean([r['replay'] / r['numpy'] for r in ok]):.2f}, "
+              f"full/replay {geomean([r['full'] / r['replay'] for r in ok]):.2f}; "
               f"values equal {sum(r['same_values'] for r in ok)}/{len(ok)}, "
               f"traces equal {sum(r['same_trace'] for r in ok)}/{len(ok)}")
 
