@@ -423,6 +423,18 @@ def values_replayed(source: str, *inputs) -> int:
     return simulate(load_kernel(source=HEADER + textwrap.dedent(source)), *inputs).trace.replayed
 
 
+def errors_with_values(source: str, *inputs) -> tuple[KernelError, KernelError]:
+    """The errors a kernel raises with values, with loop replay and running every iteration (run_both's
+    trace-only half does not check loop-carried writes)."""
+    kernel = load_kernel(source=HEADER + textwrap.dedent(source))
+    errors = []
+    for options in (VALUES, VALUES_FULL):
+        with pytest.raises(KernelError) as exc:
+            simulate(kernel, *inputs, options=options)
+        errors.append(exc.value)
+    return errors[0], errors[1]
+
+
 COMPILER_STYLE = """
 @nki.jit
 def kernel(a, b):
@@ -476,12 +488,8 @@ def test_reading_memory_no_iteration_wrote_stops_value_replay_there():
             nl.store(out[i * 128 + ip, jf], value=nl.exp(buf[i, ip, jf]))
         return out
     """)
-    kernel = load_kernel(source=HEADER + textwrap.dedent(src))
-    with pytest.raises(KernelError) as replayed:
-        simulate(kernel, rows(128 * 20))
-    with pytest.raises(KernelError) as full:
-        simulate(kernel, rows(128 * 20), options=VALUES_FULL)
-    assert str(replayed.value) == str(full.value) and "never written" in str(full.value)
+    replayed, full = errors_with_values(src, rows(128 * 20))
+    assert str(replayed) == str(full) and "never written" in str(full)
 
 
 def test_loop_carried_write_found_in_a_replayed_iteration_names_its_line():
@@ -494,13 +502,9 @@ def test_loop_carried_write_found_in_a_replayed_iteration_names_its_line():
         nl.store(out[ip, jf], value=buf[0, ip, jf])
         return out
     """)
-    kernel = load_kernel(source=HEADER + textwrap.dedent(src))
-    with pytest.raises(KernelError) as replayed:
-        simulate(kernel, rows(128 * 20))
-    with pytest.raises(KernelError) as full:
-        simulate(kernel, rows(128 * 20), options=VALUES_FULL)
-    assert str(replayed.value) == str(full.value) and "affine_range" in str(full.value)
-    assert (replayed.value.line, replayed.value.rule) == (full.value.line, full.value.rule)
+    replayed, full = errors_with_values(src, rows(128 * 20))
+    assert str(replayed) == str(full) and "affine_range" in str(full)
+    assert (replayed.line, replayed.rule) == (full.line, full.rule)
 
 
 def test_tiles_allocated_in_the_loop_body_are_replayed_with_values():
