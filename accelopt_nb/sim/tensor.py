@@ -194,7 +194,7 @@ class Tensor(_Opaque):
             self._lazy = True
         else:
             self._data = np.full(self.shape, dt.nan_fill(self.dtype), dtype=dt.storage(self.dtype))
-        if self._array is not None and kind != "result":   # value replay's roots: a tensor's storage
+        if rt.value_replay and self._array is not None and kind != "result":   # value replay's roots
             root = effects.root(self._array)
             rt.roots[id(root)] = root
         self._cover: Cover | None = None
@@ -246,7 +246,7 @@ class Tensor(_Opaque):
             self._data = self._data.copy()
             self._borrowed = False
             rt = active()
-            if rt is not None:
+            if rt is not None and rt.value_replay:
                 rt.roots[id(self._array)] = self._array
 
     def full_view(self) -> "View":
