@@ -27,9 +27,14 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return (s * (1.0 - y)).astype(np.float32)
 
 
-def _sigmoid(x):
+def _sigmoid(x, out=None):
+    """1 / (1 + exp(-x)) in float32; with ``out`` (float32, may be ``x``) computed in place there."""
     with np.errstate(over="ignore"):
-        return (1.0 / (1.0 + np.exp(-x))).astype(np.float32)
+        y = np.negative(x, out=out)
+        np.exp(y, out=y)
+        np.add(y, 1.0, out=y)
+        y = np.divide(1.0, y, out=y)
+    return y if out is not None else y.astype(np.float32, copy=False)
 
 
 def _softplus(x):
@@ -69,6 +74,10 @@ ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "softplus": _softplus,
     "mish": lambda x: x * np.tanh(_softplus(x)),
 }
+
+# Activations that are not ufuncs but compute a float32 input into ``out=`` exactly as they would into a new
+# array (so a result can be computed in its destination, ``ops.deferrable``)
+FLOAT32_INTO = frozenset({_sigmoid})
 
 # Which unary functions lower to ScalarE activations (vs. cheap VectorE ALU ops).
 SCALAR_ENGINE_FUNCS = {"exp", "log", "sqrt", "rsqrt", "reciprocal", "square", "sin", "cos", "tan", "tanh", "arctan",

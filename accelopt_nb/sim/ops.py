@@ -15,6 +15,7 @@ from math import prod as _prod
 from accelopt_nb.errors import NKIRuleError, UninitializedReadError
 from accelopt_nb.sim import dtypes as dt
 from accelopt_nb.sim import effects
+from accelopt_nb.sim.functions import FLOAT32_INTO
 from accelopt_nb.sim.indexing import Mask, broadcast, keep, mask_all, mask_rows_cols
 from accelopt_nb.sim.runtime import PMAX, PSUM_BANK_BYTES, Runtime, current
 from accelopt_nb.sim.tensor import (Operand, Tensor, View, as_view, combine_written, defer, operand, read, write,
@@ -142,12 +143,12 @@ def broadcast_shape(rt: Runtime, api: str, operands: Sequence[Operand]) -> tuple
 
 def deferrable(fns: Sequence[Any], values: Sequence[Any], dtype: Any, shape: tuple[int, ...]) -> bool:
     """Whether a result can be computed later, maybe into its destination (``tensor.defer``): NumPy ufuncs
-    of float32 arrays and scalars giving a float32 tile (then ``out=`` rounds exactly as the result tile
+    (or ``FLOAT32_INTO`` functions) of float32 arrays and scalars giving a float32 tile (then ``out=`` rounds exactly as the result tile
     and its copy would)."""
     if dtype != dt.float32 or len(shape) < 2:
         return False
     for fn in fns:
-        if type(fn) is not np.ufunc or fn.nout != 1:
+        if (type(fn) is not np.ufunc or fn.nout != 1) and fn not in FLOAT32_INTO:
             return False
     arrays = 0
     for v in values:

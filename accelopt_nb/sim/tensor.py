@@ -887,14 +887,17 @@ def _read_basic(t: Tensor, basic: tuple, adv_shape: tuple[int, ...],
     written = _validity(t, basic)
     if written is not None and written.all():
         written = None  # all valid: nothing to fill, and no validity to carry (what read() would conclude)
-    data = _fill_unwritten(t, data, written)
-    if mask is not None:
-        m = broadcast(mask, adv_shape)
-        if not mask_all(m):
-            # the general path reads masked-off elements at index 0 of every axis: same values here
-            origin = (slice(0, 1, 1),) * t._data.ndim   # a view, so value replay reads it at each iteration
-            data = effects.run(_masked_copy, data, _fill_unwritten(t, t._data[origin], _validity(t, origin)),
-                               m.reshape(data.shape))
+    m = None if mask is None else broadcast(mask, adv_shape)
+    if m is not None and mask_all(m):
+        m = None
+    if m is None or written is None or np.any(m.reshape(written.shape) & ~written):
+        data = _fill_unwritten(t, data, written)
+    # else every unwritten element is masked off, and so replaced next (a ragged tile read with its mask)
+    if m is not None:
+        # the general path reads masked-off elements at index 0 of every axis: same values here
+        origin = (slice(0, 1, 1),) * t._data.ndim   # a view, so value replay reads it at each iteration
+        data = effects.run(_masked_copy, data, _fill_unwritten(t, t._data[origin], _validity(t, origin)),
+                           m.reshape(data.shape))
     if written is not None:
         written = written.copy()  # the general path's gather never aliased the tensor's validity
     return data, written
