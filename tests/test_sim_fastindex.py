@@ -558,6 +558,29 @@ def kernel(a):
     assert "never written" in err[1]
 
 
+def test_masked_read_of_a_partly_written_tile_never_shows_its_masked_off_elements(run_kernel, rng):
+    # the tile's unwritten elements are all masked off, so the fast read skips their NaN fill: what it puts
+    # there instead must never reach an output (a masked instruction does not write masked-off elements)
+    body = """
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((2, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+    t[0, nl.arange(128)[:, None], nl.arange(64)[None, :]] = nl.load(b)
+    keep = (nl.arange(128)[:, None] < 100) & (nl.arange(64)[None, :] < 40)
+    t[1, nl.arange(128)[:, None], nl.arange(64)[None, :]] = nl.load(
+        a[nl.arange(128)[:, None], nl.arange(64)[None, :]], mask=keep)
+    e = nl.exp(t[1, nl.arange(128)[:, None], nl.arange(64)[None, :]], mask=keep)
+    nl.store(out[nl.arange(128)[:, None], nl.arange(64)[None, :]], value=e, mask=keep)
+    return out
+"""
+    a, b = (rng.standard_normal((128, 64)).astype(np.float32) for _ in range(2))
+    out = both(run_kernel, body, a, b).outputs[0]
+    np.testing.assert_allclose(out[:100, :40], np.exp(a[:100, :40]), rtol=1e-6)
+    err = both_raise(run_kernel, body.replace(", mask=keep)\n    return", ")\n    return"), a, b)
+    assert "4192 element(s)" in err[1] and "never written" in err[1]
+
+
 def test_kernel_inputs_are_read_in_place_and_copied_before_a_write(run_kernel, rng):
     # inputs are borrowed (no copy at launch); a store into one, directly or through a reshape, copies it
     # first, and an input returned as an output is a copy: the caller's arrays never change
@@ -620,7 +643,7 @@ def test_results_computed_into_their_destination_equal_computed_then_copied(run_
     body = """
 @nki.jit
 def kernel(a, b):
-    out = nl.ndarray((5, 128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    out = nl.ndarray((6, 128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
     x = nl.ndarray((nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
     y = nl.ndarray((nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
     x[...] = nl.load(a)
@@ -641,6 +664,8 @@ def kernel(a, b):
     x[...] = nisa.tensor_scalar(data=x, op0=nl.multiply, operand0=1.5, op1=nl.add, operand1=0.25)
     x[...] = nisa.activation(op=nl.exp, data=x, scale=0.5)
     nl.store(out[4], value=x)
+    y[...] = nisa.activation(op=nl.sigmoid, data=y)   # not a ufunc: computed in place all the same
+    nl.store(out[5], value=y)
     return out
 """
     import accelopt_nb.sim.ops as sim_ops
@@ -670,6 +695,7 @@ def kernel(a, b):
     np.testing.assert_array_equal(res.outputs[0][3], y)
     x4 = (2 * np.maximum(x, 0)) * np.float32(1.5) + np.float32(0.25)
     np.testing.assert_array_equal(res.outputs[0][4], np.exp(x4 * np.float32(0.5) + np.float32(0)))
+    np.testing.assert_array_equal(res.outputs[0][5], np.float32(1) / (np.float32(1) + np.exp(-(y + np.float32(0)))))
 
 
 # ---- whole kernels: every fast path against the general path ---------------------------------------------

@@ -234,8 +234,11 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=None, _api: str = "nisa.
 # ---- ScalarE ---------------------------------------------------------------------------------
 def _activation_into(dst: np.ndarray | None, fn: Any, xs: np.ndarray, sc: Any, bc: Any) -> np.ndarray:
     """fn(xs * sc + bc), each step rounded to fp32 (a deferred thunk, see ``tensor.defer``)."""
-    y = np.multiply(xs, sc, out=dst)
-    np.add(y, bc, out=y)
+    if type(sc) is float and sc == 1.0:   # the default scale: x * 1.0 is x, one pass over the tile fewer
+        y = np.add(xs, bc, out=dst)
+    else:
+        y = np.multiply(xs, sc, out=dst)
+        np.add(y, bc, out=y)
     return fn(y, out=y)
 
 
