@@ -365,11 +365,11 @@ def _touched(log, shape, since, key):
     hit = np.zeros(shape, bool)
     hit[key] = True
     out = []
-    for i in range(log.n):
+    for box, epoch in zip(log.boxes, log.epochs):
         cover = np.zeros(shape, bool)
-        cover[tuple(slice(int(a), int(b), int(s)) for a, b, s in zip(log.lo[i], log.hi[i], log.step[i]))] = True
-        if log.epoch[i] >= since and (cover & hit).any():
-            out.append(log.epoch[i])
+        cover[tuple(slice(a, b, s) for a, b, s in box)] = True
+        if epoch >= since and (cover & hit).any():
+            out.append(epoch)
     return np.array(out, dtype=np.int64)
 
 

@@ -492,6 +492,26 @@ def test_reading_memory_no_iteration_wrote_stops_value_replay_there():
     assert str(replayed) == str(full) and "never written" in str(full)
 
 
+GUARDS = rowwise_kernel("""
+        buf = nl.ndarray((20, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+        left, right = nl.arange(32)[None, :], 32 + nl.arange(32)[None, :]
+        for i in nl.affine_range(WRITTEN):
+            buf[i, ip, right] = nl.load(a[i * 128 + ip, right])
+        for i in nl.affine_range(20):
+            buf[i, ip, left] = nl.load(a[i * 128 + ip, left])
+            half = nl.exp(buf[i, ip, left])        # inside this iteration's own write: holds at every iteration
+            whole = nl.add(buf[i, ip, jf], half[ip, nl.arange(1)[None, :]])   # right half: from the first loop
+            nl.store(out[i * 128 + ip, jf], value=whole)
+        return out
+    """)
+
+
+def test_a_guard_implied_by_its_own_iteration_goes_unchecked_and_the_others_still_stop_replay():
+    assert values_replayed(GUARDS.replace("WRITTEN", "20"), rows(128 * 20) / 1e4) > 0
+    replayed, full = errors_with_values(GUARDS.replace("WRITTEN", "14"), rows(128 * 20) / 1e4)
+    assert str(replayed) == str(full) and "never written" in str(full)
+
+
 def test_loop_carried_write_found_in_a_replayed_iteration_names_its_line():
     # iteration i writes blocks 19 - i and i: iteration 10 meets block 10, which iteration 9 wrote
     src = rowwise_kernel("""

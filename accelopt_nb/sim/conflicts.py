@@ -14,7 +14,7 @@ raised. ``warn`` mode, which goes on after a conflict, keeps the per-element sta
 """
 from __future__ import annotations
 
-from typing import Any
+import bisect
 
 import numpy as np
 
@@ -157,65 +157,70 @@ class BoxBuckets:
 
 
 class WriteLog:
-    """The boxes one tensor was assigned inside affine loops, in epoch order (bucketed: see BoxBuckets)."""
+    """The boxes one tensor was assigned inside affine loops, in epoch order (bucketed: see BoxBuckets).
 
-    __slots__ = ("lo", "hi", "step", "epoch", "n", "boxes", "index")
+    Rows are Python lists (a replayed iteration adds several per instruction); the arrays for testing many
+    rows at once are built when a box has too many candidates to test one by one."""
+
+    __slots__ = ("boxes", "epochs", "index", "_arrays")
 
     def __init__(self, ndim: int) -> None:
-        cap = 16
-        self.lo = np.empty((cap, ndim), dtype=np.int64)
-        self.hi = np.empty((cap, ndim), dtype=np.int64)
-        self.step = np.empty((cap, ndim), dtype=np.int64)
-        self.epoch = np.empty(cap, dtype=np.int64)
-        self.n = 0
-        self.boxes: list[Box] = []    # the rows as tuples, for one-by-one tests
+        self.boxes: list[Box] = []
+        self.epochs: list[int] = []    # ascending: a row's epoch is the run's epoch when it was written
         self.index = BoxBuckets()
+        empty = np.empty((0, ndim), dtype=np.int64)
+        self._arrays: tuple[np.ndarray, ...] = (empty, empty, empty, np.empty(0, dtype=np.int64))
+
+    def _rows_as_arrays(self) -> tuple[np.ndarray, ...]:
+        """(lo, hi, step, epoch) of every row, extended by the rows added since the last call."""
+        lo, hi, step, epoch = self._arrays
+        have, n = len(epoch), len(self.boxes)
+        if have < n:
+            new = np.array(self.boxes[have:], dtype=np.int64)   # (rows, ndim, 3)
+            lo, hi, step = (np.concatenate([a, new[:, :, k]]) for k, a in enumerate((lo, hi, step)))
+            epoch = np.concatenate([epoch, np.array(self.epochs[have:], dtype=np.int64)])
+            self._arrays = (lo, hi, step, epoch)
+        return self._arrays
 
     def meeting_epochs(self, box: Box, since: int) -> np.ndarray:
         """Epochs (>= ``since``) of the logged boxes that share at least one element with ``box``."""
-        n = self.n
-        first = int(np.searchsorted(self.epoch[:n], since, side="left"))
+        n = len(self.boxes)
+        first = bisect.bisect_left(self.epochs, since)
         if first == n:
-            return self.epoch[:0]
+            return _NO_EPOCHS
         rows = self.index.candidates(box)
         if rows is not None:
             rows = [i for i in rows if i >= first]
             if len(rows) <= 64:  # few candidates: test them one by one
-                return np.array([self.epoch[i] for i in rows if _meets(self.boxes[i], box)], dtype=np.int64)
+                return np.array([self.epochs[i] for i in rows if _meets(self.boxes[i], box)], dtype=np.int64)
+        lo, hi, step, epoch = (a[first:n] for a in self._rows_as_arrays())
         b_lo = np.array([a[0] for a in box], dtype=np.int64)
         b_hi = np.array([a[1] for a in box], dtype=np.int64)
-        lo, hi = self.lo[first:n], self.hi[first:n]
         idx = np.flatnonzero(np.all((lo < b_hi) & (hi > b_lo), axis=1))
         if idx.size == 0:
-            return self.epoch[:0]
-        strided = any(a[2] != 1 for a in box) or bool((self.step[first:n][idx] != 1).any())
+            return _NO_EPOCHS
+        strided = any(a[2] != 1 for a in box) or bool((step[idx] != 1).any())
         if strided:  # bounding boxes meet; the progressions may still interleave
             idx = np.array([i for i in idx.tolist() if _meets(self.boxes[first + i], box)], dtype=np.int64)
             if idx.size == 0:
-                return self.epoch[:0]
-        return self.epoch[first:n][idx]
+                return _NO_EPOCHS
+        return epoch[idx]
 
     def add(self, box: Box, epoch: int) -> None:
-        if self.n == len(self.epoch):
-            self.lo, self.hi, self.step, self.epoch = (np.concatenate([a, np.empty_like(a)])
-                                                       for a in (self.lo, self.hi, self.step, self.epoch))
-        i = self.n
-        self.lo[i] = [a[0] for a in box]
-        self.hi[i] = [a[1] for a in box]
-        self.step[i] = [a[2] for a in box]
-        self.epoch[i] = epoch
-        self.n += 1
+        self.index.add(len(self.boxes), box)
         self.boxes.append(box)
-        self.index.add(i, box)
+        self.epochs.append(epoch)
 
     def stamps(self, shape: tuple[int, ...]) -> np.ndarray:
         """The per-element array of last-write epochs that the logged writes leave."""
         out = np.zeros(shape, dtype=np.int32)  # epochs stay far below 2**31
-        for i in range(self.n):
-            key: tuple[Any, ...] = tuple(slice(int(a), int(b), int(s))
-                                         for a, b, s in zip(self.lo[i], self.hi[i], self.step[i]))
-            out[key] = self.epoch[i]
+        for box, epoch in zip(self.boxes, self.epochs):
+            out[tuple(slice(a, b, s) for a, b, s in box)] = epoch
         return out
+
+
+_NO_EPOCHS = np.empty(0, dtype=np.int64)
+_NO_EPOCHS.flags.writeable = False
 
 
 def paint(out: np.ndarray, written: Box, box: Box) -> None:

@@ -277,9 +277,12 @@ class Program:
         for i, (sig, consts) in enumerate(zip(log.sigs, log.consts)):
             it, cit = iter(sig[1:-1]), iter(consts)
             exprs = []
+            spans = []   # per argument: its slots, if a box of ints
             while (node := next(it, _END)) is not _END:
+                first = slot
                 expr, slot = _source(node, it, cit, slot, ns)
                 exprs.append(expr)
+                spans.append((first, slot) if type(node) is tuple and node[0] == "B" else None)
             fn = sig[0]
             # registers are dropped after their last use, so temporaries are freed when running the body frees them
             self.calls.append((fn, _compiled(f"lambda row, regs: ({''.join(e + ', ' for e in exprs)})", ns), sig[-1],
@@ -289,7 +292,32 @@ class Program:
                 fresh = type(sig[1]) is tuple and sig[1][0] == "f"
                 self.guards.append((fn, ("reg", sig[1][1]) if fresh else id(consts[0]), None if fresh else consts[0],
                                     _compiled(f"lambda row: {exprs[1]}", ns),
-                                    consts[-1] if fn is guard_local else None))
+                                    consts[-1] if fn is guard_local else None, spans[1]))
+        self.guards = _needed_guards(self.guards, last, delta)
+
+
+def _needed_guards(guards: list[tuple], last: np.ndarray, delta: np.ndarray) -> list[tuple]:
+    """The guards that can come out otherwise (with the cover updates they are checked against): a guard
+    whose box lies inside a box the same iteration added earlier to the same tensor, and moves with it,
+    holds at every iteration (a compiler-style tile read after its write)."""
+    from accelopt_nb.sim.conflicts import _contains
+    def box_at(span: tuple[int, int]) -> tuple:
+        v = last[span[0]:span[1]].tolist()
+        return tuple(tuple(v[k:k + 3]) for k in range(0, len(v), 3))
+
+    added: dict[Any, list[tuple]] = {}
+    kept = []
+    for fn, key, t, build, local, span in guards:
+        if span is not None:
+            box, step = box_at(span), delta[span[0]:span[1]].tobytes()
+            if fn is cover_add:
+                added.setdefault(key, []).append((box, step))
+            elif (fn is guard_covered or local.all()) and any(
+                    s == step and _contains(b, box) for b, s in added.get(key, ())):
+                continue
+        kept.append((fn, key, t, build, local))
+    checked = {g[1] for g in kept if g[0] is not cover_add}
+    return [g for g in kept if g[0] is not cover_add or g[1] in checked]
 
 
 _CODE: dict[str, Any] = {}
