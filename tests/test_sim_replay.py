@@ -494,13 +494,16 @@ def test_reading_memory_no_iteration_wrote_stops_value_replay_there():
 
 GUARDS = rowwise_kernel("""
         buf = nl.ndarray((20, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
-        left, right = nl.arange(32)[None, :], 32 + nl.arange(32)[None, :]
+        bias = nl.ndarray((2, nl.par_dim(128), 1), dtype=nl.float32, buffer=nl.sbuf)
+        left, right, one = nl.arange(32)[None, :], 32 + nl.arange(32)[None, :], nl.arange(1)[None, :]
+        bias[1, ip, one] = nl.load(a[ip, one])
         for i in nl.affine_range(WRITTEN):
             buf[i, ip, right] = nl.load(a[i * 128 + ip, right])
         for i in nl.affine_range(20):
             buf[i, ip, left] = nl.load(a[i * 128 + ip, left])
             half = nl.exp(buf[i, ip, left])        # inside this iteration's own write: holds at every iteration
-            whole = nl.add(buf[i, ip, jf], half[ip, nl.arange(1)[None, :]])   # right half: from the first loop
+            whole = nl.add(buf[i, ip, jf], half[ip, one])   # its right half: from the first loop
+            whole = nl.add(whole, bias[1, ip, one])   # written before the loop, the same box each time: holds
             nl.store(out[i * 128 + ip, jf], value=whole)
         return out
     """)

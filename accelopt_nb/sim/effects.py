@@ -297,27 +297,44 @@ class Program:
 
 
 def _needed_guards(guards: list[tuple], last: np.ndarray, delta: np.ndarray) -> list[tuple]:
-    """The guards that can come out otherwise (with the cover updates they are checked against): a guard
-    whose box lies inside a box the same iteration added earlier to the same tensor, and moves with it,
-    holds at every iteration (a compiler-style tile read after its write)."""
-    from accelopt_nb.sim.conflicts import _contains
+    """The guards that can come out otherwise, with the cover updates they are checked against.
+
+    Validity only grows while replaying, so these hold at every iteration: a guard whose box lies inside a
+    box the same iteration added earlier to the same tensor and moves with it (a compiler-style tile read
+    after its write); a box found written (or all written) that stays put, in a tensor from before the loop
+    (one allocated in the iteration starts empty each time). And a cover update matters only
+    to a later guard of its tensor whose box it can meet: one moving with it from a disjoint box never does.
+    """
+    from accelopt_nb.sim.conflicts import _contains, _meets
+
     def box_at(span: tuple[int, int]) -> tuple:
         v = last[span[0]:span[1]].tolist()
         return tuple(tuple(v[k:k + 3]) for k in range(0, len(v), 3))
 
     added: dict[Any, list[tuple]] = {}
-    kept = []
+    kept = []   # (guard, its box and step, or None when unknown)
     for fn, key, t, build, local, span in guards:
+        where = None
         if span is not None:
-            box, step = box_at(span), delta[span[0]:span[1]].tobytes()
+            where = box, step = box_at(span), delta[span[0]:span[1]]
             if fn is cover_add:
                 added.setdefault(key, []).append((box, step))
-            elif (fn is guard_covered or local.all()) and any(
-                    s == step and _contains(b, box) for b, s in added.get(key, ())):
-                continue
-        kept.append((fn, key, t, build, local))
-    checked = {g[1] for g in kept if g[0] is not cover_add}
-    return [g for g in kept if g[0] is not cover_add or g[1] in checked]
+            elif fn is guard_covered or local.all():
+                if (t is not None and not step.any()) or any(
+                        (s == step).all() and _contains(b, box) for b, s in added.get(key, ())):
+                    continue
+        kept.append(((fn, key, t, build, local), where))
+    needed = []
+    later: dict[Any, list] = {}   # per tensor: the kept guards after this point
+    for guard, where in reversed(kept):
+        fn, key = guard[0], guard[1]
+        if fn is not cover_add:
+            later.setdefault(key, []).append(where)
+        elif not any(w is None or where is None or not (w[1] == where[1]).all() or _meets(w[0], where[0])
+                     for w in later.get(key, ())):
+            continue
+        needed.append(guard)
+    return needed[::-1]
 
 
 _CODE: dict[str, Any] = {}
