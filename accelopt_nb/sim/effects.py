@@ -302,8 +302,8 @@ def _needed_guards(guards: list[tuple], last: np.ndarray, delta: np.ndarray) -> 
     Validity only grows while replaying, so these hold at every iteration: a guard whose box lies inside a
     box the same iteration added earlier to the same tensor and moves with it (a compiler-style tile read
     after its write); a box found written (or all written) that stays put, in a tensor from before the loop
-    (one allocated in the iteration starts empty each time). And a cover update matters only
-    to a later guard of its tensor whose box it can meet: one moving with it from a disjoint box never does.
+    (one allocated in the iteration starts empty each time). A cover update matters only to a later guard
+    of its tensor whose box it can meet: one moving with it from a disjoint box never does.
     """
     from accelopt_nb.sim.conflicts import _contains, _meets
 

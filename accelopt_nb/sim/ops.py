@@ -143,8 +143,8 @@ def broadcast_shape(rt: Runtime, api: str, operands: Sequence[Operand]) -> tuple
 
 def deferrable(fns: Sequence[Any], values: Sequence[Any], dtype: Any, shape: tuple[int, ...]) -> bool:
     """Whether a result can be computed later, maybe into its destination (``tensor.defer``): NumPy ufuncs
-    (or ``FLOAT32_INTO`` functions) of float32 arrays and scalars giving a float32 tile (then ``out=`` rounds exactly as the result tile
-    and its copy would)."""
+    (or ``FLOAT32_INTO`` functions) of float32 arrays and scalars giving a float32 tile (then ``out=``
+    rounds exactly as the result tile and its copy would)."""
     if dtype != dt.float32 or len(shape) < 2:
         return False
     for fn in fns:
