@@ -9,6 +9,7 @@ extrapolate, so the comparison is not vacuous.
 """
 from __future__ import annotations
 
+import re
 import textwrap
 
 import numpy as np
@@ -511,6 +512,10 @@ GUARDS = rowwise_kernel("""
 
 def test_a_guard_implied_by_its_own_iteration_goes_unchecked_and_the_others_still_stop_replay():
     assert values_replayed(GUARDS.replace("WRITTEN", "20"), rows(128 * 20) / 1e4) > 0
+    # the right half written in the iteration too: the whole tile is read after two writes that cover it
+    in_parts = re.sub(r"\n( +)half = ", r"\n\1buf[i, ip, right] = nl.load(a[i * 128 + ip, right])\g<0>", GUARDS)
+    assert in_parts.count("buf[i, ip, right] = nl.load") == 2
+    assert values_replayed(in_parts.replace("WRITTEN", "0"), rows(128 * 20) / 1e4) > 0
     replayed, full = errors_with_values(GUARDS.replace("WRITTEN", "14"), rows(128 * 20) / 1e4)
     assert str(replayed) == str(full) and "never written" in str(full)
 

@@ -299,13 +299,13 @@ class Program:
 def _needed_guards(guards: list[tuple], last: np.ndarray, delta: np.ndarray) -> list[tuple]:
     """The guards that can come out otherwise, with the cover updates they are checked against.
 
-    Validity only grows while replaying, so these hold at every iteration: a guard whose box lies inside a
-    box the same iteration added earlier to the same tensor and moves with it (a compiler-style tile read
-    after its write); a box found written (or all written) that stays put, in a tensor from before the loop
+    Validity only grows while replaying, so these hold at every iteration: a guard whose box the same
+    iteration wrote earlier into the same tensor, with boxes that move with it (a compiler-style tile read
+    after its write, maybe written in parts); a box found written (or all written) that stays put, in a tensor from before the loop
     (one allocated in the iteration starts empty each time). A cover update matters only to a later guard
     of its tensor whose box it can meet: one moving with it from a disjoint box never does.
     """
-    from accelopt_nb.sim.conflicts import _contains, _meets
+    from accelopt_nb.sim.conflicts import _meets
 
     def box_at(span: tuple[int, int]) -> tuple:
         v = last[span[0]:span[1]].tolist()
@@ -319,10 +319,9 @@ def _needed_guards(guards: list[tuple], last: np.ndarray, delta: np.ndarray) -> 
             where = box, step = box_at(span), delta[span[0]:span[1]]
             if fn is cover_add:
                 added.setdefault(key, []).append((box, step))
-            elif fn is guard_covered or local.all():
-                if (t is not None and not step.any()) or any(
-                        (s == step).all() and _contains(b, box) for b, s in added.get(key, ())):
-                    continue
+            elif (fn is guard_covered or local.all()) and (
+                    (t is not None and not step.any()) or _written_by(box, step, added.get(key, ()))):
+                continue
         kept.append(((fn, key, t, build, local), where))
     needed = []
     later: dict[Any, list] = {}   # per tensor: the kept guards after this point
@@ -335,6 +334,21 @@ def _needed_guards(guards: list[tuple], last: np.ndarray, delta: np.ndarray) -> 
             continue
         needed.append(guard)
     return needed[::-1]
+
+
+def _written_by(box: tuple, step: np.ndarray, added: list[tuple]) -> bool:
+    """Whether the boxes ``added`` that move by ``step`` too cover ``box``: inside one, or (an unstrided box)
+    painted whole by several (a tile written in two halves, then read whole)."""
+    from accelopt_nb.sim.conflicts import _contains, paint
+    mine = [b for b, s in added if (s == step).all()]
+    if any(_contains(b, box) for b in mine):
+        return True
+    if len(mine) < 2 or any(a[2] != 1 and a[1] - a[0] > 1 for a in box):
+        return False
+    painted = np.zeros(tuple(a[1] - a[0] for a in box), dtype=bool)
+    for b in mine:
+        paint(painted, b, box)
+    return bool(painted.all())
 
 
 _CODE: dict[str, Any] = {}
