@@ -162,25 +162,30 @@ class WriteLog:
     Rows are Python lists (a replayed iteration adds several per instruction); the arrays for testing many
     rows at once are built when a box has too many candidates to test one by one."""
 
-    __slots__ = ("boxes", "epochs", "index", "_arrays")
+    __slots__ = ("boxes", "epochs", "index", "_arrays", "_filled")
 
     def __init__(self, ndim: int) -> None:
         self.boxes: list[Box] = []
         self.epochs: list[int] = []    # ascending: a row's epoch is the run's epoch when it was written
         self.index = BoxBuckets()
-        empty = np.empty((0, ndim), dtype=np.int64)
-        self._arrays: tuple[np.ndarray, ...] = (empty, empty, empty, np.empty(0, dtype=np.int64))
+        self._arrays = tuple(np.empty((16, ndim), dtype=np.int64) for _ in range(3)) + (np.empty(16, np.int64),)
+        self._filled = 0               # rows copied into the arrays so far
 
     def _rows_as_arrays(self) -> tuple[np.ndarray, ...]:
-        """(lo, hi, step, epoch) of every row, extended by the rows added since the last call."""
-        lo, hi, step, epoch = self._arrays
-        have, n = len(epoch), len(self.boxes)
+        """(lo, hi, step, epoch) of every row: the rows added since the last call are copied in (the arrays
+        grow by doubling, so a check after every add stays linear overall)."""
+        n, have = len(self.boxes), self._filled
         if have < n:
+            if n > len(self._arrays[3]):
+                cap = max(n, 2 * len(self._arrays[3]))
+                self._arrays = tuple(np.concatenate([a[:have], np.empty((cap - have,) + a.shape[1:], a.dtype)])
+                                     for a in self._arrays)
+            lo, hi, step, epoch = self._arrays
             new = np.array(self.boxes[have:], dtype=np.int64)   # (rows, ndim, 3)
-            lo, hi, step = (np.concatenate([a, new[:, :, k]]) for k, a in enumerate((lo, hi, step)))
-            epoch = np.concatenate([epoch, np.array(self.epochs[have:], dtype=np.int64)])
-            self._arrays = (lo, hi, step, epoch)
-        return self._arrays
+            lo[have:n], hi[have:n], step[have:n] = new[:, :, 0], new[:, :, 1], new[:, :, 2]
+            epoch[have:n] = self.epochs[have:]
+            self._filled = n
+        return tuple(a[:n] for a in self._arrays)
 
     def meeting_epochs(self, box: Box, since: int) -> np.ndarray:
         """Epochs (>= ``since``) of the logged boxes that share at least one element with ``box``."""
