@@ -23,8 +23,8 @@ jobs. Both sides run on one core (the simulator limits BLAS to one thread; the N
 under the same limit). The L2 column is the simulator's relative error against the reference. Kernels
 that raise are reported with their error and the table goes on.
 
-    python benchmarks/sim_speed.py [--preset paper|small] [--only adamw,silu] [--repeat 3] [--no-ours]
-                                   [--accelopt-repo DIR] [--no-ours] [--no-values]
+    python benchmarks/sim_speed.py [--preset paper|small] [--only adamw,silu] [--repeat 3]
+                                   [--accelopt-repo DIR] [--no-ours] [--no-values] [--wall]
 """
 from __future__ import annotations
 

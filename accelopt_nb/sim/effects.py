@@ -337,18 +337,17 @@ def _needed_guards(guards: list[tuple], last: np.ndarray, delta: np.ndarray) -> 
 
 
 def _written_by(box: tuple, step: np.ndarray, added: list[tuple]) -> bool:
-    """Whether the boxes ``added`` that move by ``step`` too cover ``box``: inside one, or (an unstrided box)
-    painted whole by several (a tile written in two halves, then read whole)."""
-    from accelopt_nb.sim.conflicts import _contains, paint
-    mine = [b for b, s in added if (s == step).all()]
-    if any(_contains(b, box) for b in mine):
+    """Whether the boxes ``added`` that move by ``step`` too cover ``box`` (inside one, or painted whole by
+    several: a tile written in two halves, then read whole), as a cover of just those boxes answers."""
+    from accelopt_nb.sim.conflicts import Cover
+    cover = Cover()
+    for b, s in added:
+        if (s == step).all():
+            cover.add(b)
+    if cover.covers(box):
         return True
-    if len(mine) < 2 or any(a[2] != 1 and a[1] - a[0] > 1 for a in box):
-        return False
-    painted = np.zeros(tuple(a[1] - a[0] for a in box), dtype=bool)
-    for b in mine:
-        paint(painted, b, box)
-    return bool(painted.all())
+    painted = cover.local(box)
+    return painted is not None and bool(painted.all())
 
 
 _CODE: dict[str, Any] = {}
@@ -460,32 +459,30 @@ def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: Prog
 
 def _guards_hold(program: Program, row: list[int]) -> bool:
     """Whether every guard of the iteration at ``row`` comes out as in the probes where it stands: the
-    cover there is the cover now plus the boxes the iteration added before it."""
-    from accelopt_nb.sim.conflicts import _contains, paint
+    cover there is the cover now plus the boxes the iteration added before it (a tensor allocated in the
+    iteration starts from an empty cover)."""
+    from accelopt_nb.sim.conflicts import Cover, _contains, paint
     added: dict[Any, list] = {}
     for fn, key, t, build_box, local in program.guards:
         box = build_box(row)
         mine = added.setdefault(key, [])
         if fn is cover_add:
             mine.append(box)
-        elif t is not None and t._cover is None:
+            continue
+        cover = Cover() if t is None else t._cover
+        if cover is None:
             return False
-        elif fn is guard_covered:
-            if not (t is not None and t._cover.covers(box)) and not any(_contains(b, box) for b in mine):
+        if fn is guard_covered:
+            if not cover.covers(box) and not any(_contains(b, box) for b in mine):
                 return False
-        else:
-            if t is not None:
-                painted = t._cover.local(box)
-            elif all(a[2] == 1 or a[1] - a[0] <= 1 for a in box):   # what Cover.local paints, from nothing
-                painted = np.zeros(tuple(a[1] - a[0] for a in box), dtype=bool)
-            else:
-                painted = None
-            if painted is None:
-                return False
-            for b in mine:
-                paint(painted, b, box)
-            if not np.array_equal(painted, local):
-                return False
+            continue
+        painted = cover.local(box)
+        if painted is None:
+            return False
+        for b in mine:
+            paint(painted, b, box)
+        if not np.array_equal(painted, local):
+            return False
     return True
 
 
