@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from accelopt_nb.sim.conflicts import Cover, _contains, _meets, paint
 from accelopt_nb.sim.runtime import LoopFrame, Runtime, active
 
 _PLAIN = (str, bool, float, type(None), np.floating, np.bool_, np.dtype)
@@ -301,12 +302,11 @@ def _needed_guards(guards: list[tuple], last: np.ndarray, delta: np.ndarray) -> 
 
     Validity only grows while replaying, so these hold at every iteration: a guard whose box the same
     iteration wrote earlier into the same tensor, with boxes that move with it (a compiler-style tile read
-    after its write, maybe written in parts); a box found written (or all written) that stays put, in a tensor from before the loop
-    (one allocated in the iteration starts empty each time). A cover update matters only to a later guard
-    of its tensor whose box it can meet: one moving with it from a disjoint box never does.
+    after its write, maybe written in parts); a box found written (or all written) that stays put, in a
+    tensor from before the loop (one allocated in the iteration starts empty each time). A cover update
+    matters only to a later guard of its tensor whose box it can meet: one moving with it from a disjoint
+    box never does.
     """
-    from accelopt_nb.sim.conflicts import _meets
-
     def box_at(span: tuple[int, int]) -> tuple:
         v = last[span[0]:span[1]].tolist()
         return tuple(tuple(v[k:k + 3]) for k in range(0, len(v), 3))
@@ -339,7 +339,6 @@ def _needed_guards(guards: list[tuple], last: np.ndarray, delta: np.ndarray) -> 
 def _written_by(box: tuple, step: np.ndarray, added: list[tuple]) -> bool:
     """Whether the boxes ``added`` that move by ``step`` too cover ``box`` (inside one, or painted whole by
     several: a tile written in two halves, then read whole), as a cover of just those boxes answers."""
-    from accelopt_nb.sim.conflicts import Cover
     cover = Cover()
     for b, s in added:
         if (s == step).all():
@@ -461,7 +460,6 @@ def _guards_hold(program: Program, row: list[int]) -> bool:
     """Whether every guard of the iteration at ``row`` comes out as in the probes where it stands: the
     cover there is the cover now plus the boxes the iteration added before it (a tensor allocated in the
     iteration starts from an empty cover)."""
-    from accelopt_nb.sim.conflicts import Cover, _contains, paint
     added: dict[Any, list] = {}
     for fn, key, t, build_box, local in program.guards:
         box = build_box(row)
