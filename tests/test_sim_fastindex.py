@@ -698,6 +698,33 @@ def kernel(a, b):
     np.testing.assert_array_equal(res.outputs[0][5], np.float32(1) / (np.float32(1) + np.exp(-(y + np.float32(0)))))
 
 
+def test_activation_default_bias_keeps_the_sign_of_zero(run_kernel, rng, monkeypatch):
+    # the default bias adds +0.0, turning -0.0 into +0.0; a deferred activation skips that add only for
+    # functions blind to the sign (sigmoid), so tanh(-0.0) stays tanh(+0.0) = +0.0 on both paths
+    body = """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((2, 128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    x = nl.ndarray((nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+    y = nl.ndarray((nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+    x[...] = nl.load(a)
+    y[...] = nisa.activation(op=nl.tanh, data=x)
+    nl.store(out[0], value=y)
+    y[...] = nisa.activation(op=nl.sigmoid, data=x)
+    nl.store(out[1], value=y)
+    return out
+"""
+    import accelopt_nb.sim.ops as sim_ops
+    a = np.zeros((128, 64), np.float32)
+    a[:, ::2] = -0.0
+    a[:, 1::4] = rng.standard_normal((128, 16)).astype(np.float32)
+    res = run_kernel(body, a)
+    monkeypatch.setattr(sim_ops, "deferrable", lambda *args: False)
+    plain = run_kernel(body, a)
+    assert res.outputs[0].tobytes() == plain.outputs[0].tobytes()
+    assert not np.signbit(res.outputs[0][0][a == 0]).any()   # tanh(-0.0 + 0.0) is +0.0
+
+
 # ---- whole kernels: every fast path against the general path ---------------------------------------------
 def _whole_kernels():
     import nkibench

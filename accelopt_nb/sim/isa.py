@@ -232,9 +232,27 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=None, _api: str = "nisa.
 
 
 # ---- ScalarE ---------------------------------------------------------------------------------
+_SIGN_BLIND: dict[Any, bool] = {}
+_SCALARS = (float, np.float32)
+
+
+def _sign_blind(fn: Any) -> bool:
+    """Whether ``fn`` maps -0.0 and +0.0 to the same bits (sigmoid, exp; not tanh or sign), so the
+    default bias's ``x + 0.0`` (which turns -0.0 into +0.0) can be skipped without changing a result."""
+    try:
+        return _SIGN_BLIND[fn]
+    except KeyError:
+        with np.errstate(all="ignore"):
+            ys = [np.asarray(fn(np.array([z], np.float32)), np.float32) for z in (-0.0, 0.0)]
+        _SIGN_BLIND[fn] = blind = ys[0].tobytes() == ys[1].tobytes()
+        return blind
+
+
 def _activation_into(dst: np.ndarray | None, fn: Any, xs: np.ndarray, sc: Any, bc: Any) -> np.ndarray:
     """fn(xs * sc + bc), each step rounded to fp32 (a deferred thunk, see ``tensor.defer``)."""
-    if type(sc) is float and sc == 1.0:   # the default scale: x * 1.0 is x, one pass over the tile fewer
+    if type(sc) in _SCALARS and sc == 1.0:   # the default scale: x * 1.0 is x, one pass over the tile fewer
+        if type(bc) in _SCALARS and bc == 0.0 and _sign_blind(fn):   # x + 0.0 differs from x only at -0.0
+            return fn(xs, out=dst)
         y = np.add(xs, bc, out=dst)
     else:
         y = np.multiply(xs, sc, out=dst)

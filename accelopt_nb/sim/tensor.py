@@ -8,6 +8,7 @@ as the boxes written so far (``_cover``) until a question needs the per-element 
 """
 from __future__ import annotations
 
+import math
 import weakref
 from typing import Any
 
@@ -185,6 +186,9 @@ class Tensor(_Opaque):
             self._data = None
         elif data is not None:
             self._data = data
+        elif fill is not None and _positive_zero(fill):
+            # nl.zeros (PSUM accumulators at full logical size): calloc'd pages read as zero, no pass over them
+            self._data = np.zeros(self.shape, dtype=dt.storage(self.dtype))
         elif fill is not None:
             self._data = np.full(self.shape, fill, dtype=dt.storage(self.dtype))
         elif written is False and buffer != "hbm" and self._fast:
@@ -1106,6 +1110,11 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
             np.copyto(wsub, src, where=m)
         return
     _store(t, key, vals, written, store_dtype, accumulate)
+
+
+def _positive_zero(fill: Any) -> bool:
+    """Whether every element filled with ``fill`` is all zero bits (not -0.0, whose sign bit is set)."""
+    return isinstance(fill, (int, float, np.number)) and fill == 0 and math.copysign(1.0, float(fill)) > 0
 
 
 def copy_of(dst: np.ndarray | None, src: np.ndarray) -> np.ndarray:
