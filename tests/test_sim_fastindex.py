@@ -428,6 +428,29 @@ def test_masked_box_is_the_kept_sub_box_or_none():
     assert masked_box(key, np.broadcast_to(np.arange(8)[None, :] < 3, (8, 8))) == ((2, 3, 1), (10, 25, 2), (0, 3, 1))
 
 
+def test_box_copies_of_a_ragged_tile_equal_the_masked_copies(rng):
+    # a mask keeping a box is read by copying the box and filling the rest by slabs, and written by copying
+    # the box alone: the same arrays as the masked (element by element) copies, for boxes touching any side
+    from accelopt_nb.sim.tensor import _boxed_copy, _fill_outside, _local_box, _masked_copy
+    for shape in [(8, 8), (5, 7, 3), (4, 1, 6)]:
+        for _ in range(40):
+            lo = [int(rng.integers(0, n)) for n in shape]
+            hi = [int(rng.integers(a + 1, n + 1)) for a, n in zip(lo, shape)]
+            keep = np.zeros(shape, bool)
+            keep[tuple(slice(a, b) for a, b in zip(lo, hi))] = True
+            local = _local_box(keep)
+            assert local == tuple(slice(a, b) for a, b in zip(lo, hi))
+            data = rng.standard_normal(shape).astype(np.float32)
+            fill = np.full((1,) * len(shape), np.nan, np.float32)
+            np.testing.assert_array_equal(_boxed_copy(data, fill, local), _masked_copy(data, fill, keep))
+            dst, ref = data.copy(), data.copy()
+            np.copyto(ref, np.float32(7), where=~keep)
+            _fill_outside(dst, np.float32(7), local)
+            np.testing.assert_array_equal(dst, ref)
+    assert _local_box(np.zeros((4, 4), bool)) is None
+    assert _local_box(np.eye(4, dtype=bool)) is None
+
+
 def test_unwritten_on_chip_memory_reads_as_its_fill_value(run_kernel, rng):
     # on-chip buffers are allocated without a fill pass; reads still see NaN (ints: 4) where nothing was written
     body = """

@@ -19,7 +19,7 @@ from accelopt_nb.errors import LoopCarriedDependencyError, OpaqueTensorError
 from accelopt_nb.sim import dtypes as dt
 from accelopt_nb.sim import effects
 from accelopt_nb.sim import replay as _replay
-from accelopt_nb.sim.conflicts import EMPTY, Box, Cover, WriteLog, box_of, masked_box
+from accelopt_nb.sim.conflicts import EMPTY, Box, Cover, WriteLog, box_of, mask_spans, masked_box
 from accelopt_nb.sim.indexing import IndexExpr, Mask, basic_key, broadcast, compact, mask_all, mask_count
 from accelopt_nb.sim.runtime import PMAX, Runtime, active, current
 from accelopt_nb.sim.trace import Region, TensorInfo
@@ -900,8 +900,13 @@ def _read_basic(t: Tensor, basic: tuple, adv_shape: tuple[int, ...],
     if m is not None:
         # the general path reads masked-off elements at index 0 of every axis: same values here
         origin = (slice(0, 1, 1),) * t._data.ndim   # a view, so value replay reads it at each iteration
-        data = effects.run(_masked_copy, data, _fill_unwritten(t, t._data[origin], _validity(t, origin)),
-                           m.reshape(data.shape))
+        fill = _fill_unwritten(t, t._data[origin], _validity(t, origin))
+        keep = m.reshape(data.shape)
+        local = _local_box(keep)
+        if local is not None:   # a ragged tile's mask keeps a box: copy it, fill the rest, no pass over the mask
+            data = effects.run(_boxed_copy, data, fill, local)
+        else:
+            data = effects.run(_masked_copy, data, fill, keep)
     if written is not None:
         written = written.copy()  # the general path's gather never aliased the tensor's validity
     return data, written
@@ -911,6 +916,34 @@ def _masked_copy(data: np.ndarray, fill: np.ndarray, keep: np.ndarray) -> np.nda
     out = data.copy()
     np.copyto(out, fill.reshape(()), where=~keep)
     return out
+
+
+def _local_box(keep: np.ndarray) -> tuple[slice, ...] | None:
+    """The slices of the box a mask keeps (of its own shape); None when it keeps no box or nothing."""
+    spans = mask_spans(keep)
+    if spans is None or spans is EMPTY:
+        return None
+    return tuple(slice(first, last + 1) for first, last in spans)
+
+
+def _boxed_copy(data: np.ndarray, fill: np.ndarray, local: tuple[slice, ...]) -> np.ndarray:
+    """``_masked_copy`` for a mask that keeps the box ``local``."""
+    out = np.empty(data.shape, dtype=data.dtype)
+    out[local] = data[local]
+    _fill_outside(out, fill.reshape(()), local)
+    return out
+
+
+def _fill_outside(out: np.ndarray, value: np.ndarray, local: tuple[slice, ...]) -> None:
+    """Set every element of ``out`` outside the box ``local`` to ``value``: per axis, the slabs before
+    and after the box's span, within the box's span on the axes before it."""
+    inside: list[slice] = []
+    for d, span in enumerate(local):
+        if span.start > 0:
+            out[(*inside, slice(0, span.start))] = value
+        if span.stop < out.shape[d]:
+            out[(*inside, slice(span.stop, None))] = value
+        inside.append(span)
 
 
 def _kept_basic(view: View, mask: np.ndarray | None) -> tuple[tuple, tuple[slice, ...]] | None:
@@ -966,9 +999,10 @@ def _filled(shape: tuple[int, ...], dtype: np.dtype, fill: np.ndarray) -> np.nda
 
 def _kept_copy(shape: tuple[int, ...], dtype: np.dtype, fill: np.ndarray, sub: tuple[slice, ...],
                part: np.ndarray) -> np.ndarray:
-    out = _filled(shape, dtype, fill)
+    out = np.empty(shape, dtype=dtype)
     dst = out[sub]
     dst[...] = part.reshape(dst.shape)
+    _fill_outside(out, fill.reshape(()), sub)
     return out
 
 
@@ -1187,7 +1221,11 @@ def _write_basic(t: Tensor, basic: tuple, vals: np.ndarray, written: np.ndarray 
             prev = np.where(prev_w, prev, 0.0)
         np.copyto(sub, dt.cast(prev + vals, t.dtype), where=m, casting="unsafe")
     else:
-        effects.run(_copy_where, sub, vals, m, t.dtype, t._raw)
+        local = _local_box(m)
+        if local is not None:   # a ragged tile's mask keeps a box: copy just it, no pass over the mask
+            effects.run(_assign, sub[local], vals[local], t.dtype, t._raw)
+        else:
+            effects.run(_copy_where, sub, vals, m, t.dtype, t._raw)
     if t._cover is not None and w_src is None:
         kept = masked_box(basic, m)   # a ragged tile's mask keeps a box
         if kept is EMPTY:
