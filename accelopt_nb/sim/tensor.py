@@ -901,7 +901,7 @@ def _read_basic(t: Tensor, basic: tuple, adv_shape: tuple[int, ...],
         # the general path reads masked-off elements at index 0 of every axis: same values here
         origin = (slice(0, 1, 1),) * t._data.ndim   # a view, so value replay reads it at each iteration
         fill = _fill_unwritten(t, t._data[origin], _validity(t, origin))
-        keep = m.reshape(data.shape)
+        keep = m if m.shape == data.shape else m.reshape(data.shape)   # the mask itself: its spans are kept
         local = _local_box(keep)
         if local is not None:   # a ragged tile's mask keeps a box: copy it, fill the rest, no pass over the mask
             data = effects.run(_boxed_copy, data, fill, local)
