@@ -535,6 +535,59 @@ def test_loop_carried_write_found_in_a_replayed_iteration_names_its_line():
     assert (replayed.line, replayed.rule) == (full.line, full.rule)
 
 
+def test_loop_carried_write_checks_proven_once_per_replay(monkeypatch):
+    # blocks i and 40 + i: every replayed write lands on a block no other write touches, so the checks are
+    # proven once (each write only logged) and the outputs are those of running every iteration
+    import accelopt_nb.sim.effects as effects
+    import accelopt_nb.sim.tensor as sim_tensor
+    check = sim_tensor._box_conflict_replayed
+    logged, clear = effects.PROVABLE[check]
+    only_logged = []
+    monkeypatch.setitem(effects.PROVABLE, check, (lambda *a: (only_logged.append(a[1]), logged(*a)), clear))
+    src = rowwise_kernel("""
+        buf = nl.ndarray((60, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(20):
+            buf[i, ip, jf] = nl.load(a[i * 128 + ip, jf])
+            buf[40 + i, ip, jf] = nl.exp(buf[i, ip, jf])
+            nl.store(out[i * 128 + ip, jf], value=buf[40 + i, ip, jf])
+        return out
+    """)
+    assert values_replayed(src, rows(128 * 20) / 1e4) > 0
+    assert len(only_logged) == 3 * 17 * 2   # 17 replayed iterations, 3 writes each (the store too), two runs replay
+
+
+def test_loop_carried_write_meeting_a_probe_iteration_write_is_still_found():
+    # blocks 20 + i and 25 - i: the replayed iterations' writes never meet each other, but iteration 3 writes
+    # block 23, which probe iteration 2 wrote: the log check keeps the per-write checks, which report it
+    src = rowwise_kernel("""
+        buf = nl.ndarray((60, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(20):
+            buf[20 + i, ip, jf] = nl.load(a[i * 128 + ip, jf])
+            buf[25 - i, ip, jf] = nl.load(a[i * 128 + ip, jf])
+        nl.store(out[ip, jf], value=buf[20, ip, jf])
+        return out
+    """)
+    replayed, full = errors_with_values(src, rows(128 * 20))
+    assert str(replayed) == str(full) and "affine_range" in str(full)
+    assert (replayed.line, replayed.rule) == (full.line, full.rule)
+
+
+def test_loop_carried_write_between_two_replayed_iterations_is_still_found():
+    # blocks 100 + i and 130 - i: no probe iteration's write meets a replayed one, but iteration 16 writes
+    # block 116, which iteration 14 wrote: the ranges the two writes sweep meet, so every write is checked
+    src = rowwise_kernel("""
+        buf = nl.ndarray((131, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(20):
+            buf[100 + i, ip, jf] = nl.load(a[i * 128 + ip, jf])
+            buf[130 - i, ip, jf] = nl.load(a[i * 128 + ip, jf])
+        nl.store(out[ip, jf], value=buf[100, ip, jf])
+        return out
+    """)
+    replayed, full = errors_with_values(src, rows(128 * 20))
+    assert str(replayed) == str(full) and "affine_range" in str(full)
+    assert (replayed.line, replayed.rule) == (full.line, full.rule)
+
+
 def test_tiles_allocated_in_the_loop_body_are_replayed_with_values():
     # the NKI idiom: a PSUM accumulator and an SBUF tile allocated in every iteration (a new tensor each)
     src = """

@@ -21,7 +21,9 @@ probes disagree). Validity decided by a check
 (``Cover.covers``, ``Cover.local``) is recorded as a guard; before each replayed iteration its guards are
 evaluated against the cover as it will be at their point, and replay stops before an iteration whose
 guard would come out differently. A loop-carried write found in a replayed iteration raises with the
-line of the instruction, as running it would.
+line of the instruction, as running it would. Where no replayed write can meet another write (each call's
+box moves rigidly past its extent, the ranges the calls sweep are disjoint, and none meets a write logged
+before the replay), those checks are decided once per replay and each write is only logged.
 """
 from __future__ import annotations
 
@@ -34,6 +36,9 @@ from accelopt_nb.sim.conflicts import Cover, _contains, _meets, paint
 from accelopt_nb.sim.runtime import LoopFrame, Runtime, active
 
 _PLAIN = (str, bool, float, type(None), np.floating, np.bool_, np.dtype)
+# a recorded check of a box written into a tensor from before the loop -> (the same call without the check,
+# whether no earlier write logged for the tensor meets any of the given boxes): see Program.calls_for
+PROVABLE: dict[Callable, tuple[Callable, Callable[[Any, list], bool]]] = {}
 # an iteration with more calls is not recorded: a loop that large probes few iterations of many and, measured on
 # the paper's bmm_softmax, recording its probes cost more than replay then saved
 MAX_CALLS = 2048
@@ -265,6 +270,7 @@ class Program:
         self.last, self.delta = last, delta
         self.calls: list[tuple[Callable, Callable, Any, tuple[int, ...]]] = []
         self.guards: list[tuple[Callable, Any, Callable, Any]] = []   # (fn, tensor, box builder, local)
+        self.checks: list[tuple] = []   # PROVABLE calls: (index, fn, tensor key, tensor, box slots)
         ns: dict[str, Any] = {"_nd": np.ndarray}
         slot = 0
         last_use: dict[int, int] = {}
@@ -288,6 +294,8 @@ class Program:
             # registers are dropped after their last use, so temporaries are freed when running the body frees them
             self.calls.append((fn, _compiled(f"lambda row, regs: ({''.join(e + ', ' for e in exprs)})", ns), sig[-1],
                                tuple(frees.get(i, ()))))
+            if fn in PROVABLE and spans[1] is not None and type(sig[1]) is tuple and sig[1][0] == "o":
+                self.checks.append((i, fn, id(consts[0]), consts[0], spans[1]))
             if fn is cover_add or fn is guard_covered or fn is guard_local:
                 # the tensor: a constant, or (None) one allocated in the iteration, whose cover starts empty
                 fresh = type(sig[1]) is tuple and sig[1][0] == "f"
@@ -295,6 +303,53 @@ class Program:
                                     _compiled(f"lambda row: {exprs[1]}", ns),
                                     consts[-1] if fn is guard_local else None, spans[1]))
         self.guards = _needed_guards(self.guards, last, delta)
+
+    def calls_for(self, count: int) -> list[tuple[Callable, Callable, Any, tuple[int, ...]]]:
+        """The calls for iterations 1..``count``, each check of a tensor's writes replaced by its bookkeeping
+        where it provably passes in all of them (:func:`_proven`)."""
+        proven = _proven(self.checks, self.last, self.delta, count)
+        if not proven:
+            return self.calls
+        return [(PROVABLE[c[0]][0],) + c[1:] if i in proven else c for i, c in enumerate(self.calls)]
+
+
+def _proven(checks: list[tuple], last: np.ndarray, delta: np.ndarray, count: int) -> set[int]:
+    """The checks (by call index) that cannot fail in iterations 1..``count``: per tensor, every box its
+    checked writes assign in those iterations is disjoint from every other (each call's box moves rigidly,
+    by at least its extent along some axis, and the ranges the calls sweep are disjoint), so no element is
+    written twice, and no write logged before meets a swept range (the tensor's own test, PROVABLE).
+    Anything else keeps its checks: they then decide, as running every iteration does."""
+    by_tensor: dict[int, tuple[Callable, Any, list[int], list[tuple | None]]] = {}
+    for i, fn, key, t, span in checks:
+        entry = by_tensor.setdefault(key, (fn, t, [], []))
+        entry[2].append(i)
+        entry[3].append(_sweep(last[span[0]:span[1]].tolist(), delta[span[0]:span[1]].tolist(), count))
+    proven: set[int] = set()
+    for fn, t, calls, ranges in by_tensor.values():
+        # past 64 calls on one tensor, comparing their ranges pairwise would cost more than the checks
+        if len(ranges) > 64 or any(r is None for r in ranges):
+            continue
+        if any(_meets(a, b) for k, a in enumerate(ranges) for b in ranges[k + 1:]):
+            continue
+        if PROVABLE[fn][1](t, ranges):
+            proven.update(calls)
+    return proven
+
+
+def _sweep(box: list[int], step: list[int], count: int) -> tuple | None:
+    """The range (a box with unit steps) a box, flat as (first, last + 1, step) per axis and moving by
+    ``step`` per iteration, covers in iterations 1..``count``; None unless it moves rigidly and far enough
+    that no two of those iterations share an element."""
+    out = []
+    apart = count <= 1
+    for k in range(0, len(box), 3):
+        lo, hi, d = box[k], box[k + 1], step[k]
+        if step[k + 1] != d or step[k + 2]:
+            return None
+        apart = apart or abs(d) >= hi - lo > 0
+        ends = (lo + d, lo + count * d)
+        out.append((min(ends), max(ends) + hi - lo, 1))
+    return tuple(out) if apart else None
 
 
 def _needed_guards(guards: list[tuple], last: np.ndarray, delta: np.ndarray) -> list[tuple]:
@@ -430,16 +485,18 @@ def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: Prog
     as they were (trace replay advances them)."""
     saved = (rt.epoch, frame.iteration, frame.iter_epoch, frame.inst_epoch, len(rt.loops), rt.loop_key)
     done = 0
+    # an enclosing probing loop records these calls too (and proves its own program's checks, if it can)
+    call = run if rt.probes else _call
+    calls = program.calls if rt.probes else program.calls_for(count)
     try:
         with np.errstate(all="ignore"):   # NumPy's warnings are no kernel's (deferred results computed under it)
             for m in range(1, count + 1):
                 row = (program.last + m * program.delta).tolist()
                 if program.guards and not _guards_hold(program, row):
                     break
-                call = run if rt.probes else _call   # an enclosing probing loop records these calls too
                 call(loop_iteration, frame, values[pos + m - 1])
                 regs: list[Any] = []
-                for fn, build, reg, frees in program.calls:
+                for fn, build, reg, frees in calls:
                     result = call(fn, *build(row, regs))
                     if reg is not None:
                         regs.append(root(result) if reg[0] == "reg" else result)

@@ -1363,6 +1363,23 @@ def _box_conflict_check(rt: Runtime, t: Tensor, box: Box, frames: list, api: str
     t._stamps.add(box, rt.epoch)
 
 
+def _box_logged(t: Tensor, box: Box, api: str, where: tuple) -> None:
+    """``_box_conflict_replayed`` where value replay proved the check passes: the write is only logged."""
+    if t._stamps is None:
+        t._stamps = WriteLog(len(t.shape))
+    t._stamps.add(box, current().epoch)
+
+
+def _logged_clear(t: Tensor, boxes: list[Box]) -> bool:
+    """Whether no write logged for ``t`` inside the affine loops running now meets any of ``boxes`` (what
+    ``_box_conflict_check`` tests against, for every loop at once)."""
+    frames = [f for f in current().affine_frames() if f.inst_epoch > t._alloc_epoch]
+    if not frames or t._stamps is None:
+        return True
+    return isinstance(t._stamps, WriteLog) and not any(
+        t._stamps.meeting_epochs(box, frames[0].inst_epoch).size for box in boxes)
+
+
 def _box_conflict_replayed(t: Tensor, box: Box, api: str, where: tuple) -> None:
     """``_loop_conflict_check``'s box check for a replayed iteration (``effects``); an error names the
     instruction's line, as running the iteration would."""
@@ -1373,6 +1390,9 @@ def _box_conflict_replayed(t: Tensor, box: Box, api: str, where: tuple) -> None:
     except LoopCarriedDependencyError as exc:
         exc.file = exc.line = None
         raise exc.locate(*where)
+
+
+effects.PROVABLE[_box_conflict_replayed] = (_box_logged, _logged_clear)
 
 
 def _conflict_message(t: Tensor, f: Any) -> str:
