@@ -17,11 +17,13 @@ Times are CPU seconds of this process (``time.process_time``: user + system, so 
 NumPy, then trace-only, then with values, each after a ``gc.collect()``; a column is the best of its
 rounds. Interleaving keeps both sides in the same heap and page state (a process's first large NumPy
 call pays for fresh pages the later ones reuse: a single run measured ours/adamw's NumPy side at 1.8 s
-one time and 0.2 s the next), and the best of several rounds drops the slow outliers of a shared box. CPU time keeps
-the ratios meaningful on a shared, overloaded machine, where wall time mostly measures other people's
-jobs. Both sides run on one core (the simulator limits BLAS to one thread; the NumPy reference runs
-under the same limit). The L2 column is the simulator's relative error against the reference. Kernels
-that raise are reported with their error and the table goes on.
+one time and 0.2 s the next), and the best of several rounds drops the slow outliers of a shared box.
+CPU time keeps the ratios meaningful on a shared, overloaded machine, where wall time mostly measures
+other people's jobs. Both sides run on one core: BLAS is held to one thread for the whole run (lifting
+a limit between measurements wakes OpenBLAS's workers, which spin for a while, and their CPU time landed
+in the next measurement: a trace-only arange_mask run of 17 ms wall read as 37 ms of CPU after a values
+run). The L2 column is the simulator's relative error against the reference. Kernels that raise are
+reported with their error and the table goes on.
 
     python benchmarks/sim_speed.py [--preset paper|small] [--only adamw,silu] [--repeat 3]
                                    [--accelopt-repo DIR] [--no-ours] [--no-values] [--wall]
@@ -72,6 +74,11 @@ class Row:
 
 
 CLOCK = time.process_time
+
+
+def one_blas_thread() -> threadpool_limits:
+    """BLAS held to one thread for a whole run (the module docstring says why not per measurement)."""
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -173,8 +180,7 @@ def measure(case: Case, repeat: int, values: bool) -> Row:
         kernel = load_kernel(case.kernel_path)
         best: dict[str, float] = {}
         for _ in range(max(1, repeat)):
-            with threadpool_limits(limits=1, user_api="blas"):
-                t, _ = timed(lambda: case.numpy_fp32(*host))
+            t, _ = timed(lambda: case.numpy_fp32(*host))
             best["numpy"] = min(t, best.get("numpy", t))
             t, res = timed(lambda: simulate(kernel, *nki_inputs, options=SimOptions(trace_only=True)))
             best["trace"] = min(t, best.get("trace", t))
@@ -266,10 +272,11 @@ def main() -> None:
           f"best of {args.repeat} interleaved rounds")
     print_header()
     rows = []
-    for case in cases:
-        row = measure(case, args.repeat, not args.no_values)
-        rows.append(row)
-        print_row(row)
+    with one_blas_thread():
+        for case in cases:
+            row = measure(case, args.repeat, not args.no_values)
+            rows.append(row)
+            print_row(row)
     values = [r.t_values / r.t_numpy for r in rows if r.t_values and r.t_numpy]
     traces = [r.t_trace / r.t_numpy for r in rows if r.t_trace and r.t_numpy]
     if values or traces:

@@ -20,10 +20,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sim_speed import Case, best_of, case_parser, chosen_cases, failure_text, geomean  # noqa: E402
+from sim_speed import (Case, best_of, case_parser, chosen_cases, failure_text, geomean,  # noqa: E402
+                       one_blas_thread)
 
 from accelopt_nb.perf import estimate  # noqa: E402
 from accelopt_nb.sim import SimOptions, load_kernel, simulate  # noqa: E402
@@ -34,9 +34,8 @@ def measure(case: Case, repeat: int) -> dict:
     row: dict = {"name": case.name}
     try:
         host, nki_inputs = case.make()
-        with threadpool_limits(limits=1, user_api="blas"):
-            case.numpy_fp32(*host)   # untimed: the first call's page faults made NumPy up to 6x slower
-            row["numpy"], _ = best_of(lambda: case.numpy_fp32(*host), repeat)
+        case.numpy_fp32(*host)   # untimed: the first call's page faults made NumPy up to 6x slower
+        row["numpy"], _ = best_of(lambda: case.numpy_fp32(*host), repeat)
         kernel = load_kernel(case.kernel_path)
         row["full"], full = best_of(lambda: simulate(kernel, *nki_inputs,
                                                      options=SimOptions(trace_only=True, loop_replay=False)), repeat)
@@ -66,16 +65,17 @@ def main() -> None:
           "| (replay+est)/np | same trace | same profile |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     rows = []
-    for case in cases:
-        r = measure(case, args.repeat)
-        rows.append(r)
-        if "failure" in r:
-            print(f"| {r['name']} | {r['failure']} |", flush=True)
-            continue
-        print(f"| {r['name']} | {r['instructions']} | {100 * r['replayed']:.0f}% | {r['numpy']:.3f} | {r['full']:.2f} "
-              f"| {r['replay']:.2f} | {r['full'] / r['numpy']:.2f} | {r['replay'] / r['numpy']:.2f} "
-              f"| {r['estimate']:.2f} | {(r['replay'] + r['estimate']) / r['numpy']:.2f} "
-              f"| {'yes' if r['same_trace'] else 'NO'} | {'yes' if r['same_profile'] else 'NO'} |", flush=True)
+    with one_blas_thread():   # as sim_speed.py: no BLAS workers spinning into a measurement
+        for case in cases:
+            r = measure(case, args.repeat)
+            rows.append(r)
+            if "failure" in r:
+                print(f"| {r['name']} | {r['failure']} |", flush=True)
+                continue
+            print(f"| {r['name']} | {r['instructions']} | {100 * r['replayed']:.0f}% | {r['numpy']:.3f} | {r['full']:.2f} "
+                  f"| {r['replay']:.2f} | {r['full'] / r['numpy']:.2f} | {r['replay'] / r['numpy']:.2f} "
+                  f"| {r['estimate']:.2f} | {(r['replay'] + r['estimate']) / r['numpy']:.2f} "
+                  f"| {'yes' if r['same_trace'] else 'NO'} | {'yes' if r['same_profile'] else 'NO'} |", flush=True)
     ok = [r for r in rows if "failure" not in r]
     if ok:
         print(f"geometric mean: full/np {geomean([r['full'] / r['numpy'] for r in ok]):.2f}, "

@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sim_speed import Case, case_parser, chosen_cases, failure_text, geomean, timed  # noqa: E402
+from sim_speed import (Case, case_parser, chosen_cases, failure_text, geomean, one_blas_thread,  # noqa: E402
+                       timed)
 
 from accelopt_nb.sim import SimOptions, load_kernel, simulate  # noqa: E402
 from accelopt_nb.sim.replay import trace_fields  # noqa: E402
@@ -41,8 +41,7 @@ def measure(case: Case, repeat: int) -> dict:
                             ("full", lambda: simulate(kernel, *nki_inputs, options=FULL)),
                             ("replay", lambda: simulate(kernel, *nki_inputs))):
                 gc.collect()
-                with threadpool_limits(limits=1, user_api="blas"):
-                    t, res = timed(fn)
+                t, res = timed(fn)
                 best[key] = min(t, best.get(key, t))
                 if key != "numpy":
                     row[key + "_res"] = res
@@ -69,16 +68,17 @@ def main() -> None:
           "| rel L2 | same values | same trace |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     rows = []
-    for case in cases:
-        r = measure(case, args.repeat)
-        rows.append(r)
-        if "failure" in r:
-            print(f"| {r['name']} | {r['failure']} |", flush=True)
-            continue
-        print(f"| {r['name']} | {r['instructions']} | {100 * r['replayed']:.0f}% | {r['numpy']:.3f} | {r['full']:.2f} "
-              f"| {r['replay']:.2f} | {r['full'] / r['numpy']:.2f} | {r['replay'] / r['numpy']:.2f} "
-              f"| {r['full'] / r['replay']:.2f} | {r['l2']:.1e} | {'yes' if r['same_values'] else 'NO'} "
-              f"| {'yes' if r['same_trace'] else 'NO'} |", flush=True)
+    with one_blas_thread():   # as sim_speed.py: no BLAS workers spinning into a measurement
+        for case in cases:
+            r = measure(case, args.repeat)
+            rows.append(r)
+            if "failure" in r:
+                print(f"| {r['name']} | {r['failure']} |", flush=True)
+                continue
+            print(f"| {r['name']} | {r['instructions']} | {100 * r['replayed']:.0f}% | {r['numpy']:.3f} | {r['full']:.2f} "
+                  f"| {r['replay']:.2f} | {r['full'] / r['numpy']:.2f} | {r['replay'] / r['numpy']:.2f} "
+                  f"| {r['full'] / r['replay']:.2f} | {r['l2']:.1e} | {'yes' if r['same_values'] else 'NO'} "
+                  f"| {'yes' if r['same_trace'] else 'NO'} |", flush=True)
     ok = [r for r in rows if "failure" not in r]
     if ok:
         print(f"geometric mean: full/np {geomean([r['full'] / r['numpy'] for r in ok]):.2f}, "
