@@ -431,7 +431,7 @@ def test_masked_box_is_the_kept_sub_box_or_none():
 def test_box_copies_of_a_ragged_tile_equal_the_masked_copies(rng):
     # a mask keeping a box is read by copying the box and filling the rest by slabs, and written by copying
     # the box alone: the same arrays as the masked (element by element) copies, for boxes touching any side
-    from accelopt_nb.sim.tensor import _boxed_copy, _fill_outside, _local_box, _masked_copy
+    from accelopt_nb.sim.tensor import _fill_outside, _kept_copy, _local_box, _masked_copy
     for shape in [(8, 8), (5, 7, 3), (4, 1, 6)]:
         for _ in range(40):
             lo = [int(rng.integers(0, n)) for n in shape]
@@ -442,7 +442,8 @@ def test_box_copies_of_a_ragged_tile_equal_the_masked_copies(rng):
             assert local == tuple(slice(a, b) for a, b in zip(lo, hi))
             data = rng.standard_normal(shape).astype(np.float32)
             fill = np.full((1,) * len(shape), np.nan, np.float32)
-            np.testing.assert_array_equal(_boxed_copy(data, fill, local), _masked_copy(data, fill, keep))
+            np.testing.assert_array_equal(_kept_copy(shape, data.dtype, fill, local, data[local]),
+                                          _masked_copy(data, fill, keep))
             dst, ref = data.copy(), data.copy()
             np.copyto(ref, np.float32(7), where=~keep)
             _fill_outside(dst, np.float32(7), local)

@@ -904,7 +904,7 @@ def _read_basic(t: Tensor, basic: tuple, adv_shape: tuple[int, ...],
         keep = m if m.shape == data.shape else m.reshape(data.shape)   # the mask itself: its spans are kept
         local = _local_box(keep)
         if local is not None:   # a ragged tile's mask keeps a box: copy it, fill the rest, no pass over the mask
-            data = effects.run(_boxed_copy, data, fill, local)
+            data = effects.run(_kept_copy, data.shape, data.dtype, fill, local, data[local])
         else:
             data = effects.run(_masked_copy, data, fill, keep)
     if written is not None:
@@ -924,14 +924,6 @@ def _local_box(keep: np.ndarray) -> tuple[slice, ...] | None:
     if spans is None or spans is EMPTY:
         return None
     return tuple(slice(first, last + 1) for first, last in spans)
-
-
-def _boxed_copy(data: np.ndarray, fill: np.ndarray, local: tuple[slice, ...]) -> np.ndarray:
-    """``_masked_copy`` for a mask that keeps the box ``local``."""
-    out = np.empty(data.shape, dtype=data.dtype)
-    out[local] = data[local]
-    _fill_outside(out, fill.reshape(()), local)
-    return out
 
 
 def _fill_outside(out: np.ndarray, value: np.ndarray, local: tuple[slice, ...]) -> None:
@@ -1282,13 +1274,19 @@ def _store(t: Tensor, key: tuple, vals: np.ndarray, written: np.ndarray | None, 
     _mark_written(t, key, written)
 
 
+def _conflict_frames(rt: Runtime, t: Tensor) -> list:
+    """The affine loops running now whose iterations may not write one location of ``t`` twice (those
+    entered after ``t`` was allocated), outermost first."""
+    return [f for f in rt.affine_frames() if f.inst_epoch > t._alloc_epoch]
+
+
 def _loop_conflict_check(rt: Runtime, view: View, mask: np.ndarray | None, api: str, accumulate: bool,
                          kept: tuple[tuple, tuple[slice, ...]] | None = None) -> None:
     """Detect plain writes to one location from different iterations of an affine_range. ``kept``: the
     view's ragged-tile box (``_kept_basic``), as ``write`` found it."""
     if accumulate or rt.options.affine_write_conflicts == "ignore" or rt.options.trace_only:
         return
-    frames = [f for f in rt.affine_frames() if f.inst_epoch > view.tensor._alloc_epoch]
+    frames = _conflict_frames(rt, view.tensor)
     if not frames:
         return
     t = view.tensor
@@ -1373,7 +1371,7 @@ def _box_logged(t: Tensor, box: Box, api: str, where: tuple) -> None:
 def _logged_clear(t: Tensor, boxes: list[Box]) -> bool:
     """Whether no write logged for ``t`` inside the affine loops running now meets any of ``boxes`` (what
     ``_box_conflict_check`` tests against, for every loop at once)."""
-    frames = [f for f in current().affine_frames() if f.inst_epoch > t._alloc_epoch]
+    frames = _conflict_frames(current(), t)
     if not frames or t._stamps is None:
         return True
     return isinstance(t._stamps, WriteLog) and not any(
@@ -1384,7 +1382,7 @@ def _box_conflict_replayed(t: Tensor, box: Box, api: str, where: tuple) -> None:
     """``_loop_conflict_check``'s box check for a replayed iteration (``effects``); an error names the
     instruction's line, as running the iteration would."""
     rt = current()
-    frames = [f for f in rt.affine_frames() if f.inst_epoch > t._alloc_epoch]
+    frames = _conflict_frames(rt, t)
     try:
         _box_conflict_check(rt, t, box, frames, api)
     except LoopCarriedDependencyError as exc:
