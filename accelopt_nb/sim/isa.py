@@ -249,15 +249,14 @@ def _sign_blind(fn: Any) -> bool:
 
 
 def _activation_into(dst: np.ndarray | None, fn: Any, xs: np.ndarray, sc: Any, bc: Any) -> np.ndarray:
-    """fn(xs * sc + bc), each step rounded to fp32 (a deferred thunk, see ``tensor.defer``)."""
-    if type(sc) in _SCALARS and sc == 1.0:   # the default scale: x * 1.0 is x, one pass over the tile fewer
-        if type(bc) in _SCALARS and bc == 0.0 and _sign_blind(fn):   # x + 0.0 differs from x only at -0.0
-            return fn(xs, out=dst)
-        y = np.add(xs, bc, out=dst)
-    else:
-        y = np.multiply(xs, sc, out=dst)
-        np.add(y, bc, out=y)
-    return fn(y, out=y)
+    """fn(xs * sc + bc), each step rounded to fp32 (a deferred thunk, see ``tensor.defer``); a scale or
+    bias of None is a step that changes nothing, skipped (``_activation`` decides, once per instruction)."""
+    y, out = xs, dst
+    if sc is not None:
+        y = out = np.multiply(y, sc, out=out)
+    if bc is not None:
+        y = out = np.add(y, bc, out=out)
+    return fn(y, out=out)
 
 
 def _activation_eager(fn: Any, xs: np.ndarray, sc: Any, bc: Any) -> np.ndarray:
@@ -293,7 +292,10 @@ def _activation(api: str, op, data, bias, scale, reduce_op, reduce_res, mask, dt
         if reduce_res is None and not reduce_required and _ops.deferrable(
                 (fn,), (xs, np.float32(sc) if type(sc) is float else sc, np.float32(bc) if type(bc) is float else bc),
                 out_dtype, x.shape):
-            thunk = (_activation_into, fn, xs, sc, bc)
+            # x * 1.0 is x; x + 0.0 is x but at -0.0, which only some functions tell apart
+            skip_scale = type(sc) in _SCALARS and sc == 1.0
+            skip_bias = type(bc) in _SCALARS and bc == 0.0 and _sign_blind(fn)
+            thunk = (_activation_into, fn, xs, None if skip_scale else sc, None if skip_bias else bc)
         else:
             out_data = effects.run(_activation_eager, fn, xs, sc, bc)
     written = combine_written(*[o.written if o is x else (None if o.written is None else _broadcast(
