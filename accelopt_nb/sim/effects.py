@@ -270,7 +270,7 @@ class Program:
         self.last, self.delta = last, delta
         self.calls: list[tuple[Callable, Callable, Any, tuple[int, ...]]] = []
         self.guards: list[tuple[Callable, Any, Callable, Any]] = []   # (fn, tensor, box builder, local)
-        self.checks: list[tuple] = []   # PROVABLE calls: (index, fn, tensor key, tensor, box slots)
+        self.checks: list[tuple] = []   # PROVABLE calls: (index, fn, tensor, box slots)
         ns: dict[str, Any] = {"_nd": np.ndarray}
         slot = 0
         last_use: dict[int, int] = {}
@@ -295,7 +295,7 @@ class Program:
             self.calls.append((fn, _compiled(f"lambda row, regs: ({''.join(e + ', ' for e in exprs)})", ns), sig[-1],
                                tuple(frees.get(i, ()))))
             if fn in PROVABLE and spans[1] is not None and type(sig[1]) is tuple and sig[1][0] == "o":
-                self.checks.append((i, fn, id(consts[0]), consts[0], spans[1]))
+                self.checks.append((i, fn, consts[0], spans[1]))
             if fn is cover_add or fn is guard_covered or fn is guard_local:
                 # the tensor: a constant, or (None) one allocated in the iteration, whose cover starts empty
                 fresh = type(sig[1]) is tuple and sig[1][0] == "f"
@@ -320,10 +320,10 @@ def _proven(checks: list[tuple], last: np.ndarray, delta: np.ndarray, count: int
     written twice, and no write logged before meets a swept range (the tensor's own test, PROVABLE).
     Anything else keeps its checks: they then decide, as running every iteration does."""
     by_tensor: dict[int, tuple[Callable, Any, list[int], list[tuple | None]]] = {}
-    for i, fn, key, t, span in checks:
-        entry = by_tensor.setdefault(key, (fn, t, [], []))
+    for i, fn, t, span in checks:
+        entry = by_tensor.setdefault(id(t), (fn, t, [], []))
         entry[2].append(i)
-        entry[3].append(_sweep(last[span[0]:span[1]].tolist(), delta[span[0]:span[1]].tolist(), count))
+        entry[3].append(_sweep(_box_at(last, span), _box_at(delta, span), count))
     proven: set[int] = set()
     for fn, t, calls, ranges in by_tensor.values():
         # past 64 calls on one tensor, comparing their ranges pairwise would cost more than the checks
@@ -336,15 +336,20 @@ def _proven(checks: list[tuple], last: np.ndarray, delta: np.ndarray, count: int
     return proven
 
 
-def _sweep(box: list[int], step: list[int], count: int) -> tuple | None:
-    """The range (a box with unit steps) a box, flat as (first, last + 1, step) per axis and moving by
-    ``step`` per iteration, covers in iterations 1..``count``; None unless it moves rigidly and far enough
-    that no two of those iterations share an element."""
+def _box_at(numbers: np.ndarray, span: tuple[int, int]) -> tuple:
+    """The box (or its step, from a program's ``delta``) a recorded box argument's number slots hold."""
+    v = numbers[span[0]:span[1]].tolist()
+    return tuple(tuple(v[k:k + 3]) for k in range(0, len(v), 3))
+
+
+def _sweep(box: tuple, step: tuple, count: int) -> tuple | None:
+    """The range (a box with unit steps) ``box``, moving by ``step`` per iteration, covers in iterations
+    1..``count``; None unless it moves rigidly and far enough that no two of those iterations share an
+    element."""
     out = []
     apart = count <= 1
-    for k in range(0, len(box), 3):
-        lo, hi, d = box[k], box[k + 1], step[k]
-        if step[k + 1] != d or step[k + 2]:
+    for (lo, hi, _), (d, d_hi, d_step) in zip(box, step):
+        if d_hi != d or d_step:
             return None
         apart = apart or abs(d) >= hi - lo > 0
         ends = (lo + d, lo + count * d)
@@ -362,16 +367,12 @@ def _needed_guards(guards: list[tuple], last: np.ndarray, delta: np.ndarray) -> 
     matters only to a later guard of its tensor whose box it can meet: one moving with it from a disjoint
     box never does.
     """
-    def box_at(span: tuple[int, int]) -> tuple:
-        v = last[span[0]:span[1]].tolist()
-        return tuple(tuple(v[k:k + 3]) for k in range(0, len(v), 3))
-
     added: dict[Any, list[tuple]] = {}
     kept = []   # (guard, its box and step, or None when unknown)
     for fn, key, t, build, local, span in guards:
         where = None
         if span is not None:
-            where = box, step = box_at(span), delta[span[0]:span[1]]
+            where = box, step = _box_at(last, span), delta[span[0]:span[1]]
             if fn is cover_add:
                 added.setdefault(key, []).append((box, step))
             elif (fn is guard_covered or local.all()) and (
@@ -513,6 +514,9 @@ def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: Prog
     return done
 
 
+_NOTHING_WRITTEN = Cover()   # the cover of a tensor allocated in the iteration, at its start (never added to)
+
+
 def _guards_hold(program: Program, row: list[int]) -> bool:
     """Whether every guard of the iteration at ``row`` comes out as in the probes where it stands: the
     cover there is the cover now plus the boxes the iteration added before it (a tensor allocated in the
@@ -524,7 +528,7 @@ def _guards_hold(program: Program, row: list[int]) -> bool:
         if fn is cover_add:
             mine.append(box)
             continue
-        cover = Cover() if t is None else t._cover
+        cover = _NOTHING_WRITTEN if t is None else t._cover
         if cover is None:
             return False
         if fn is guard_covered:
