@@ -76,9 +76,15 @@ class Row:
 CLOCK = time.process_time
 
 
-def one_blas_thread() -> threadpool_limits:
-    """BLAS held to one thread for a whole run (the module docstring says why not per measurement)."""
-    return threadpool_limits(limits=1, user_api="blas")
+def measure_all(cases: list["Case"], measure: Callable[["Case"], Any], show: Callable[[Any], None]) -> list[Any]:
+    """``measure(case)`` for every case, each row shown as it comes, with BLAS held to one thread for the
+    whole run (the module docstring says why not per measurement)."""
+    rows = []
+    with threadpool_limits(limits=1, user_api="blas"):
+        for case in cases:
+            rows.append(measure(case))
+            show(rows[-1])
+    return rows
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -271,12 +277,7 @@ def main() -> None:
     print(f"# simulator vs NumPy fp32, preset {args.preset!r}, {'wall' if args.wall else 'CPU'} seconds, "
           f"best of {args.repeat} interleaved rounds")
     print_header()
-    rows = []
-    with one_blas_thread():
-        for case in cases:
-            row = measure(case, args.repeat, not args.no_values)
-            rows.append(row)
-            print_row(row)
+    rows = measure_all(cases, lambda case: measure(case, args.repeat, not args.no_values), print_row)
     values = [r.t_values / r.t_numpy for r in rows if r.t_values and r.t_numpy]
     traces = [r.t_trace / r.t_numpy for r in rows if r.t_trace and r.t_numpy]
     if values or traces:

@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sim_speed import (Case, best_of, case_parser, chosen_cases, failure_text, geomean,  # noqa: E402
-                       one_blas_thread)
+                       measure_all)
 
 from accelopt_nb.perf import estimate  # noqa: E402
 from accelopt_nb.sim import SimOptions, load_kernel, simulate  # noqa: E402
@@ -64,18 +64,17 @@ def main() -> None:
     print("| kernel | instr | replayed | numpy s | full s | replay s | full/np | replay/np | estimate s "
           "| (replay+est)/np | same trace | same profile |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
-    rows = []
-    with one_blas_thread():   # as sim_speed.py: no BLAS workers spinning into a measurement
-        for case in cases:
-            r = measure(case, args.repeat)
-            rows.append(r)
-            if "failure" in r:
-                print(f"| {r['name']} | {r['failure']} |", flush=True)
-                continue
-            print(f"| {r['name']} | {r['instructions']} | {100 * r['replayed']:.0f}% | {r['numpy']:.3f} | {r['full']:.2f} "
-                  f"| {r['replay']:.2f} | {r['full'] / r['numpy']:.2f} | {r['replay'] / r['numpy']:.2f} "
-                  f"| {r['estimate']:.2f} | {(r['replay'] + r['estimate']) / r['numpy']:.2f} "
-                  f"| {'yes' if r['same_trace'] else 'NO'} | {'yes' if r['same_profile'] else 'NO'} |", flush=True)
+
+    def show(r: dict) -> None:
+        if "failure" in r:
+            print(f"| {r['name']} | {r['failure']} |", flush=True)
+            return
+        print(f"| {r['name']} | {r['instructions']} | {100 * r['replayed']:.0f}% | {r['numpy']:.3f} | {r['full']:.2f} "
+              f"| {r['replay']:.2f} | {r['full'] / r['numpy']:.2f} | {r['replay'] / r['numpy']:.2f} "
+              f"| {r['estimate']:.2f} | {(r['replay'] + r['estimate']) / r['numpy']:.2f} "
+              f"| {'yes' if r['same_trace'] else 'NO'} | {'yes' if r['same_profile'] else 'NO'} |", flush=True)
+
+    rows = measure_all(cases, lambda case: measure(case, args.repeat), show)
     ok = [r for r in rows if "failure" not in r]
     if ok:
         print(f"geometric mean: full/np {geomean([r['full'] / r['numpy'] for r in ok]):.2f}, "

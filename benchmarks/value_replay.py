@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sim_speed import (Case, case_parser, chosen_cases, failure_text, geomean, one_blas_thread,  # noqa: E402
+from sim_speed import (Case, case_parser, chosen_cases, failure_text, geomean, measure_all,  # noqa: E402
                        timed)
 
 from accelopt_nb.sim import SimOptions, load_kernel, simulate  # noqa: E402
@@ -67,18 +67,17 @@ def main() -> None:
     print("| kernel | instr | replayed | numpy s | full s | replay s | full/np | replay/np | full/replay "
           "| rel L2 | same values | same trace |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
-    rows = []
-    with one_blas_thread():   # as sim_speed.py: no BLAS workers spinning into a measurement
-        for case in cases:
-            r = measure(case, args.repeat)
-            rows.append(r)
-            if "failure" in r:
-                print(f"| {r['name']} | {r['failure']} |", flush=True)
-                continue
-            print(f"| {r['name']} | {r['instructions']} | {100 * r['replayed']:.0f}% | {r['numpy']:.3f} | {r['full']:.2f} "
-                  f"| {r['replay']:.2f} | {r['full'] / r['numpy']:.2f} | {r['replay'] / r['numpy']:.2f} "
-                  f"| {r['full'] / r['replay']:.2f} | {r['l2']:.1e} | {'yes' if r['same_values'] else 'NO'} "
-                  f"| {'yes' if r['same_trace'] else 'NO'} |", flush=True)
+
+    def show(r: dict) -> None:
+        if "failure" in r:
+            print(f"| {r['name']} | {r['failure']} |", flush=True)
+            return
+        print(f"| {r['name']} | {r['instructions']} | {100 * r['replayed']:.0f}% | {r['numpy']:.3f} | {r['full']:.2f} "
+              f"| {r['replay']:.2f} | {r['full'] / r['numpy']:.2f} | {r['replay'] / r['numpy']:.2f} "
+              f"| {r['full'] / r['replay']:.2f} | {r['l2']:.1e} | {'yes' if r['same_values'] else 'NO'} "
+              f"| {'yes' if r['same_trace'] else 'NO'} |", flush=True)
+
+    rows = measure_all(cases, lambda case: measure(case, args.repeat), show)
     ok = [r for r in rows if "failure" not in r]
     if ok:
         print(f"geometric mean: full/np {geomean([r['full'] / r['numpy'] for r in ok]):.2f}, "
