@@ -520,13 +520,22 @@ def test_a_guard_implied_by_its_own_iteration_goes_unchecked_and_the_others_stil
     assert str(replayed) == str(full) and "never written" in str(full)
 
 
-def test_loop_carried_write_found_in_a_replayed_iteration_names_its_line():
+@pytest.mark.parametrize("first, second", [
     # iteration i writes blocks 19 - i and i: iteration 10 meets block 10, which iteration 9 wrote
-    src = rowwise_kernel("""
-        buf = nl.ndarray((20, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+    ("19 - i", "i"),
+    # the replayed iterations' writes never meet each other, but iteration 3 writes block 23, which probe
+    # iteration 2 wrote: the log check keeps the per-write checks, which report it
+    ("20 + i", "25 - i"),
+    # no probe iteration's write meets a replayed one, but iteration 16 writes block 116, which iteration 14
+    # wrote: the ranges the two writes sweep meet, so every write is checked
+    ("100 + i", "130 - i"),
+], ids=["meets-itself", "meets-a-probe-write", "between-replayed-iterations"])
+def test_loop_carried_write_found_in_a_replayed_iteration_names_its_line(first, second):
+    src = rowwise_kernel(f"""
+        buf = nl.ndarray((131, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
         for i in nl.affine_range(20):
-            buf[19 - i, ip, jf] = nl.load(a[i * 128 + ip, jf])
-            buf[i, ip, jf] = nl.load(a[i * 128 + ip, jf])
+            buf[{first}, ip, jf] = nl.load(a[i * 128 + ip, jf])
+            buf[{second}, ip, jf] = nl.load(a[i * 128 + ip, jf])
         nl.store(out[ip, jf], value=buf[0, ip, jf])
         return out
     """)
@@ -554,38 +563,6 @@ def test_loop_carried_write_checks_proven_once_per_replay(monkeypatch):
     """)
     assert values_replayed(src, rows(128 * 20) / 1e4) > 0
     assert len(only_logged) == 3 * 17 * 2   # 17 replayed iterations, 3 writes each (the store too), two runs replay
-
-
-def test_loop_carried_write_meeting_a_probe_iteration_write_is_still_found():
-    # blocks 20 + i and 25 - i: the replayed iterations' writes never meet each other, but iteration 3 writes
-    # block 23, which probe iteration 2 wrote: the log check keeps the per-write checks, which report it
-    src = rowwise_kernel("""
-        buf = nl.ndarray((60, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
-        for i in nl.affine_range(20):
-            buf[20 + i, ip, jf] = nl.load(a[i * 128 + ip, jf])
-            buf[25 - i, ip, jf] = nl.load(a[i * 128 + ip, jf])
-        nl.store(out[ip, jf], value=buf[20, ip, jf])
-        return out
-    """)
-    replayed, full = errors_with_values(src, rows(128 * 20))
-    assert str(replayed) == str(full) and "affine_range" in str(full)
-    assert (replayed.line, replayed.rule) == (full.line, full.rule)
-
-
-def test_loop_carried_write_between_two_replayed_iterations_is_still_found():
-    # blocks 100 + i and 130 - i: no probe iteration's write meets a replayed one, but iteration 16 writes
-    # block 116, which iteration 14 wrote: the ranges the two writes sweep meet, so every write is checked
-    src = rowwise_kernel("""
-        buf = nl.ndarray((131, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
-        for i in nl.affine_range(20):
-            buf[100 + i, ip, jf] = nl.load(a[i * 128 + ip, jf])
-            buf[130 - i, ip, jf] = nl.load(a[i * 128 + ip, jf])
-        nl.store(out[ip, jf], value=buf[100, ip, jf])
-        return out
-    """)
-    replayed, full = errors_with_values(src, rows(128 * 20))
-    assert str(replayed) == str(full) and "affine_range" in str(full)
-    assert (replayed.line, replayed.rule) == (full.line, full.rule)
 
 
 def test_tiles_allocated_in_the_loop_body_are_replayed_with_values():
