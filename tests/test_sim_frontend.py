@@ -80,3 +80,27 @@ def test_load_kernel_from_source(rng):
     kern = load_kernel(source=src)
     x = rng.standard_normal((2, 3)).astype(np.float32)
     np.testing.assert_allclose(simulate(kern, x).output, 2 * x)
+
+
+def test_simulation_holds_blas_to_one_thread_and_restores_it(tmp_path, rng):
+    """Per-tile matmuls are tiny: the simulator runs NumPy's BLAS on one thread (found once per process),
+    and gives the caller's setting back afterwards."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+    (tmp_path / "k.py").write_text(
+        "import neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\n"
+        "@nki.jit\ndef double(x):\n    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)\n"
+        "    nl.store(out, value=nl.multiply(nl.load(x), 2.0))\n    return out\n")
+    double = load_kernel(tmp_path / "k.py", name="double")
+    seen = []
+
+    def host(x):   # host code: runs inside the simulation, around the kernel's launch
+        seen.append([lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"])
+        return double(x)
+
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    with threadpool_limits(limits=2, user_api="blas"):
+        for _ in range(2):
+            np.testing.assert_array_equal(simulate(host, x).output, 2 * x)
+        after = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+    assert seen[0] and all(n == [1] * len(seen[0]) for n in seen)
+    assert after == [2] * len(after)
