@@ -180,3 +180,24 @@ def kernel(a):
     res = run_kernel(body, a)
     np.testing.assert_allclose(res.output, np.exp(a)[:, 0::2], rtol=1e-6)
     assert res.trace.op_counts()["tensor_copy"] == 1
+
+
+def test_outer_masks_share_summaries_only_with_equal_values():
+    """A mask built as (rows < n) & (cols < m) is named by its operands (far smaller than it): masks of
+    equal values share their summaries, masks that differ anywhere never do, whatever the operator and
+    operand order."""
+    from accelopt_nb.sim import indexing as ix
+
+    rows, cols = ix.arange(8)[:, None], ix.arange(16)[None, :]
+    builds = [lambda n, m: (rows < n) & (cols < m), lambda n, m: (cols < m) & (rows < n),
+              lambda n, m: (rows < n) | (cols < m), lambda n, m: (rows < n) ^ (cols < m),
+              lambda n, m: (cols < m).values & (rows < n), lambda n, m: (rows < n).values | (cols < m)]
+    for _ in range(2):   # the second pass answers from the summaries the first one kept
+        for n, m in [(8, 16), (5, 16), (8, 11), (5, 11), (11, 5), (3, 3)]:
+            for build in builds:
+                got = build(n, m).values
+                want = np.asarray(got)
+                assert ix.mask_count(got, (8, 16)) == np.count_nonzero(want)
+                assert ix.mask_all(got) == bool(want.all())
+                assert ix.mask_rows_cols(got, (8, 16)) == (np.count_nonzero(want.any(axis=1)),
+                                                          np.count_nonzero(want.any(axis=0)))

@@ -147,18 +147,29 @@ class Mask:
     __slots__ = ("values",)
     __array_priority__ = 100
 
-    def __init__(self, values: Any) -> None:
+    def __init__(self, values: Any, value: tuple | None = None) -> None:
         values = np.asarray(values, dtype=bool)
         if values.flags.writeable:  # a value: read-only, so its summaries (see memo) stay true
             values = values.view()
             values.flags.writeable = False
-        self.values = keep(values)
+        self.values = keep(values, value)
 
-    def __and__(self, o): return Mask(self.values & _arr(o))
-    def __rand__(self, o): return Mask(_arr(o) & self.values)
-    def __or__(self, o): return Mask(self.values | _arr(o))
-    def __ror__(self, o): return Mask(_arr(o) | self.values)
-    def __xor__(self, o): return Mask(self.values ^ _arr(o))
+    def _combine(self, other: Any, fn: Any) -> "Mask":
+        """``fn(self, other)`` for a commutative ``fn`` (so also the reflected operator)."""
+        a, b = self.values, _arr(other)
+        out = fn(a, b)
+        value = None
+        if type(b) is np.ndarray and out.size > a.size + b.size:
+            # an outer combination (rows < n) & (cols < m): named by its operands' values, far smaller than it
+            ka, kb = value_of(a), value_of(b)
+            if ka is not None and kb is not None:
+                value = (fn.__name__, ka, kb)
+        return Mask(out, value)
+
+    def __and__(self, o): return self._combine(o, np.bitwise_and)
+    def __or__(self, o): return self._combine(o, np.bitwise_or)
+    def __xor__(self, o): return self._combine(o, np.bitwise_xor)
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
     def __invert__(self): return Mask(~self.values)
 
     def __bool__(self) -> bool:
@@ -330,21 +341,31 @@ _SUMMARIES: dict[int, tuple[np.ndarray, dict]] = {}
 _BY_VALUE: dict[tuple, dict] = {}
 
 
-def keep(m: np.ndarray) -> np.ndarray:
-    """Keep the summaries of a read-only mask value (or a broadcast view of one) while it is recent."""
+def keep(m: np.ndarray, value: tuple | None = None) -> np.ndarray:
+    """Keep the summaries of a read-only mask value (or a broadcast view of one) while it is recent.
+
+    ``value``: a key that determines the values (equal keys, equal values), when the caller has one cheaper
+    than the values' own bytes (:meth:`Mask._combine`)."""
     entry = _SUMMARIES.get(id(m))
     if entry is None or entry[0] is not m:
         if len(_SUMMARIES) >= 64:
             _SUMMARIES.clear()
-        c = compact(m)
-        value = (m.shape, m.dtype.str, c.shape, c.tobytes())
+        if value is None:
+            c = compact(m)
+            value = (m.shape, m.dtype.str, c.shape, c.tobytes())
         known = _BY_VALUE.get(value)
         if known is None:
             if len(_BY_VALUE) >= 256:
                 _BY_VALUE.clear()
             known = _BY_VALUE[value] = {}
-        _SUMMARIES[id(m)] = (m, known)
+        _SUMMARIES[id(m)] = (m, known, value)
     return m
+
+
+def value_of(m: np.ndarray) -> tuple | None:
+    """The key of a kept mask's values (see :func:`keep`); None for any other array."""
+    entry = _SUMMARIES.get(id(m))
+    return entry[2] if entry is not None and entry[0] is m else None
 
 
 def memo(m: Any, key: Any, fn: Any) -> Any:
