@@ -387,6 +387,62 @@ def test_loop_that_never_replays_is_no_longer_probed(caplog):
     assert sum("nothing was extrapolated in the last 2 instances" in r.getMessage() for r in caplog.records) == 8
 
 
+def test_loop_changing_runtime_state_every_iteration_stops_probing_after_two(monkeypatch):
+    # each i has its own loop_reduce accumulator (i is not a named loop): the runtime's reduction state grows
+    # in every iteration, so no window of probes can agree; probing stops at the second probe, not the fourth
+    from accelopt_nb.sim import effects
+    probes = []
+
+    class CountedLog(effects.Log):
+        def __init__(self) -> None:
+            super().__init__()
+            probes.append(self)
+
+    monkeypatch.setattr(effects, "Log", CountedLog)
+    src = rowwise_kernel("""
+        for i in nl.affine_range(a.shape[0] // 128):
+            acc = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            for j in nl.affine_range(2):
+                part = nl.sum(nl.load(a[i * 128 + ip, j * 32 + nl.arange(32)[None, :]]), axis=1, keepdims=True)
+                acc[ip, 0] = nl.loop_reduce(part, op=np.add, loop_indices=[j], dtype=nl.float32)
+            nl.store(out[i * 128 + ip, 0], value=acc[ip, 0])
+        return out
+    """, out_shape="(a.shape[0], 1)")
+    run_both(src, rows(128 * 16))   # equal outputs and traces (trace-only mode keeps no such state: replayed)
+    assert len(probes) == 2   # the one run with values and replay: its outer loop's first two iterations
+
+
+NESTED = rowwise_kernel("""
+    for i in nl.affine_range(a.shape[0] // 128):
+        for j in nl.affine_range(INNER):
+            t = nl.load(a[i * 128 + ip, j * 4 + nl.arange(4)[None, :]])
+            nl.store(out[i * 128 + ip, j * 4 + nl.arange(4)[None, :]], value=nl.exp(t))
+    return out
+""")
+
+
+@pytest.mark.parametrize("inner, cap_python, outer_replayed", [
+    (4, 4096, True),      # iterations past MAX_CALLS, all run in Python: recorded, the outer loop replays
+    (4, 20, False),       # ... past MAX_CALLS_PYTHON: not recorded
+    (30, 4096, False),    # past MAX_CALLS, most calls the inner loop's replays: not recorded, the inner loop replays
+])
+def test_large_iterations_are_recorded_when_their_calls_ran_in_python(monkeypatch, caplog, inner, cap_python,
+                                                                      outer_replayed):
+    from accelopt_nb.sim import effects
+    monkeypatch.setattr(effects, "MAX_CALLS", 16)
+    monkeypatch.setattr(effects, "MAX_CALLS_PYTHON", cap_python)
+    src = NESTED.replace("INNER", str(inner))
+    with caplog.at_level("DEBUG", logger="accelopt_nb.sim.replay"):
+        run_both(src, rows(128 * 16, 4 * inner))
+    over = [r.getMessage() for r in caplog.records if "calls in one iteration" in r.getMessage()]
+    assert bool(over) != outer_replayed
+    replayed = simulate(load_kernel(source=HEADER + src), rows(128 * 16, 4 * inner), options=VALUES).trace.replayed
+    if inner == 4:   # too short to replay by itself with values: whatever replays is the outer loop
+        assert (replayed > 0) == outer_replayed
+    else:
+        assert "most of them nested loops' replays" in over[0] and replayed > 0
+
+
 def test_trace_only_run_leaves_the_collector_as_it_found_it():
     import gc
     kernel = load_kernel(source=HEADER + textwrap.dedent(PLAIN))

@@ -39,15 +39,19 @@ _PLAIN = (str, bool, float, type(None), np.floating, np.bool_, np.dtype)
 # a recorded check of a box written into a tensor from before the loop -> (the same call without the check,
 # whether no earlier write logged for the tensor meets any of the given boxes): see Program.calls_for
 PROVABLE: dict[Callable, tuple[Callable, Callable[[Any, list], bool]]] = {}
-# an iteration with more calls is not recorded: a loop that large probes few iterations of many and, measured on
-# the paper's bmm_softmax, recording its probes cost more than replay then saved
+# past this many calls in one iteration, most of them repeated by nested loops' replays, the iteration is not
+# recorded: its nested loops already replay, and recording and compiling it cost more than replaying it saved
+# (measured: the paper's matmul, 10.5 -> 15.5 s had its 12-iteration outer loop been replayed). Calls the
+# iteration ran in Python are recorded up to MAX_CALLS_PYTHON: replaying them saves far more than recording
+# costs (the paper's bmm, whose inner loops are too short to replay: 2.2 -> 1.6 s)
 MAX_CALLS = 2048
+MAX_CALLS_PYTHON = 8192    # beyond it (the paper's lora: 17k+) what a failing probe records is mostly waste
 
 
 class Log:
     """One probe iteration's calls: per call a signature (everything but the numbers) and its numbers."""
 
-    __slots__ = ("sigs", "ints", "consts", "regs", "count", "keep", "broken")
+    __slots__ = ("sigs", "ints", "consts", "regs", "count", "keep", "broken", "replayed")
 
     def release(self) -> None:
         """Drop what only rebuilding this iteration's calls needs (a later probe's log replaces it)."""
@@ -61,6 +65,7 @@ class Log:
         self.count = 0                       # registers so far
         self.keep: list[Any] = []            # named by identity without a weak reference: kept alive
         self.broken: str | None = None       # why a call of this iteration cannot be recorded
+        self.replayed = 0                    # calls a nested loop's replay made (not run in Python)
 
 
 class Unsupported(Exception):
@@ -105,8 +110,11 @@ def _record(rt: Runtime, fn: Callable[..., Any], args: tuple, result: Any) -> No
         log = p.logs[-1] if p.logs else None
         if log is None or log.broken is not None or p.reason is not None:
             continue
-        if len(log.sigs) >= MAX_CALLS:   # structural: stop probing this loop at once
-            p.fail(f"values: more than {MAX_CALLS} calls in one iteration (recording would cost more than it saves)")
+        calls = len(log.sigs)
+        if calls >= MAX_CALLS and (2 * log.replayed >= calls or calls >= MAX_CALLS_PYTHON):
+            # structural: stop probing this loop at once
+            why = "" if calls >= MAX_CALLS_PYTHON else ", most of them nested loops' replays"
+            p.fail(f"values: more than {calls} calls in one iteration{why} (recording would cost more than it saves)")
             continue
         sig: list[Any] = [fn]
         consts: list[Any] = []
@@ -489,12 +497,16 @@ def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: Prog
     # an enclosing probing loop records these calls too (and proves its own program's checks, if it can)
     call = run if rt.probes else _call
     calls = program.calls if rt.probes else program.calls_for(count)
+    # the enclosing probing loops record these calls too, as calls not run in Python (see MAX_CALLS)
+    logs = [p.logs[-1] for p in rt.probes if p.logs]
     try:
         with np.errstate(all="ignore"):   # NumPy's warnings are no kernel's (deferred results computed under it)
             for m in range(1, count + 1):
                 row = (program.last + m * program.delta).tolist()
                 if program.guards and not _guards_hold(program, row):
                     break
+                for log in logs:
+                    log.replayed += len(calls) + 1
                 call(loop_iteration, frame, values[pos + m - 1])
                 regs: list[Any] = []
                 for fn, build, reg, frees in calls:

@@ -217,6 +217,11 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
                 rt.probes.remove(probe)
             pos += 1
             marks.append(_mark(rt))
+            if len(marks) >= 3 and marks[-1][4] != marks[-2][4]:
+                # past the first iteration (which may differ: a loop_reduce restarting), every probe compared
+                # must leave the other state alone: this one did not, so no later window of probes can agree
+                # (found now instead of after recording more probes: bmm_softmax's reductions, 2 of 4 saved)
+                probe.fail("runtime state other than the trace changed in the loop body")
             if len(marks) == 2:
                 records = marks[1][0] - marks[0][0] + marks[1][1] - marks[0][1]
                 if (n - pos - (PROBES - 1)) * records < (MIN_GAIN_VALUES if rt.value_replay else MIN_GAIN):
