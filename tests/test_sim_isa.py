@@ -234,3 +234,31 @@ def kernel(s, m):
     s = rng.standard_normal((128, 128)).astype(np.float32)
     m = rng.standard_normal((128, 64)).astype(np.float32)
     np.testing.assert_allclose(run_kernel(body, s, m).output, (s.T @ m)[:64], rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_assigned_whole_is_computed_in_its_destination(run_kernel, rng, monkeypatch):
+    """An fp32 nc_matmul assigned whole to a buffer tile is computed there (no tile copied after it), with
+    the values computing it first and copying give (bit for bit); read any other way, it is computed on its own."""
+    from accelopt_nb.sim import isa
+    dests = []
+    real = isa._pe_matmul_into
+    monkeypatch.setattr(isa, "_pe_matmul_into", lambda dst, st, mv: (dests.append(dst is not None), real(dst, st, mv))[1])
+    body = """
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray((3, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((2, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+    for k in nl.affine_range(2):
+        acc[k, :, :] = nisa.nc_matmul(nl.load(a[k]), nl.load(b[k]))
+        nl.store(out[k], value=nl.copy(acc[k, :, :]))
+    t = nisa.nc_matmul(nl.load(a[0]), nl.load(b[0]))
+    nl.store(out[2], value=nl.copy(t))
+    return out
+"""
+    a = rng.standard_normal((2, 128, 128)).astype(np.float32)
+    b = rng.standard_normal((2, 128, 512)).astype(np.float32)
+    out = run_kernel(body, a, b).output
+    assert dests == [True, True, False]
+    np.testing.assert_array_equal(out[0], out[2])
+    for k in range(2):
+        np.testing.assert_allclose(out[k], a[k].T.astype(np.float64) @ b[k], rtol=1e-4, atol=1e-4)
