@@ -43,7 +43,7 @@ PROVABLE: dict[Callable, tuple[Callable, Callable[[Any, list], bool]]] = {}
 # recorded: its nested loops already replay, and recording and compiling it cost more than replaying it saved
 # (measured: the paper's matmul, 10.5 -> 15.5 s had its 12-iteration outer loop been replayed). Calls the
 # iteration ran in Python are recorded up to MAX_CALLS_PYTHON: replaying them saves far more than recording
-# costs (the paper's bmm, whose inner loops are too short to replay: 2.2 -> 1.6 s)
+# costs (the paper's bmm, whose inner loops are too short to replay: 2.0-2.1 -> 1.4-1.5 s)
 MAX_CALLS = 2048
 MAX_CALLS_PYTHON = 8192    # beyond it (the paper's lora: 17k+) what a failing probe records is mostly waste
 
