@@ -494,10 +494,10 @@ def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: Prog
     as they were (trace replay advances them)."""
     saved = (rt.epoch, frame.iteration, frame.iter_epoch, frame.inst_epoch, len(rt.loops), rt.loop_key)
     done = 0
-    # an enclosing probing loop records these calls too (and proves its own program's checks, if it can)
+    # an enclosing probing loop records these calls too (and proves its own program's checks, if it can), counted
+    # as calls not run in Python (see MAX_CALLS)
     call = run if rt.probes else _call
     calls = program.calls if rt.probes else program.calls_for(count)
-    # the enclosing probing loops record these calls too, as calls not run in Python (see MAX_CALLS)
     logs = [p.logs[-1] for p in rt.probes if p.logs]
     try:
         with np.errstate(all="ignore"):   # NumPy's warnings are no kernel's (deferred results computed under it)

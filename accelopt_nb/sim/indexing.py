@@ -337,7 +337,7 @@ def broadcast(a: Any, shape: tuple[int, ...]) -> np.ndarray:
 # Kernels that write the mask expression into every call make a new mask per instruction with the values of
 # the previous one: the answers are shared by value (shape, dtype and the distinct part's bytes), as every
 # question is a function of the values alone.
-_SUMMARIES: dict[int, tuple[np.ndarray, dict]] = {}
+_SUMMARIES: dict[int, tuple[np.ndarray, dict, tuple]] = {}   # id -> (the mask, its summaries, its value key)
 _BY_VALUE: dict[tuple, dict] = {}
 
 
