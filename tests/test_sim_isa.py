@@ -239,10 +239,15 @@ def kernel(s, m):
 def test_matmul_assigned_whole_is_computed_in_its_destination(run_kernel, rng, monkeypatch):
     """An fp32 nc_matmul assigned whole to a buffer tile is computed there (no tile copied after it), with
     the values computing it first and copying give (bit for bit); read any other way, it is computed on its own."""
-    from accelopt_nb.sim import isa
+    from accelopt_nb.sim import ops
     dests = []
-    real = isa._pe_matmul_into
-    monkeypatch.setattr(isa, "_pe_matmul_into", lambda dst, st, mv: (dests.append(dst is not None), real(dst, st, mv))[1])
+    real = ops.ufunc_into
+
+    def counted(dst, fn, *args):
+        if fn is np.matmul:
+            dests.append(dst is not None)
+        return real(dst, fn, *args)
+    monkeypatch.setattr(ops, "ufunc_into", counted)
     body = """
 @nki.jit
 def kernel(a, b):

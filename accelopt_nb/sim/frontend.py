@@ -9,6 +9,7 @@ alias table) without touching the core.
 from __future__ import annotations
 
 import builtins
+import functools
 import itertools
 import linecache
 import sys
@@ -103,15 +104,11 @@ def _kernel_files(kernel: Kernel) -> set[str]:
     return files | module_globals.get(_FILES_KEY, set())
 
 
-_BLAS: list[ThreadpoolController] = []
-
-
+@functools.cache
 def _blas() -> ThreadpoolController:
     """The process's BLAS thread pools, found once: finding them scans every loaded library (0.45 ms, half
     of a one-tile simulation measured); NumPy's own BLAS, the one kernels use, is loaded with NumPy."""
-    if not _BLAS:
-        _BLAS.append(ThreadpoolController())
-    return _BLAS[0]
+    return ThreadpoolController()
 
 
 def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None = None, grid: Sequence[Any] | None = None,

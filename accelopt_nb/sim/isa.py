@@ -172,9 +172,12 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
     for v in tuple(tile_position) + tuple(tile_size):
         if int(v) % 32:
             raise rt.rule_error(_api, f"tile_position/tile_size {v} is not a multiple of 32", "PE tiling in multiples of 32")
+    out_dtype = _dt.float32
+    if is_transpose and _dt.is_float(st.dtype) and _dt.itemsize(st.dtype) == 2:
+        out_dtype = st.dtype  # PE transpose mode passes 2-byte types through (NC-v3)
     data = thunk = None
-    if st.data is not None and rows == 1 and st.data.dtype == mv.data.dtype == np.float32:
-        thunk = (_pe_matmul_into, st.data, mv.data)   # computed into its destination when assigned whole (defer)
+    if st.data is not None and rows == 1 and _ops.deferrable((np.matmul,), (st.data, mv.data), out_dtype, (m, n)):
+        thunk = (_ops.ufunc_into, np.matmul, st.data.T, mv.data)   # maybe computed in its destination (defer)
     elif st.data is not None:
         data = effects.run(_pe_matmul, st.data, mv.data, rows)
     written = None
@@ -183,9 +186,6 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
         wm = np.ones(mv.shape, bool) if mv.written is None else mv.written
         lead = tuple(range(len(st.shape) - 1))
         written = np.all(ws, axis=lead)[:, None] & np.all(wm, axis=lead)[None, :]
-    out_dtype = _dt.float32
-    if is_transpose and _dt.is_float(st.dtype) and _dt.itemsize(st.dtype) == 2:
-        out_dtype = st.dtype  # PE transpose mode passes 2-byte types through (NC-v3)
     out = _ops.new_result(rt, _api, (m, n), out_dtype, "psum", data, written, m_mask, thunk)
     n_eff = n
     if m_mask is not None:
@@ -202,11 +202,6 @@ def _pe_matmul(st: np.ndarray, mv: np.ndarray, rows: int) -> np.ndarray:
     """``st.T @ mv`` in fp32 (two rows of K per pass: ``[K, 2, M] x [K, 2, N]``)."""
     st, mv = st.astype(np.float32, copy=False), mv.astype(np.float32, copy=False)
     return np.einsum("kim,kin->mn", st, mv) if rows == 2 else np.matmul(st.T, mv)
-
-
-def _pe_matmul_into(dst: np.ndarray | None, st: np.ndarray, mv: np.ndarray) -> np.ndarray:
-    """``st.T @ mv`` of fp32 tiles, into ``dst`` when given (a deferred result, see ``tensor.defer``)."""
-    return np.matmul(st.T, mv) if dst is None else np.matmul(st.T, mv, out=dst)
 
 
 def _transposed(x: np.ndarray) -> np.ndarray:

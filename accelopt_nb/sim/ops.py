@@ -160,7 +160,8 @@ def deferrable(fns: Sequence[Any], values: Sequence[Any], dtype: Any, shape: tup
     return arrays > 0   # the ufunc's result has the tile's (broadcast) shape
 
 
-def _ufunc_into(dst: np.ndarray | None, fn: np.ufunc, *args: Any) -> np.ndarray:
+def ufunc_into(dst: np.ndarray | None, fn: np.ufunc, *args: Any) -> np.ndarray:
+    """The deferred thunk of a :func:`deferrable` ufunc (elementwise ops, ``nc_matmul``): into ``dst`` or new."""
     return fn(*args) if dst is None else fn(*args, out=dst)
 
 
@@ -190,7 +191,7 @@ def elementwise(api: str, engine: str, op: str, fn: Callable[..., np.ndarray], a
         data = effects.run(_eager, fn, dt.is_float(dtype), *[o.data for o in opnds])
     written = combine_written(*[o.written for o in opnds], shape=shape)
     args = [o.data for o in opnds]
-    out = new_result(rt, api, shape, dtype, buffer, data, written, m, (_ufunc_into, fn, *args) if deferred else None)
+    out = new_result(rt, api, shape, dtype, buffer, data, written, m, (ufunc_into, fn, *args) if deferred else None)
     a = {"num_inputs": sum(1 for o in opnds if not o.scalar),
          "psum_input": any(o.buffer == "psum" for o in opnds)}
     if attrs:
