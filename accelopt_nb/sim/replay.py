@@ -66,6 +66,7 @@ MIN_GAIN_VALUES = 32
 # ... and with at least this many iterations left to extrapolate (measured: the paper's bmm_softmax probed
 # loops of 4-8 iterations, and recording those probes cost several times what replaying the rest saved)
 MIN_SKIPPED_VALUES = 8
+_OTHER_STATE = "runtime state other than the trace changed in the loop body"   # see _mark
 MISSES = 2         # instances of one loop in a row that extrapolated nothing, after which it is no longer probed
 _log = logging.getLogger(__name__)
 _NUMPY_DIR = str(Path(np.__file__).parent)
@@ -221,7 +222,7 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
                 # past the first iteration (which may differ: a loop_reduce restarting), every probe compared
                 # must leave the other state alone: this one did not, so no later window of probes can agree
                 # (found now instead of after recording more probes: bmm_softmax's reductions, 2 of 4 saved)
-                probe.fail("runtime state other than the trace changed in the loop body")
+                probe.fail(_OTHER_STATE)
             if len(marks) == 2:
                 records = marks[1][0] - marks[0][0] + marks[1][1] - marks[0][1]
                 if (n - pos - (PROBES - 1)) * records < (MIN_GAIN_VALUES if rt.value_replay else MIN_GAIN):
@@ -280,7 +281,7 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
     """
     probe.mismatch = None
     if any(m[4] != marks[0][4] for m in marks):
-        probe.mismatch = "runtime state other than the trace changed in the loop body"
+        probe.mismatch = _OTHER_STATE
         return None
     counters = np.array([m[:4] for m in marks], dtype=np.int64)
     steps = np.diff(counters, axis=0)
