@@ -371,6 +371,29 @@ def test_index_expressions_of_two_loops_multiplied_are_replayed():
     assert fast.replayed > 0
 
 
+@pytest.mark.parametrize("order", ["pure first", "impure first"])
+def test_runtime_check_is_redone_when_a_call_reaches_another_function(order):
+    # one inner loop, two instances: its call `op(...)` reaches nl.negative in one (replayable) and
+    # operator.neg in the other (not an NKI API: refused). The runtime check is kept per loop and per the
+    # functions its calls reach: the refusing instance must not reuse the other's answer, nor the reverse
+    ops = "(nl.negative, operator.neg)" if order == "pure first" else "(operator.neg, nl.negative)"
+    src = rowwise_kernel("""
+        for k in range(2):
+            op = OPS[k]
+            for i in nl.affine_range(a.shape[0] // 128):
+                nl.store(out[i * 128 + ip, jf], value=op(nl.load(a[i * 128 + ip, jf])))
+        return out
+    """, helpers=f"import operator\nOPS = {ops}\n")
+    once = rowwise_kernel("""
+        for i in nl.affine_range(a.shape[0] // 128):
+            nl.store(out[i * 128 + ip, jf], value=nl.negative(nl.load(a[i * 128 + ip, jf])))
+        return out
+    """)
+    fast, _ = run_both(src, rows(1280))
+    one, _ = run_both(once, rows(1280))
+    assert one.replayed > 0 and fast.replayed == one.replayed   # the nl.negative instance alone replays
+
+
 def test_loop_that_never_replays_is_no_longer_probed(caplog):
     # the inner loop fails the runtime check in every instance; after two it runs without probing
     src = rowwise_kernel("""

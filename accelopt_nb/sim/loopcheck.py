@@ -396,8 +396,59 @@ def _plain_targets(t: ast.AST) -> set[str]:
 # ---- runtime resolution against the kernel frame -----------------------------------------------------
 def runtime_reason(site: LoopSite, f_locals: dict[str, Any], f_globals: dict[str, Any], kernel_files: set[str],
                    sim_types: tuple[type, ...]) -> str | None:
-    """Why the body's calls and subscripts are unsafe with the objects the names now hold, or None."""
+    """Why the body's calls and subscripts are unsafe with the objects the names now hold, or None.
+
+    The answer depends only on which functions the calls reach and on the types of everything else, so it
+    is kept per loop and fingerprint (:func:`_fingerprint`): a nested loop is checked at each instance of it.
+    """
     env = _Env(f_locals, f_globals)
+    found = _fingerprint(site, env, kernel_files)
+    if found is None:
+        return _runtime_reason(site, env, kernel_files, sim_types)
+    key, callees = found
+    known = _reasons.get(id(site))
+    if known is None or known[0] is not site:
+        if len(_reasons) >= 1024:
+            _reasons.clear()
+        known = _reasons[id(site)] = (site, {})
+    hit = known[1].get(key)
+    if hit is None:
+        reason = _runtime_reason(site, env, kernel_files, sim_types)
+        hit = known[1][key] = (reason, callees)   # the callees kept alive: their ids stay their own
+    return hit[0]
+
+
+# per loop site (by id, with the site kept): fingerprint -> (reason, the callees the fingerprint names by id)
+_reasons: dict[int, tuple[LoopSite, dict[tuple, tuple[str | None, list[Any]]]]] = {}
+
+
+def _fingerprint(site: LoopSite, env: "_Env", kernel_files: set[str]) -> tuple[tuple, list[Any]] | None:
+    """What :func:`_runtime_reason` reads from the frame: the object each call resolves to (by identity) or
+    its receiver's type, and the types of the accumulated names, store bases and indexed values; with the
+    callees. None when a call reaches a kernel helper, whose check also reads the helper's own globals."""
+    key: list[Any] = []
+    callees: list[Any] = []
+    for name in site.accumulated - site.varying:
+        key.append(type(env.resolve(ast.Name(id=name, ctx=ast.Load()))))
+    for node in site.store_bases:
+        key.append(type(env.resolve(node)))
+    for sub in site.loads:
+        key.append(type(env.resolve(sub.value)))
+    for call in site.calls:
+        obj = env.resolve(call.func)
+        if obj is _UNRESOLVED:
+            key.append(type(env.resolve(call.func.value)) if isinstance(call.func, ast.Attribute) else None)
+            continue
+        target = obj if isinstance(obj, types.FunctionType) else (getattr(obj, "__wrapped__", None)
+                                                                  or getattr(obj, "fn", None))
+        if isinstance(target, types.FunctionType) and target.__code__.co_filename in kernel_files:
+            return None
+        key.append(id(obj))
+        callees.append(obj)
+    return tuple(key), callees
+
+
+def _runtime_reason(site: LoopSite, env: "_Env", kernel_files: set[str], sim_types: tuple[type, ...]) -> str | None:
     for name in site.accumulated - site.varying:
         obj = env.resolve(ast.Name(id=name, ctx=ast.Load()))
         if not isinstance(obj, sim_types[:2]):   # Tensor, View: `+=` accumulates in place and returns itself
