@@ -352,14 +352,28 @@ def _mask_limit(probe: Probe, ev: list[list[tuple]], count: int) -> tuple[int | 
         except ValueError:
             probe.mismatch = "iterations differ in their mask comparisons"
             return None, comparisons
-        if any(r.shape != res[0].shape or not np.array_equal(r, res[0]) for r in res) or \
-                any(d.shape != dl[0].shape or not np.array_equal(d, dl[0]) for d in dl) or \
-                any(d.shape != dr[0].shape or not np.array_equal(d, dr[0]) for d in dr):
+        if not (_all_equal(res) and _all_equal(dl) and _all_equal(dr)):
             probe.mismatch = "a mask comparison changes between probe iterations"
             return None, comparisons
         comparisons.append((op, lhs[-1], dl[0], rhs[-1], dr[0], res[0]))
         count = min(count, _comparison_limit(op, lhs[-1], dl[0], rhs[-1], dr[0], res[0], count))
     return count, comparisons
+
+
+def _all_equal(arrays: list[np.ndarray]) -> bool:
+    """Whether the arrays have one shape and equal elements (bool and int arrays compared by their bytes:
+    ``np.array_equal`` costs several times more on the small arrays of mask comparisons)."""
+    first = arrays[0]
+    exact = first.dtype.kind in "bui"
+    for a in arrays[1:]:
+        if a.shape != first.shape:
+            return False
+        if exact and a.dtype == first.dtype:
+            if a.tobytes() != first.tobytes():
+                return False
+        elif not np.array_equal(a, first):
+            return False
+    return True
 
 
 def _key_limit(probe: Probe, keys: list[list[int]], count: int) -> tuple[int | None, Any]:
@@ -391,7 +405,7 @@ def _comparison_limit(op: Any, lhs: np.ndarray, dl: np.ndarray, rhs: np.ndarray,
     ordering ops "same at t" implies "same at every s <= t" and a bisection finds the limit.
     """
     def same(t: int) -> bool:
-        return bool(np.array_equal(op(lhs + t * dl, rhs + t * dr), res))
+        return _all_equal([np.asarray(op(lhs + t * dl, rhs + t * dr)), res])
 
     if op in (np.equal, np.not_equal):
         slope = np.broadcast_to(dl - dr, np.broadcast_shapes(lhs.shape, rhs.shape, dl.shape, dr.shape))
