@@ -411,8 +411,8 @@ def test_loop_that_never_replays_is_no_longer_probed(caplog):
 
 
 def test_loop_changing_runtime_state_every_iteration_stops_probing_after_two(monkeypatch):
-    # each i has its own loop_reduce accumulator (i is not a named loop): the runtime's reduction state grows
-    # in every iteration, so no window of probes can agree; probing stops at the second probe, not the fourth
+    # every iteration prints (nl.device_print appends to the runtime's log): the runtime's state grows in every
+    # iteration, so no window of probes can agree; probing stops at the second probe, not the fourth
     from accelopt_nb.sim import effects
     probes = []
 
@@ -424,6 +424,21 @@ def test_loop_changing_runtime_state_every_iteration_stops_probing_after_two(mon
     monkeypatch.setattr(effects, "Log", CountedLog)
     src = rowwise_kernel("""
         for i in nl.affine_range(a.shape[0] // 128):
+            t = nl.load(a[i * 128 + ip, jf])
+            nl.device_print("tile", t)
+            nl.store(out[i * 128 + ip, jf], value=t)
+        return out
+    """)
+    fast, _ = run_both(src, rows(128 * 16))   # equal outputs, traces and printed logs
+    assert fast.replayed == 0
+    assert len(probes) == 2   # the one run with values and replay: its loop's first two iterations
+
+
+def test_loop_reduce_accumulators_of_an_outer_loop_are_replayed_with_values():
+    # each i has its own reduction over j (i is not named): the accumulators live in one array of slots, the
+    # same for every i (the reduction restarts at j == 0), so the loop over i replays with values too
+    src = rowwise_kernel("""
+        for i in nl.affine_range(a.shape[0] // 128):
             acc = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
             for j in nl.affine_range(2):
                 part = nl.sum(nl.load(a[i * 128 + ip, j * 32 + nl.arange(32)[None, :]]), axis=1, keepdims=True)
@@ -431,8 +446,32 @@ def test_loop_changing_runtime_state_every_iteration_stops_probing_after_two(mon
             nl.store(out[i * 128 + ip, 0], value=acc[ip, 0])
         return out
     """, out_shape="(a.shape[0], 1)")
-    run_both(src, rows(128 * 16))   # equal outputs and traces (trace-only mode keeps no such state: replayed)
-    assert len(probes) == 2   # the one run with values and replay: its outer loop's first two iterations
+    kernel = load_kernel(source=HEADER + textwrap.dedent(src))
+    fast, _ = run_both(src, rows(128 * 16))
+    with_values = simulate(kernel, rows(128 * 16), options=VALUES)
+    # the first iteration creates the accumulators, so the probes start one iteration later than in trace-only mode
+    assert with_values.trace.replayed >= fast.replayed - 7 > 0
+    np.testing.assert_allclose(with_values.outputs[0][:, 0], rows(128 * 16).sum(axis=1), rtol=1e-6)
+
+
+def test_rebound_loop_reduce_slots_are_kept_by_a_replayed_inner_loop():
+    # the named loop k is outside; the replayed loop i keeps one accumulator slot per iteration, read back at the
+    # next k: replayed iterations must have updated their slots (the rebound form reads them, not a destination)
+    src = rowwise_kernel("""
+        for k in nl.sequential_range(3):
+            for i in nl.affine_range(a.shape[0] // 128):
+                part = nl.sum(nl.load(a[i * 128 + ip, k * 16 + nl.arange(16)[None, :]]), axis=1, keepdims=True)
+                r = nl.loop_reduce(part, op=np.maximum, loop_indices=[k], dtype=nl.float32)
+                nl.store(out[i * 128 + ip, 0], value=r)
+        return out
+    """, out_shape="(a.shape[0], 1)")
+    a = np.random.default_rng(0).standard_normal((128 * 16, 64)).astype(np.float32)
+    kernel = load_kernel(source=HEADER + textwrap.dedent(src))
+    run_both(src, a)   # bit-equal to running every iteration
+    with_values = simulate(kernel, a, options=VALUES)
+    assert with_values.trace.replayed > 0
+    expected = a[:, :48].reshape(-1, 3, 16).sum(axis=2).max(axis=1)
+    np.testing.assert_allclose(with_values.outputs[0][:, 0], expected, rtol=1e-5)
 
 
 NESTED = rowwise_kernel("""

@@ -570,9 +570,9 @@ def cover_add(t: Any, box: tuple) -> None:
     t._cover.add(box)
 
 
-def loop_begin(kind: str, start: int) -> LoopFrame:
+def loop_begin(kind: str, start: int, step: int, count: int) -> LoopFrame:
     rt = active()
-    frame = LoopFrame(uid=0, kind=kind, start=start)
+    frame = LoopFrame(uid=0, kind=kind, start=start, step=step, count=count)
     rt.loops.append(frame)
     return frame
 

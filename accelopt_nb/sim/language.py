@@ -542,7 +542,7 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
     reduce into uninitialized buffers). The named loops need not be the innermost, nor adjacent, and
     may be affine: this is a reduction, not a loop-carried write. Rebound to a name instead
     (``b = nl.loop_reduce(...)``), the result is the accumulator of this call site in the current
-    iteration of the loops that are not named.
+    iteration of the loops that are not named (:class:`_Accumulators`).
     """
     rt = current()
     api = "nl.loop_reduce"
@@ -555,22 +555,80 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
     xo = operand(x, api, allow_scalar=False, mask=m)
     out_dtype = _dt.canonical(dtype) if dtype is not None else xo.dtype
     fn = ALU[name]
-    file, line = rt.location()
-    key = (file, line, tuple((depth, f.iteration) for depth, f in enumerate(rt.loops) if f not in named))
-    prev = None if restart else rt.loop_reduce_state.get(key)
     data = written = None
     if xo.data is not None:
-        data, written = xo.data.astype(np.float32) if _dt.is_float(out_dtype) else xo.data, xo.written
-        if prev is not None:
-            with np.errstate(all="ignore"):
-                data = _combine(fn, prev[0], data, m)
-            written = _ops.combine_written(prev[1], written, shape=xo.shape)
-        rt.loop_reduce_state[key] = (data, written)
+        to_float = _dt.is_float(out_dtype)
+        acc = _Accumulators.of(rt, named, xo.shape, np.dtype(np.float32) if to_float else xo.data.dtype)
+        slot = acc.slot(rt)
+        data = _effects.run(_reduce_step, fn, acc.values[slot], acc.started[slot + (Ellipsis,)], xo.data, m, restart,
+                            to_float)
+        written = xo.written
+        if written is not None or acc.written:
+            # validity kept per slot in a dict: a loop doing this is not replayed with values
+            _effects.fail("nl.loop_reduce of a partially written tile")
+            written = _ops.combine_written(None if restart else acc.written.get(slot), written, shape=xo.shape)
+            acc.written[slot] = written
     out = _ops.new_result(rt, api, xo.shape, out_dtype, "sbuf", data, written, m)
     _ops.emit_for(rt, out, "vector", "tensor_tensor", api, [xo], {"alu": name, "num_inputs": 2,
                                                                  "psum_input": xo.buffer == "psum", "loop_reduce": True})
     rt.pending_reduction = (out, _PendingReduce(fn, restart, xo, m))
     return out
+
+
+class _Accumulators:
+    """One ``nl.loop_reduce`` call site's accumulators: a slot per iteration of the loops it does not name that
+    run inside the outermost loop it names (a loop around all the named ones restarts the reduction at each of
+    its iterations, so needs no slot of its own), in one dense array.
+
+    The slots' offsets move with those loops, so value replay (:mod:`accelopt_nb.sim.effects`) re-runs a
+    reduction step at another iteration on the right slot; ``started`` marks the slots a restart wrote.
+    """
+
+    __slots__ = ("depths", "values", "started", "written")
+
+    @classmethod
+    def of(cls, rt: Any, named: list, shape: tuple[int, ...], dtype: np.dtype) -> "_Accumulators":
+        file, line = rt.location()
+        outer = builtins.min(rt.loops.index(f) for f in named)
+        depths = tuple(d for d in range(outer + 1, len(rt.loops)) if rt.loops[d] not in named)
+        key = (file, line, depths, shape, dtype.str)
+        acc = rt.loop_reduce_state.get(key)
+        counts = tuple(rt.loops[d].count for d in depths)
+        if acc is None or builtins.any(c > n for c, n in zip(counts, acc.started.shape)):
+            acc = rt.loop_reduce_state[key] = cls(depths, counts, shape, dtype, acc)
+            for a in (acc.values, acc.started):   # by identity in value replay's records, however they are used
+                rt.roots[id(a)] = a
+        return acc
+
+    def __init__(self, depths: tuple[int, ...], counts: tuple[int, ...], shape: tuple[int, ...], dtype: np.dtype,
+                 smaller: "_Accumulators | None") -> None:
+        if smaller is not None:   # a loop grew (its length depends on an outer loop): keep what the slots hold
+            counts = tuple(builtins.max(c, n) for c, n in zip(counts, smaller.started.shape))
+        self.depths = depths
+        self.values = np.empty(counts + shape, dtype=dtype)
+        self.started = np.zeros(counts, dtype=bool)
+        self.written: dict[tuple[int, ...], np.ndarray] = {}
+        if smaller is not None:
+            corner = tuple(slice(0, n) for n in smaller.started.shape)
+            self.values[corner] = smaller.values
+            self.started[corner] = smaller.started
+            self.written = smaller.written
+
+    def slot(self, rt: Any) -> tuple[int, ...]:
+        """The slot of the current iterations: each loop's position in its range."""
+        return tuple((rt.loops[d].iteration - rt.loops[d].start) // rt.loops[d].step for d in self.depths)
+
+
+def _reduce_step(fn, slot: np.ndarray, started: np.ndarray, x: np.ndarray, m: np.ndarray | None, restart: bool,
+                 to_float: bool) -> np.ndarray:
+    """One ``nl.loop_reduce`` call: the new accumulator, also kept in ``slot``. ``x`` at a restart (or in a slot
+    no restart wrote), else ``fn(slot, x)`` where the mask keeps."""
+    new = x.astype(np.float32) if to_float else x.copy()
+    if not restart and started:
+        new = _combine(fn, slot, new, m)
+    slot[...] = new
+    started[...] = True
+    return new
 
 
 def _named_loops(rt, api: str, loop_indices: Any) -> list:

@@ -260,13 +260,16 @@ def _sim_types() -> tuple[type, ...]:
 
 _MARK_SKIP = frozenset({"trace", "loops", "loop_key", "epoch", "_next_uid", "_next_tensor", "probes", "region_shapes",
                         "replayed_blocks", "flattened", "replay_misses", "roots", "deferred", "identities",
-                        "generations"})
+                        "generations", "pending_reduction"})
 
 
 def _mark(rt: Runtime) -> tuple:
-    """The runtime at an iteration boundary: positions, counters, and the identity of everything else."""
+    """The runtime at an iteration boundary: positions, counters, and the identity of everything else.
+
+    A ``loop_reduce`` result bound to a name leaves its pending reduction behind, a new one each iteration: only
+    its presence counts (the tile it names is the iteration's own, which no later code can assign: liveness)."""
     other = tuple((k, id(v), len(v) if isinstance(v, (list, dict)) else None)
-                  for k, v in vars(rt).items() if k not in _MARK_SKIP)
+                  for k, v in vars(rt).items() if k not in _MARK_SKIP) + (rt.pending_reduction is None,)
     return (len(rt.trace.instructions), rt._next_tensor, rt._next_uid, rt.epoch, other)
 
 

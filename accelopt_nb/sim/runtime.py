@@ -64,6 +64,8 @@ class LoopFrame:
     inst_epoch: int = 0     # epoch at the loop instance's first iteration
     iter_epoch: int = 0     # epoch at the current iteration's start
     start: int = 0          # the first iteration's value (nl.loop_reduce restarts there)
+    step: int = 1           # the range's step and length: an iteration's position is (iteration - start) // step
+    count: int = 0
 
 
 class LoopIndex(int):
@@ -142,11 +144,12 @@ class Runtime:
 
     # ---- loops -------------------------------------------------------------------
     def loop(self, kind: str, values: range) -> Iterator[int]:
-        frame = LoopFrame(uid=self.new_uid(), kind=kind, start=values[0] if len(values) else 0)
+        frame = LoopFrame(uid=self.new_uid(), kind=kind, start=values[0] if len(values) else 0, step=values.step,
+                          count=len(values))
         self.loops.append(frame)
         if self.probes and self.value_replay:
             from accelopt_nb.sim import effects
-            effects.note(effects.loop_begin, kind, frame.start, result=frame)
+            effects.note(effects.loop_begin, kind, frame.start, frame.step, frame.count, result=frame)
         try:
             if self.replay:
                 from accelopt_nb.sim import replay
