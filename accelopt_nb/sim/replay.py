@@ -454,13 +454,12 @@ def _emit(rt: Runtime, frame: LoopFrame, values: range, pos: int, last: np.ndarr
           count: int, step: np.ndarray, flat: records.Flat) -> None:
     """Append ``count`` extrapolated iterations and advance the runtime's counters past them."""
     rows = last[None, :] + np.arange(1, count + 1, dtype=np.int64)[:, None] * delta[None, :]
-    values_ = rows.tolist()
-    # each record of the plan built for every row at once, then interleaved row by row (C-level zip):
-    # instructions in stream order, tensors in id (insertion) order
+    # each record of the plan built for every row at once (its integers of every row converted in one C call),
+    # then interleaved row by row (C-level zip): instructions in stream order, tensors in id (insertion) order
     ins_cols, tens_cols = [], []
     for rec_sig, first, tensor in flat.plan:
-        build, consts = records.builder(rec_sig)
-        (tens_cols if tensor else ins_cols).append(build(values_, first, consts))
+        build, consts, width = records.builder(rec_sig)
+        (tens_cols if tensor else ins_cols).append(build(rows[:, first:first + width].tolist(), consts))
     trace = rt.trace
     ins, tens = trace.instructions, trace.tensors
     first_ins, first_tensor = len(ins), rt._next_tensor

@@ -9,7 +9,6 @@ loop's extrapolated records are kept as a :class:`Block` that an enclosing probi
 from __future__ import annotations
 
 import dataclasses
-import operator
 from typing import Any
 
 import numpy as np
@@ -300,13 +299,14 @@ class _Codegen:
 
 
 _builders: dict[tuple, tuple[Any, list[Any]]] = {}
-_SCOPE = {"I": Instruction, "R": Region, "T": TensorInfo, "S": operator.itemgetter}
+_SCOPE = {"I": Instruction, "R": Region, "T": TensorInfo}
 
 
-def builder(sig: tuple) -> tuple[Any, list[Any]]:
-    """The compiled builder of one record signature and its constants (cached: records repeat).
+def builder(sig: tuple) -> tuple[Any, list[Any], int]:
+    """The compiled builder of one record signature, its constants and its number of integers (cached: records
+    repeat).
 
-    ``build(rows, o, C)`` returns the record of every row (a list of integers), read from ``row[o:]``.
+    ``build(rows, C)`` returns the record of every row (a list of that many integers).
     """
     try:
         hit = _builders.get(sig)
@@ -317,13 +317,12 @@ def builder(sig: tuple) -> tuple[Any, list[Any]]:
         return hit
     gen = _Codegen()
     body = gen.expr(sig)
-    # one comprehension over the rows, each row's integers sliced (in C) and unpacked into locals
+    # one comprehension over the rows, each row's integers unpacked into locals
     names = "".join(f"a{k}," for k in range(gen.k)) or "_"
-    rows = f"map(S(slice(o, o + {gen.k})), rows)" if gen.k else "rows"
-    source = f"def build(rows, o, C):\n    return [{body} for {names} in {rows}]\n"
+    source = f"def build(rows, C):\n    return [{body} for {names} in rows]\n"
     scope = dict(_SCOPE)
     exec(compile(source, "<loop replay>", "exec"), scope)  # noqa: S102 - generated from the signature
-    out = (scope["build"], gen.consts)
+    out = (scope["build"], gen.consts, gen.k)
     if hashable:
         if len(_builders) >= 4096:
             _builders.clear()
