@@ -16,7 +16,7 @@ from accelopt_nb.sim import replay as _replay
 def _const(x: Any) -> int | None:
     """``x`` as a plain int when it is an integer constant (for affine bookkeeping), else None."""
     if isinstance(x, int) and not isinstance(x, bool):
-        return int.__index__(x)   # a tainted loop variable's value, without its conversion hook (ours, not the kernel's)
+        return int.__index__(x)   # a tainted loop variable's value: the simulator's own use, no escape to report
     if isinstance(x, np.integer):
         return int(x)
     if isinstance(x, float) and x.is_integer():
@@ -30,7 +30,7 @@ def _arr(x: Any) -> Any:
     if isinstance(x, Mask):
         return x.values
     if isinstance(x, int) and type(x) is not int and not isinstance(x, bool):
-        return int.__index__(x)   # a tainted int: NumPy would convert it through its conversion hook
+        return int.__index__(x)   # a tainted int, converted here: NumPy would call its escape hook
     return x
 
 

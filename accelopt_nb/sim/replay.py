@@ -25,8 +25,8 @@ Extrapolation is only used where it provably gives the same records:
   each of its bounds lay, as mask comparisons: replay stops where one would cross; replay also stops
   before the first iteration whose extrapolated unclamped regions, or int and slice indices (used by an
   instruction or not), would leave their tensor or view (where a real run clamps or raises);
-* the runtime's other state (log, warnings, pending ``loop_reduce``, shared HBM cursor, ...) does not
-  change while probing.
+* the runtime's other state (log, warnings, whether a ``loop_reduce`` result awaits its destination, shared HBM
+  cursor, ...) does not change while probing.
 
 When the first probes differ (a ``loop_reduce`` restarting at the loop's first iteration) one more
 iteration runs and the last :data:`PROBES` are compared. A nested loop replays inside each executed

@@ -298,7 +298,7 @@ class _Codegen:
         raise AssertionError(f"unknown signature node {kind!r}")
 
 
-_builders: dict[tuple, tuple[Any, list[Any]]] = {}
+_builders: dict[tuple, tuple[Any, list[Any], int]] = {}
 _SCOPE = {"I": Instruction, "R": Region, "T": TensorInfo}
 
 

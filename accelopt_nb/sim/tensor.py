@@ -497,7 +497,7 @@ def _compiler_view(t: Tensor, key: tuple) -> "View | None":
         size = t.shape[axis]
         n = sizes[axis]
         if n is None:
-            k = int.__index__(k) if isinstance(k, int) else int(k)   # a tainted int without its conversion hook
+            k = int.__index__(k) if isinstance(k, int) else int(k)   # a tainted int: the simulator's own use
             if k < 0 or k >= size:
                 return None
             norm.append(k)
