@@ -267,3 +267,25 @@ def kernel(a, b):
     np.testing.assert_array_equal(out[0], out[2])
     for k in range(2):
         np.testing.assert_allclose(out[k], a[k].T.astype(np.float64) @ b[k], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("call", ["nisa.nc_matmul(st, st, mask=(ip < 100))", "nl.add(st, st, mask=(ip64 < 10))"])
+def test_mask_that_does_not_fit_the_result_tile_is_the_kernels_error(run_kernel, call):
+    # nc_matmul's result has 64 partitions (the stationary free size): a 128-row mask cannot predicate it; an
+    # elementwise result of 128 partitions cannot take a 64-row mask. Both name the API, the shapes and the rule
+    # (it used to surface as a broadcast failure reported as a simulator bug)
+    from accelopt_nb.errors import NKIRuleError
+    body = f"""
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    ip = nl.arange(128)[:, None]
+    ip64 = nl.arange(64)[:, None]
+    st = nl.load(a)
+    r = {call}
+    return out
+"""
+    with pytest.raises(NKIRuleError) as err:
+        run_kernel(body, np.zeros((128, 64), np.float32))
+    assert "does not fit the result tile" in str(err.value) and "mask of shape" in str(err.value)
+    assert err.value.line is not None

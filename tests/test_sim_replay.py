@@ -474,6 +474,47 @@ def test_rebound_loop_reduce_slots_are_kept_by_a_replayed_inner_loop():
     np.testing.assert_allclose(with_values.outputs[0][:, 0], expected, rtol=1e-5)
 
 
+def test_masked_accumulation_into_psum_is_replayed_with_values():
+    # `acc += matmul(..., mask=...)`: the accumulation keeps the masked-off rows (never written: they read as 0
+    # at the end); recorded as one call, so the loop replays with values like an unmasked accumulation
+    src = rowwise_kernel("""
+        acc = nl.zeros((64, 64), dtype=nl.float32, buffer=nl.psum)
+        pm = nl.arange(64)[:, None]
+        for i in nl.sequential_range(a.shape[0] // 128):
+            t = nl.load(a[i * 128 + ip, jf])
+            acc[pm, jf] += nisa.nc_matmul(t, t, mask=(pm < 50))
+        nl.store(out[pm, jf], value=acc[pm, jf])
+        return out
+    """, out_shape="(64, 64)", helpers="import neuronxcc.nki.isa as nisa")
+    a = np.random.default_rng(0).standard_normal((128 * 16, 64)).astype(np.float32)
+    run_both(src, a)   # bit-equal to running every iteration
+    with_values = simulate(load_kernel(source=HEADER + textwrap.dedent(src)), a, options=VALUES)
+    assert with_values.trace.replayed > 0
+    expected = sum(a[k * 128:(k + 1) * 128].T @ a[k * 128:(k + 1) * 128] for k in range(16))
+    np.testing.assert_allclose(with_values.outputs[0][:50], expected[:50], rtol=1e-4, atol=1e-3)
+    assert not with_values.outputs[0][50:].any()
+
+
+def test_instances_of_a_loop_share_one_compiled_program(monkeypatch):
+    # the outer loop (3 iterations) runs every iteration; each instance of the inner loop records the same
+    # calls at other numbers, so its replay program is compiled once per launch, not once per instance
+    from accelopt_nb.sim import effects
+    compiled = []
+    real = effects.Program._compile
+    monkeypatch.setattr(effects.Program, "_compile", staticmethod(lambda log: compiled.append(1) or real(log)))
+    src = rowwise_kernel("""
+        for i in nl.affine_range(3):
+            for j in nl.affine_range(16):
+                t = nl.load(a[i * 128 + ip, j * 4 + nl.arange(4)[None, :]])
+                nl.store(out[i * 128 + ip, j * 4 + nl.arange(4)[None, :]], value=nl.exp(t))
+        return out
+    """)
+    run_both(src, rows(384))   # bit-equal to running every iteration (and the launches without replay)
+    compiled.clear()
+    result = simulate(load_kernel(source=HEADER + textwrap.dedent(src)), rows(384), options=VALUES)
+    assert result.trace.replayed > 0 and len(compiled) == 1
+
+
 NESTED = rowwise_kernel("""
     for i in nl.affine_range(a.shape[0] // 128):
         for j in nl.affine_range(INNER):

@@ -46,6 +46,7 @@ PROVABLE: dict[Callable, tuple[Callable, Callable[[Any, list], bool]]] = {}
 # costs (the paper's bmm, whose inner loops are too short to replay: 2.0-2.1 -> 1.4-1.5 s)
 MAX_CALLS = 2048
 MAX_CALLS_PYTHON = 8192    # beyond it (the paper's lora: 17k+) what a failing probe records is mostly waste
+PROGRAMS_KEPT = 512        # compiled programs a launch keeps for the next instances of its loops (Program)
 
 
 class Log:
@@ -276,9 +277,33 @@ class Program:
 
     def __init__(self, log: Log, last: np.ndarray, delta: np.ndarray) -> None:
         self.last, self.delta = last, delta
-        self.calls: list[tuple[Callable, Callable, Any, tuple[int, ...]]] = []
-        self.guards: list[tuple[Callable, Any, Callable, Any]] = []   # (fn, tensor, box builder, local)
-        self.checks: list[tuple] = []   # PROVABLE calls: (index, fn, tensor, box slots)
+        # every instance of a loop records the same calls (only the numbers move): compiled once per launch
+        rt = active()
+        key: tuple | None = tuple(log.sigs)
+        compiled = None
+        if rt is not None:
+            try:
+                compiled = rt.programs.get(key)
+            except TypeError:   # a constant that is not hashable
+                key = None
+        if compiled is None:
+            compiled = self._compile(log)
+            if rt is not None and key is not None:
+                if len(rt.programs) >= PROGRAMS_KEPT:
+                    rt.programs.clear()
+                rt.programs[key] = compiled
+        self.calls, self.checks, guards = compiled
+        self.guards = _needed_guards(guards, last, delta)
+
+    @staticmethod
+    def _compile(log: Log) -> tuple[list[tuple], list[tuple], list[tuple]]:
+        """The calls, checks and guards of an iteration's log (the guards before :func:`_needed_guards`).
+
+        Calls: (fn, builder of its arguments, register tag, registers freed after it). Guards: (fn, tensor key,
+        tensor, box builder, local, box slots). Checks: PROVABLE calls as (index, fn, tensor, box slots)."""
+        calls: list[tuple[Callable, Callable, Any, tuple[int, ...]]] = []
+        guards: list[tuple] = []
+        checks: list[tuple] = []
         ns: dict[str, Any] = {"_nd": np.ndarray}
         slot = 0
         last_use: dict[int, int] = {}
@@ -300,17 +325,17 @@ class Program:
                 spans.append((first, slot) if type(node) is tuple and node[0] == "B" else None)
             fn = sig[0]
             # registers are dropped after their last use, so temporaries are freed when running the body frees them
-            self.calls.append((fn, _compiled(f"lambda row, regs: ({''.join(e + ', ' for e in exprs)})", ns), sig[-1],
-                               tuple(frees.get(i, ()))))
+            calls.append((fn, _compiled(f"lambda row, regs: ({''.join(e + ', ' for e in exprs)})", ns), sig[-1],
+                          tuple(frees.get(i, ()))))
             if fn in PROVABLE and spans[1] is not None and type(sig[1]) is tuple and sig[1][0] == "o":
-                self.checks.append((i, fn, consts[0], spans[1]))
+                checks.append((i, fn, consts[0], spans[1]))
             if fn is cover_add or fn is guard_covered or fn is guard_local:
                 # the tensor: a constant, or (None) one allocated in the iteration, whose cover starts empty
                 fresh = type(sig[1]) is tuple and sig[1][0] == "f"
-                self.guards.append((fn, ("reg", sig[1][1]) if fresh else id(consts[0]), None if fresh else consts[0],
-                                    _compiled(f"lambda row: {exprs[1]}", ns),
-                                    consts[-1] if fn is guard_local else None, spans[1]))
-        self.guards = _needed_guards(self.guards, last, delta)
+                guards.append((fn, ("reg", sig[1][1]) if fresh else id(consts[0]), None if fresh else consts[0],
+                               _compiled(f"lambda row: {exprs[1]}", ns),
+                               consts[-1] if fn is guard_local else None, spans[1]))
+        return calls, checks, guards
 
     def calls_for(self, count: int) -> list[tuple[Callable, Callable, Any, tuple[int, ...]]]:
         """The calls for iterations 1..``count``, each check of a tensor's writes replaced by its bookkeeping

@@ -89,7 +89,11 @@ def new_result(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, buffer
         if written is not None and written.shape == shape[:1]:   # e.g. a keepdims=False reduction
             written = written.reshape(shape)
     check_tile_shape(rt, api, shape, dtype, buffer)
-    m = None if mask is None else broadcast(mask, shape)
+    try:
+        m = None if mask is None else broadcast(mask, shape)
+    except ValueError:
+        raise rt.rule_error(api, f"mask of shape {tuple(np.shape(mask))} does not fit the result tile {shape}",
+                            "a mask is a predicate over the instruction's output tile") from None
     if m is not None and not mask_all(m):  # an all-true mask keeps every element: no validity to carry
         written = m if written is None else (broadcast(written, shape) & m)
     elif written is not None and written.shape != shape:

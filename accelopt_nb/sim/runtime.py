@@ -99,6 +99,7 @@ class Runtime:
         self.pending_reduction: Any = None   # (result, how to reduce it into a destination) of the last loop_reduce
         self.deferred: Any = None            # the result tile whose values are not computed yet (tensor.defer)
         self.probes: list[Any] = []          # replay probes of the loops whose probe iterations are running
+        self.programs: dict[tuple, Any] = {}  # value replay's compiled programs by their calls' signatures
         self.region_shapes: dict[int, tuple[int, ...]] = {}   # id(Region) -> its view's shape, while probing
         self.replayed_blocks: dict[int, Any] = {}   # id(first record) -> a block replay built while a parent probes
         self.flattened: dict[int, tuple] = {}       # id(record) -> its replay signature, while loops probe

@@ -1206,12 +1206,7 @@ def _write_basic(t: Tensor, basic: tuple, vals: np.ndarray, written: np.ndarray 
     if w_src is not None and not np.any(m & ~w_src):
         w_src = None  # every element the mask keeps is valid (a ragged tile computed from ragged inputs)
     if accumulate:
-        effects.fail("a masked accumulation")
-        prev = sub.astype(np.float32)
-        prev_w = _validity(t, basic)
-        if prev_w is not None:
-            prev = np.where(prev_w, prev, 0.0)
-        np.copyto(sub, dt.cast(prev + vals, t.dtype), where=m, casting="unsafe")
+        effects.run(_accumulate_where, sub, vals, _validity(t, basic), m, t.dtype)
     else:
         local = _local_box(m)
         if local is not None:   # a ragged tile's mask keeps a box: copy just it, no pass over the mask
@@ -1228,6 +1223,15 @@ def _write_basic(t: Tensor, basic: tuple, vals: np.ndarray, written: np.ndarray 
     _materialize(t)
     if t._written is not None:
         np.copyto(t._written[basic], True if w_src is None else w_src, where=m)
+
+
+def _accumulate_where(dst: np.ndarray, vals: np.ndarray, prev_written: np.ndarray | None, keep: np.ndarray,
+                      dtype: Any) -> None:
+    """``dst += vals`` where ``keep`` (in fp32, rounded to ``dtype``), elements never written counting as 0."""
+    prev = dst.astype(np.float32)
+    if prev_written is not None:
+        prev = np.where(prev_written, prev, 0.0)
+    np.copyto(dst, dt.cast(prev + vals, dtype), where=keep, casting="unsafe")
 
 
 def _copy_where(dst: np.ndarray, vals: np.ndarray, keep: np.ndarray, dtype: Any, raw: bool) -> None:
