@@ -61,8 +61,10 @@ WARMUP = 1         # iterations that may run first when the probes differ (a loo
 # fewest records (instructions + tensors) replay must be able to extrapolate for a loop to be probed further:
 # checking and extrapolating costs about as much as running 4 instructions, plus a little per record
 MIN_GAIN = 8
-# with values, recording a probe's effects and compiling them costs about as much as running 30 instructions
-MIN_GAIN_VALUES = 32
+# with values, the same bar (its program is compiled once per launch, for every instance of the loop): with 32,
+# set when each instance compiled its own, the paper's transpose_matmul replayed nothing (4.5 s; 3.5 s with 8,
+# every other baseline replaying the same instructions, measured side by side in one process)
+MIN_GAIN_VALUES = 8
 # ... and with at least this many iterations left to extrapolate (measured: the paper's bmm_softmax probed
 # loops of 4-8 iterations, and recording those probes cost several times what replaying the rest saved)
 MIN_SKIPPED_VALUES = 8
