@@ -515,6 +515,25 @@ def test_instances_of_a_loop_share_one_compiled_program(monkeypatch):
     assert result.trace.replayed > 0 and len(compiled) == 1
 
 
+def test_bfloat16_tiles_are_replayed_with_values():
+    # a bf16 SBUF buffer loaded and read in every iteration (AWS's SD attention kernel keeps V this way): value
+    # replay rebuilds views of it with their dtype, not as two-byte voids (ml_dtypes' dtype.str is '<V2'), and
+    # the fp32 copy an engine computes from is a recorded call, not a new array each iteration
+    src = rowwise_kernel("""
+        buf = nl.ndarray((nl.par_dim(128), a.shape[0] // 128, 64), dtype=nl.bfloat16, buffer=nl.sbuf)
+        for i in nl.affine_range(a.shape[0] // 128):
+            buf[ip, i, jf] = nl.load(a[i * 128 + ip, jf], dtype=nl.bfloat16)
+            nl.store(out[i * 128 + ip, jf], value=nl.multiply(buf[ip, i, jf], 2.0, dtype=nl.float32))
+        return out
+    """)
+    a = np.random.default_rng(0).standard_normal((128 * 16, 64)).astype(np.float32)
+    run_both(src, a)   # bit-equal to running every iteration
+    with_values = simulate(load_kernel(source=HEADER + textwrap.dedent(src)), a, options=VALUES)
+    assert with_values.trace.replayed > 0
+    import ml_dtypes
+    np.testing.assert_array_equal(with_values.outputs[0], a.astype(ml_dtypes.bfloat16).astype(np.float32) * 2)
+
+
 NESTED = rowwise_kernel("""
     for i in nl.affine_range(a.shape[0] // 128):
         for j in nl.affine_range(INNER):

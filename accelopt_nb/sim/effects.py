@@ -226,7 +226,7 @@ def _flatten(rt: Runtime, log: Log, a: Any, sig: list, consts: list) -> None:
         elif not base.flags.writeable or a.dtype == np.bool_:
             # a constant: a kept array, or a mask (bool arrays reaching these calls are masks and what
             # combines them; replay checks that the mask comparisons come out the same): by value
-            sig.append(("m", a.shape, a.dtype.str, a.tobytes()))
+            sig.append(("m", a.shape, a.dtype, a.tobytes()))
             consts.append(a)
             return
         else:
@@ -236,7 +236,8 @@ def _flatten(rt: Runtime, log: Log, a: Any, sig: list, consts: list) -> None:
             consts.append(base)
         if not base.flags.c_contiguous:
             raise Unsupported("an array whose storage is not contiguous")
-        sig.append(("a",) + where + (a.shape, a.strides, a.dtype.str))
+        # the dtype itself: an ml_dtypes type's .str is a bare '<V2' (bfloat16) or '<V1' (fp8), which rebuilds as void
+        sig.append(("a",) + where + (a.shape, a.strides, a.dtype))
         log.ints.append(_address(a) - _address(base))
     elif isinstance(a, _PLAIN):
         sig.append(("v", t, a))

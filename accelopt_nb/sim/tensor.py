@@ -1465,8 +1465,14 @@ def operand(x: Any, api: str, *, allow_scalar: bool = True, allow_hbm: bool = Fa
         t._consumed = True
     data, written = read(view, mask, api)
     if data is not None and compute:
-        data = data.astype(dt.compute_dtype(t.dtype), copy=False)
+        cdt = dt.compute_dtype(t.dtype)
+        if data.dtype != cdt:   # a bf16 / fp8 / int tile: the engines compute in fp32 (recorded: a new array)
+            data = effects.run(_upcast, data, cdt)
     return Operand(view, data, written, t.dtype, view.shape, mask=mask)
+
+
+def _upcast(data: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return data.astype(dtype)
 
 
 def combine_written(*ws: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray | None:
