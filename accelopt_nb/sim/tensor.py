@@ -1206,7 +1206,7 @@ def _write_basic(t: Tensor, basic: tuple, vals: np.ndarray, written: np.ndarray 
     if w_src is not None and not np.any(m & ~w_src):
         w_src = None  # every element the mask keeps is valid (a ragged tile computed from ragged inputs)
     if accumulate:
-        effects.run(_accumulate_where, sub, vals, _validity(t, basic), m, t.dtype)
+        effects.run(_accumulate_cast, sub, vals, _validity(t, basic), t.dtype, m)
     else:
         local = _local_box(m)
         if local is not None:   # a ragged tile's mask keeps a box: copy just it, no pass over the mask
@@ -1225,15 +1225,6 @@ def _write_basic(t: Tensor, basic: tuple, vals: np.ndarray, written: np.ndarray 
         np.copyto(t._written[basic], True if w_src is None else w_src, where=m)
 
 
-def _accumulate_where(dst: np.ndarray, vals: np.ndarray, prev_written: np.ndarray | None, keep: np.ndarray,
-                      dtype: Any) -> None:
-    """``dst += vals`` where ``keep`` (in fp32, rounded to ``dtype``), elements never written counting as 0."""
-    prev = dst.astype(np.float32)
-    if prev_written is not None:
-        prev = np.where(prev_written, prev, 0.0)
-    np.copyto(dst, dt.cast(prev + vals, dtype), where=keep, casting="unsafe")
-
-
 def _copy_where(dst: np.ndarray, vals: np.ndarray, keep: np.ndarray, dtype: Any, raw: bool) -> None:
     np.copyto(dst, vals if raw else dt.cast(np.asarray(vals), dtype), where=keep, casting="unsafe")
 
@@ -1246,12 +1237,17 @@ def _add_into(dst: np.ndarray, vals: np.ndarray) -> None:
     np.add(dst, vals, out=dst)
 
 
-def _accumulate_cast(dst: np.ndarray, vals: np.ndarray, prev_written: np.ndarray | None, dtype: Any) -> np.ndarray:
-    """``dst = dst + vals`` rounded to ``dtype``, elements never written counting as 0; returns ``dst``."""
+def _accumulate_cast(dst: np.ndarray, vals: np.ndarray, prev_written: np.ndarray | None, dtype: Any,
+                     keep: np.ndarray | None = None) -> np.ndarray:
+    """``dst = dst + vals`` rounded to ``dtype`` (only where ``keep``, if given), elements never written counting
+    as 0; returns ``dst``."""
     prev = dst.astype(np.float32)
     if prev_written is not None:
         prev = np.where(prev_written, prev, 0.0)
-    dst[...] = dt.cast(prev + vals, dtype)
+    if keep is None:
+        dst[...] = dt.cast(prev + vals, dtype)
+    else:
+        np.copyto(dst, dt.cast(prev + vals, dtype), where=keep, casting="unsafe")
     return dst
 
 
