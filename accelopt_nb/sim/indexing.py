@@ -11,12 +11,13 @@ from typing import Any
 import numpy as np
 
 from accelopt_nb.sim import replay as _replay
+from accelopt_nb.sim.taint import plain
 
 
 def _const(x: Any) -> int | None:
     """``x`` as a plain int when it is an integer constant (for affine bookkeeping), else None."""
     if isinstance(x, int) and not isinstance(x, bool):
-        return int.__index__(x)   # a tainted loop variable's value: the simulator's own use, no escape to report
+        return plain(x)
     if isinstance(x, np.integer):
         return int(x)
     if isinstance(x, float) and x.is_integer():
@@ -30,7 +31,7 @@ def _arr(x: Any) -> Any:
     if isinstance(x, Mask):
         return x.values
     if isinstance(x, int) and type(x) is not int and not isinstance(x, bool):
-        return int.__index__(x)   # a tainted int, converted here: NumPy would call its escape hook
+        return plain(x)   # a loop variable, converted here: NumPy would call a tainted one's escape hook
     return x
 
 

@@ -17,6 +17,12 @@ from accelopt_nb.sim.runtime import LoopIndex
 SIM_DIR = str(Path(__file__).parent)   # the simulator's own code
 
 
+def plain(x: int) -> int:
+    """An int (tainted or not: loop variables are int subclasses) as a plain int, for the simulator's own
+    bookkeeping: no escape hook runs, since no kernel code looked at the value."""
+    return int.__index__(x)
+
+
 def _outside_simulator(depth: int) -> bool:
     """Whether the code ``depth`` frames up (the caller of a dunder method) is not the simulator's own."""
     return not sys._getframe(depth).f_code.co_filename.startswith(SIM_DIR)

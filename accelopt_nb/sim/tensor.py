@@ -22,6 +22,7 @@ from accelopt_nb.sim import replay as _replay
 from accelopt_nb.sim.conflicts import EMPTY, Box, Cover, WriteLog, box_of, mask_spans, masked_box
 from accelopt_nb.sim.indexing import IndexExpr, Mask, basic_key, broadcast, compact, mask_all, mask_count
 from accelopt_nb.sim.runtime import PMAX, Runtime, active, current
+from accelopt_nb.sim.taint import plain
 from accelopt_nb.sim.trace import Region, TensorInfo
 
 _OPAQUE_RULE = OpaqueTensorError.rule
@@ -497,7 +498,7 @@ def _compiler_view(t: Tensor, key: tuple) -> "View | None":
         size = t.shape[axis]
         n = sizes[axis]
         if n is None:
-            k = int.__index__(k) if isinstance(k, int) else int(k)   # a tainted int: the simulator's own use
+            k = plain(k) if isinstance(k, int) else int(k)
             if k < 0 or k >= size:
                 return None
             norm.append(k)
