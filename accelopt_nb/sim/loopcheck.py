@@ -449,6 +449,7 @@ def _fingerprint(site: LoopSite, env: "_Env", kernel_files: set[str]) -> tuple[t
 
 
 def _runtime_reason(site: LoopSite, env: "_Env", kernel_files: set[str], sim_types: tuple[type, ...]) -> str | None:
+    # what this reads from the frame, _fingerprint keys the kept answers by: a new check here needs its input there
     for name in site.accumulated - site.varying:
         obj = env.resolve(ast.Name(id=name, ctx=ast.Load()))
         if not isinstance(obj, sim_types[:2]):   # Tensor, View: `+=` accumulates in place and returns itself
