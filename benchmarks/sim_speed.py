@@ -265,6 +265,33 @@ def geomean(xs: list[float]) -> float:
     return float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")
 
 
+def replay_table(doc: str, title: str, measure: Callable[["Case", int], dict], columns: list[tuple[str, str]],
+                 cells: Callable[[dict], list[str]], summary: Callable[[list[dict]], str]) -> None:
+    """A loop replay benchmark's run (``trace_replay.py``, ``value_replay.py``): per kernel NumPy, every iteration
+    run (``full``) and replayed, side by side, then its own ``columns`` (title, markdown alignment) and ``cells``;
+    the closing line's geometric means, then its own ``summary`` of the rows that ran."""
+    args = case_parser(doc, repeat=1).parse_args()
+    cases = chosen_cases(args)
+    print(f"# {title}, CPU seconds, best of {args.repeat}")
+    print("| kernel | instr | replayed | numpy s | full s | replay s | full/np | replay/np | "
+          + " | ".join(t for t, _ in columns) + " |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|" + "".join(f"{a}|" for _, a in columns))
+
+    def show(r: dict) -> None:
+        if "failure" in r:
+            print(f"| {r['name']} | {r['failure']} |", flush=True)
+            return
+        print(f"| {r['name']} | {r['instructions']} | {100 * r['replayed']:.0f}% | {r['numpy']:.3f} | {r['full']:.2f} "
+              f"| {r['replay']:.2f} | {r['full'] / r['numpy']:.2f} | {r['replay'] / r['numpy']:.2f} | "
+              + " | ".join(cells(r)) + " |", flush=True)
+
+    rows = measure_all(cases, lambda case: measure(case, args.repeat), show)
+    ok = [r for r in rows if "failure" not in r]
+    if ok:
+        print(f"geometric mean: full/np {geomean([r['full'] / r['numpy'] for r in ok]):.2f}, "
+              f"replay/np {geomean([r['replay'] / r['numpy'] for r in ok]):.2f}, {summary(ok)}")
+
+
 def main() -> None:
     ap = case_parser(__doc__, repeat=2)
     ap.add_argument("--no-values", action="store_true", help="time trace-only runs alone")

@@ -19,11 +19,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).parent))
-from sim_speed import (Case, best_of, case_parser, chosen_cases, failure_text, geomean,  # noqa: E402
-                       measure_all)
+from sim_speed import Case, best_of, failure_text, geomean, replay_table  # noqa: E402
 
 from accelopt_nb.perf import estimate  # noqa: E402
 from accelopt_nb.sim import SimOptions, load_kernel, simulate  # noqa: E402
@@ -53,36 +50,17 @@ def measure(case: Case, repeat: int) -> dict:
     return row
 
 
-def _f(row: dict, key: str, spec: str) -> str:
-    return format(row[key], spec) if key in row else "-"
-
-
 def main() -> None:
-    args = case_parser(__doc__, repeat=1).parse_args()
-    cases = chosen_cases(args)
-    print(f"# trace-only loop replay, CPU seconds, best of {args.repeat}")
-    print("| kernel | instr | replayed | numpy s | full s | replay s | full/np | replay/np | estimate s "
-          "| (replay+est)/np | same trace | same profile |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    def summary(ok: list[dict]) -> str:
+        return (f"(replay+estimate)/np {geomean([(r['replay'] + r['estimate']) / r['numpy'] for r in ok]):.2f}; "
+                f"worst replay/np {max(r['replay'] / r['numpy'] for r in ok):.2f}; "
+                f"traces equal {sum(r['same_trace'] for r in ok)}/{len(ok)}, "
+                f"profiles equal {sum(r['same_profile'] for r in ok)}/{len(ok)}")
 
-    def show(r: dict) -> None:
-        if "failure" in r:
-            print(f"| {r['name']} | {r['failure']} |", flush=True)
-            return
-        print(f"| {r['name']} | {r['instructions']} | {100 * r['replayed']:.0f}% | {r['numpy']:.3f} | {r['full']:.2f} "
-              f"| {r['replay']:.2f} | {r['full'] / r['numpy']:.2f} | {r['replay'] / r['numpy']:.2f} "
-              f"| {r['estimate']:.2f} | {(r['replay'] + r['estimate']) / r['numpy']:.2f} "
-              f"| {'yes' if r['same_trace'] else 'NO'} | {'yes' if r['same_profile'] else 'NO'} |", flush=True)
-
-    rows = measure_all(cases, lambda case: measure(case, args.repeat), show)
-    ok = [r for r in rows if "failure" not in r]
-    if ok:
-        print(f"geometric mean: full/np {geomean([r['full'] / r['numpy'] for r in ok]):.2f}, "
-              f"replay/np {geomean([r['replay'] / r['numpy'] for r in ok]):.2f}, "
-              f"(replay+estimate)/np {geomean([(r['replay'] + r['estimate']) / r['numpy'] for r in ok]):.2f}; "
-              f"worst replay/np {max(r['replay'] / r['numpy'] for r in ok):.2f}; "
-              f"traces equal {sum(r['same_trace'] for r in ok)}/{len(ok)}, "
-              f"profiles equal {sum(r['same_profile'] for r in ok)}/{len(ok)}")
+    replay_table(__doc__, "trace-only loop replay", measure,
+                 [("estimate s", "---:"), ("(replay+est)/np", "---:"), ("same trace", "---"), ("same profile", "---")],
+                 lambda r: [f"{r['estimate']:.2f}", f"{(r['replay'] + r['estimate']) / r['numpy']:.2f}",
+                            "yes" if r["same_trace"] else "NO", "yes" if r["same_profile"] else "NO"], summary)
 
 
 if __name__ == "__main__":

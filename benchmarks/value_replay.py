@@ -21,8 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sim_speed import (Case, case_parser, chosen_cases, failure_text, geomean, measure_all,  # noqa: E402
-                       timed)
+from sim_speed import Case, failure_text, geomean, replay_table, timed  # noqa: E402
 
 from accelopt_nb.sim import SimOptions, load_kernel, simulate  # noqa: E402
 from accelopt_nb.sim.replay import trace_fields  # noqa: E402
@@ -61,30 +60,15 @@ def measure(case: Case, repeat: int) -> dict:
 
 
 def main() -> None:
-    args = case_parser(__doc__, repeat=1).parse_args()
-    cases = chosen_cases(args)
-    print(f"# loop replay with values, CPU seconds, best of {args.repeat}")
-    print("| kernel | instr | replayed | numpy s | full s | replay s | full/np | replay/np | full/replay "
-          "| rel L2 | same values | same trace |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    def summary(ok: list[dict]) -> str:
+        return (f"full/replay {geomean([r['full'] / r['replay'] for r in ok]):.2f}; "
+                f"values equal {sum(r['same_values'] for r in ok)}/{len(ok)}, "
+                f"traces equal {sum(r['same_trace'] for r in ok)}/{len(ok)}")
 
-    def show(r: dict) -> None:
-        if "failure" in r:
-            print(f"| {r['name']} | {r['failure']} |", flush=True)
-            return
-        print(f"| {r['name']} | {r['instructions']} | {100 * r['replayed']:.0f}% | {r['numpy']:.3f} | {r['full']:.2f} "
-              f"| {r['replay']:.2f} | {r['full'] / r['numpy']:.2f} | {r['replay'] / r['numpy']:.2f} "
-              f"| {r['full'] / r['replay']:.2f} | {r['l2']:.1e} | {'yes' if r['same_values'] else 'NO'} "
-              f"| {'yes' if r['same_trace'] else 'NO'} |", flush=True)
-
-    rows = measure_all(cases, lambda case: measure(case, args.repeat), show)
-    ok = [r for r in rows if "failure" not in r]
-    if ok:
-        print(f"geometric mean: full/np {geomean([r['full'] / r['numpy'] for r in ok]):.2f}, "
-              f"replay/np {geomean([r['replay'] / r['numpy'] for r in ok]):.2f}, "
-              f"full/replay {geomean([r['full'] / r['replay'] for r in ok]):.2f}; "
-              f"values equal {sum(r['same_values'] for r in ok)}/{len(ok)}, "
-              f"traces equal {sum(r['same_trace'] for r in ok)}/{len(ok)}")
+    replay_table(__doc__, "loop replay with values", measure,
+                 [("full/replay", "---:"), ("rel L2", "---:"), ("same values", "---"), ("same trace", "---")],
+                 lambda r: [f"{r['full'] / r['replay']:.2f}", f"{r['l2']:.1e}", "yes" if r["same_values"] else "NO",
+                            "yes" if r["same_trace"] else "NO"], summary)
 
 
 if __name__ == "__main__":
