@@ -2,7 +2,7 @@
 import numpy as np
 
 from accelopt_nb.sim import SimOptions, load_kernel, simulate
-from tests.conftest import DATA
+from tests.conftest import DATA, HEADER
 
 
 def _matmul_inputs(rng):
@@ -86,3 +86,48 @@ def kernel(a):
     load, store = [i for i in res.trace if i.engine == "dma"]
     for ins in (load, store):
         assert ins.attrs["partitions"] == 100 and ins.attrs["bytes"] == 100 * 8 * 4
+
+
+def test_a_tile_computed_into_its_destination_is_no_allocation_of_the_trace(run_kernel):
+    """``buf[...] = nl.exp(t)`` writes buf: the result tile is no tensor of the trace, unless an instruction
+    reads it later (then it is, in allocation order) or it has a dtype of its own."""
+    import numpy as np
+    body = """
+@nki.jit
+def kernel(a, w):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    buf = nl.ndarray((3, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+    acc = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.psum)
+    ip, jf = nl.arange(128)[:, None], nl.arange(64)[None, :]
+    t = nl.load(a[ip, jf])                    # read by the exp: stays
+    buf[0, ip, jf] = nl.exp(t)                # computed into buf[0]: gone
+    kept = nl.multiply(t, 2.0)
+    buf[1, ip, jf] = kept                     # computed into buf[1] ...
+    later = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    later[ip, jf] = nl.add(kept, 1.0)         # ... then read: back in the trace
+    buf[2, ip, jf] = nl.exp(t, dtype=nl.bfloat16)   # a bf16 result written into fp32: stays
+    acc[ip, jf] += nisa.nc_matmul(nl.load(w[ip, nl.arange(128)[None, :]]), buf[0, ip, jf])   # into acc: gone
+    nl.store(out[ip, jf], value=nl.add(acc, later))
+    return out
+"""
+    rng = np.random.default_rng(0)
+    a, w = rng.standard_normal((128, 64), dtype=np.float32), rng.standard_normal((128, 128), dtype=np.float32)
+    res = run_kernel(body, a, w)
+    trace = res.trace
+    written = {r.tensor for ins in trace for r in ins.writes}
+    read = {r.tensor for ins in trace for r in ins.reads}
+    results = {tid: info for tid, info in trace.tensors.items() if info.kind == "result"}
+    # every result tile left in the trace is one an instruction reads or writes, or has a dtype of its own
+    assert all(tid in written | read or info.dtype == "bfloat16" for tid, info in results.items())
+    by_line = {info.line: info for info in results.values()}
+    lines = (HEADER + body).splitlines()
+    def line_of(text):
+        return next(n for n, s in enumerate(lines, 1) if text in s)
+    assert line_of("buf[0, ip, jf] = nl.exp(t)") not in by_line
+    assert line_of("nc_matmul") in {i.line for i in trace if i.op == "nc_matmul"}
+    assert not any(i.op == "nc_matmul" and i.writes[0].tensor in results for i in trace)
+    assert by_line[line_of("kept = nl.multiply")].id in read
+    assert by_line[line_of("nl.bfloat16")].dtype == "bfloat16" and "bfloat16" in trace.dtypes_used()
+    assert list(trace.tensors) == sorted(trace.tensors)   # allocation order, whatever came back
+    acc = w.T.astype(np.float64) @ np.exp(a).astype(np.float64)
+    np.testing.assert_allclose(res.outputs[0], acc + (a * 2 + 1), rtol=2e-5, atol=2e-4)

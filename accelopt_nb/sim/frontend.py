@@ -146,7 +146,7 @@ def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None
         except failures.PYTHON_ERRORS as exc:
             raise failures.python_error(exc, rt.kernel_files, _innermost_kernel_frame(exc, rt.kernel_files)) from exc
         result_arrays = _collect_outputs(rt, outputs, kernel.__name__, inputs)
-    return SimResult(outputs=result_arrays, trace=rt.trace, log=rt.log, warnings=rt.warnings)
+    return SimResult(outputs=result_arrays, trace=rt.finish_trace(), log=rt.log, warnings=rt.warnings)
 
 
 def _raised_in(exc: BaseException, files: set[str]) -> bool:

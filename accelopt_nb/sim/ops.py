@@ -257,6 +257,8 @@ def copy_into(dest: View, value: Any, api: str, reduction: bool = False) -> None
             write(dest, values, written, mask, api, reduction=reduction)
         producer.writes = (dest.region(mask),)
         producer.out_dtype = dt.name(dest.dtype)
+        if src.dtype == dest.dtype:   # else the trace keeps the tile: its dtype is what the instruction computed in
+            rt.hide_result(src.id)
         return
     # a real copy: PSUM->SBUF evacuation or tile-to-tile move
     op = operand(src_view, api)
@@ -284,6 +286,8 @@ def accumulate_into(dest: View, value: Any) -> None:
             write(dest, value._data, value._written, value._mask, "+=", accumulate=True)
             producer.writes = (dest.region(),)
             producer.accumulate = True
+            if value.dtype == dest.dtype:
+                current().hide_result(value.id)
             return
     from accelopt_nb.sim import language as nl
     result = nl.add(dest, value, dtype=dest.dtype)

@@ -104,6 +104,8 @@ class Runtime:
         self.replayed_blocks: dict[int, Any] = {}   # id(first record) -> a block replay built while a parent probes
         self.flattened: dict[int, tuple] = {}       # id(record) -> its replay signature, while loops probe
         self.replay_misses: dict[tuple, int] = {}   # (code, line) of a loop -> its instances in a row replay gained nothing
+        self.hidden: dict[int, TensorInfo] = {}     # result tiles taken out of the trace (hide_result), by id
+        self.tensors_unsorted = False               # a hidden tile came back: trace.tensors leaves id order
         self.replay = options.loop_replay and options.record_trace
         self.value_replay = self.replay and not options.trace_only
         # id(array) -> the storage of a live tensor (value replay's roots; weak: a dead tensor's memory is freed)
@@ -198,6 +200,27 @@ class Runtime:
     def register_tensor(self, info: TensorInfo) -> None:
         if self.options.record_trace:
             self.trace.tensors[info.id] = info
+
+    def hide_result(self, tid: int) -> None:
+        """A result tile whose instruction now writes its destination (``dst[...] = nl.exp(x)``): no instruction
+        reads or writes the tile itself, so it is no allocation of the trace (the compiler never makes one).
+        Replayed loops then build only the records that stay. A later access brings it back (``unhide``)."""
+        info = self.trace.tensors.pop(tid, None)
+        if info is not None:
+            self.hidden[tid] = info
+
+    def unhide(self, tid: int) -> None:
+        info = self.hidden.pop(tid, None)
+        if info is not None:
+            self.trace.tensors[tid] = info
+            self.tensors_unsorted = True
+
+    def finish_trace(self) -> Trace:
+        """The trace, its tensors in id (allocation) order whatever came back from hiding."""
+        if self.tensors_unsorted:
+            self.trace.tensors = dict(sorted(self.trace.tensors.items()))
+            self.tensors_unsorted = False
+        return self.trace
 
     def emit(self, engine: str, op: str, api: str, reads: tuple[Region, ...], writes: tuple[Region, ...],
              partitions: int, free_elems: int, in_dtypes: tuple[str, ...], out_dtype: str,

@@ -719,9 +719,13 @@ class View(_Opaque):
 
     # ---- trace region ----------------------------------------------------------------
     def region(self, mask: Any = None) -> Region:
+        t = self.tensor
+        if t.kind == "result":   # an instruction reads or writes the tile after all: back in the trace
+            rt = current()
+            if rt.hidden:
+                rt.unhide(t.id)
         if mask is None and self._region is not None:
             return self._region
-        t = self.tensor
         clamped = False   # a key plan's box is in bounds by construction
         spans: list[tuple[int, int, int]] = []   # (lo, hi, size) of the index arrays before clamping
         if self._box is not None:

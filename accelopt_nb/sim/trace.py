@@ -30,7 +30,9 @@ BUFFERS = ("hbm", "sbuf", "psum")
 
 @dataclass(slots=True)
 class TensorInfo:
-    """One logical allocation."""
+    """One logical allocation. A result tile that no instruction reads or writes (its instruction computed
+    straight into the destination it was assigned to, ``buf[...] = nl.exp(t)``) is none: the compiler never
+    allocates it. Tensors are in id (allocation) order."""
 
     id: int
     name: str
