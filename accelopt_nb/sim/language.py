@@ -273,7 +273,7 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
     out = _ops.new_result(rt, api, shape, out_dtype, "sbuf", data, None, m, thunk)
     attrs = _dma_attrs(view, shape, _dt.itemsize(view.tensor.dtype), "hbm", "sbuf", mask=m)
     ins = rt.emit("dma", "dma_load", api, (view.region(m),) + _index_regions(view, attrs),
-                  (out.full_view().region(out._mask),), shape[0],
+                  (out.tile_region(out._mask),), shape[0],
                   int(_prod(shape[1:])), (_dt.name(view.tensor.dtype),), _dt.name(out_dtype), attrs=attrs)
     out._producer = ins
     return out

@@ -120,7 +120,7 @@ def emit_for(rt: Runtime, out: Tensor | None, engine: str, op: str, api: str, op
              attrs: dict | None = None, *, partitions: int | None = None, free: int | None = None,
              extra_reads: Sequence[Any] = (), accumulate: bool = False):
     reads = tuple(o.region for o in operands if o.view is not None) + tuple(extra_reads)
-    writes = () if out is None else (out.full_view().region(out._mask),)
+    writes = () if out is None else (out.tile_region(out._mask),)
     shape = out.shape if out is not None else (operands[0].shape if operands else (1, 1))
     p = partitions if partitions is not None else (shape[0] if shape else 1)
     n = free if free is not None else (int(_prod(shape[1:])) if len(shape) > 1 else 1)

@@ -265,6 +265,19 @@ class Tensor(_Opaque):
             view._region = self._full
         return view
 
+    def tile_region(self, mask: Any = None) -> Region:
+        """``full_view().region(mask)`` of a result tile (an instruction's output), without making the view."""
+        if self.kind != "result" or self.par_axis != 0 or len(self.shape) < 2:
+            return self.full_view().region(mask)
+        shape = self.shape
+        reg = Region(tensor=self.id, buffer=self.buffer, lo=(0,) * len(shape), hi=shape,
+                     elements=mask_count(mask, shape) if mask is not None else int(_prod(shape)),
+                     itemsize=dt.itemsize(self.dtype), block=0)
+        rt = _replay.probing()
+        if rt is not None:
+            _replay.note_region(rt, reg, shape, None)
+        return reg
+
     def __getitem__(self, key: Any) -> "View":
         view = self._view(key)
         rt = _replay.probing()
