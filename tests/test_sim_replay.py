@@ -782,3 +782,31 @@ def test_tiles_allocated_in_the_loop_body_are_replayed_with_values():
     a = np.random.default_rng(0).standard_normal((128 * 16, 128), dtype=np.float32) / 8
     b = np.random.default_rng(1).standard_normal((128, 512), dtype=np.float32) / 8
     assert values_replayed(src, a, b) > 0
+
+
+def test_an_instruction_flattens_as_the_generic_record_walk_does():
+    """Flat.instruction (the fast path) gives the signature and integers of Flat.fields, on real traces and on
+    an instruction whose fields have unusual types (NumPy ints, a float attribute, no line)."""
+    from accelopt_nb.sim import replay_records
+    from accelopt_nb.sim.runtime import Runtime
+    from accelopt_nb.sim.trace import Instruction, Region
+
+    rt = Runtime(SimOptions(trace_only=True), "k", set())
+    instructions = []
+    for name in ("adamw", "lora", "gqa_full", "mamba"):
+        problem = nkibench.get_problem(name)
+        task = problem.task("small")
+        res = simulate(load_kernel(problem.baseline_path), *task.to_nki(task.get_inputs(seed=0)), options=REPLAY)
+        instructions += res.trace.instructions
+    odd = Instruction(index=np.int64(3), engine="vector", op="tensor_scalar", api="nl.add",
+                      reads=(Region(1, "sbuf", (0, 0), (128, 4), 512, 4, 0), "not a region"), writes=(),
+                      partitions=np.int32(128), free_elems=4, in_dtypes=("float32",), out_dtype="float32",
+                      accumulate=np.bool_(False), attrs={"value": 1.5, "n": 2}, loops=((1, "affine", 2),),
+                      file=None, line=None)
+    for ins in instructions + [odd]:
+        fast, generic = replay_records.Flat(rt), replay_records.Flat(rt)
+        assert fast.instruction(ins) == generic.fields(ins)
+        assert fast.ints == generic.ints
+        assert (fast.lo, fast.hi, fast.size, fast.free, fast.unchecked) == \
+               (generic.lo, generic.hi, generic.size, generic.free, generic.unchecked)
+    assert len(instructions) > 500

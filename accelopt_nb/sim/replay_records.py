@@ -22,6 +22,8 @@ from accelopt_nb.sim.trace import Instruction, Region, TensorInfo
 # (a Region), ("L", kinds) (a loops tuple), ("N", class, fields) (a record), ("auto",) (a default name).
 _FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in (Instruction, Region, TensorInfo)}
 _REGION_FAST = _FIELDS[Region] == ("tensor", "buffer", "lo", "hi", "elements", "itemsize", "block")
+_INSTRUCTION_FAST = _FIELDS[Instruction] == ("index", "engine", "op", "api", "reads", "writes", "partitions", "free_elems",
+                                             "in_dtypes", "out_dtype", "accumulate", "attrs", "loops", "file", "line")
 _CTOR = {Instruction: "I", Region: "R", TensorInfo: "T"}
 _INT = ("i",)
 _PLAIN = (str, bool, type(None))
@@ -162,8 +164,14 @@ class Flat:
         return tuple(out)
 
     def region(self, x: Region) -> Any:
-        if not (_REGION_FAST and type(x.tensor) is int and type(x.elements) is int and type(x.itemsize) is int
-                and type(x.block) is int and all(type(e) is int for e in x.lo) and all(type(e) is int for e in x.hi)):
+        fast = _REGION_FAST and type(x.tensor) is int and type(x.elements) is int and type(x.itemsize) is int \
+            and type(x.block) is int
+        if fast:
+            for e in x.lo + x.hi:   # a loop, not all(<generator>): this runs for every region flattened
+                if type(e) is not int:
+                    fast = False
+                    break
+        if not fast:
             self.unchecked = True   # a layout the fast path does not read
             return self.record(x)
         ints = self.ints
@@ -185,16 +193,74 @@ class Flat:
         return ("R", x.buffer, len(x.lo), len(x.hi))
 
     def loops(self, x: Any) -> Any:
-        if type(x) is tuple and all(type(e) is tuple and len(e) == 3 and type(e[0]) is int and type(e[2]) is int
-                                    and type(e[1]) is str for e in x):
-            ints = self.ints
-            for uid, _, it in x:
-                ints.append(uid)
-                ints.append(it)
-            return ("L", tuple(e[1] for e in x))
-        return self.sig(x)
+        if type(x) is not tuple:
+            return self.sig(x)
+        for e in x:
+            if not (type(e) is tuple and len(e) == 3 and type(e[0]) is int and type(e[2]) is int and type(e[1]) is str):
+                return self.sig(x)
+        ints = self.ints
+        kinds = []
+        for uid, kind, it in x:
+            ints.append(uid)
+            ints.append(it)
+            kinds.append(kind)
+        return ("L", tuple(kinds))
 
     def record(self, x: Any) -> tuple:
+        if type(x) is Instruction and _INSTRUCTION_FAST:
+            return self.instruction(x)
+        return self.fields(x)
+
+    def instruction(self, x: Instruction) -> tuple:
+        """:meth:`fields` of an instruction, field by field without the generic dispatch: the same signature and
+        integers (an instruction has the most fields and is the record flattened most often)."""
+        ints, sig = self.ints, self.sig
+        v = x.index
+        if type(v) is int:
+            ints.append(v)
+            index = _INT
+        else:
+            index = sig(v)
+        engine, op, api = x.engine, x.op, x.api
+        engine = engine if type(engine) is str else sig(engine)
+        op = op if type(op) is str else sig(op)
+        api = api if type(api) is str else sig(api)
+        reads, writes = self.regions(x.reads), self.regions(x.writes)
+        v = x.partitions
+        if type(v) is int:
+            ints.append(v)
+            partitions = _INT
+        else:
+            partitions = sig(v)
+        v = x.free_elems
+        if type(v) is int:
+            ints.append(v)
+            free = _INT
+        else:
+            free = sig(v)
+        in_dtypes = sig(x.in_dtypes)
+        out_dtype = x.out_dtype if type(x.out_dtype) is str else sig(x.out_dtype)
+        accumulate = x.accumulate if type(x.accumulate) is bool else sig(x.accumulate)
+        attrs = x.attrs
+        attrs = ("d", tuple(attrs), self.items(attrs.values())) if type(attrs) is dict else sig(attrs)
+        loops = self.loops(x.loops)
+        file = x.file if x.file is None or type(x.file) is str else sig(x.file)
+        v = x.line
+        if type(v) is int:
+            ints.append(v)
+            line = _INT
+        else:
+            line = sig(v)
+        return ("N", Instruction, (index, engine, op, api, reads, writes, partitions, free, in_dtypes, out_dtype,
+                                   accumulate, attrs, loops, file, line))
+
+    def regions(self, x: Any) -> Any:
+        """``sig`` of a tuple of regions."""
+        if type(x) is not tuple:
+            return self.sig(x)
+        return ("t", tuple(self.region(r) if type(r) is Region else self.sig(r) for r in x))
+
+    def fields(self, x: Any) -> tuple:
         t = type(x)
         parts = []
         for name in _FIELDS[t]:
