@@ -53,6 +53,7 @@ def iinfo(dtype) -> Any:
     return np.iinfo(_dt.storage(d))
 
 
+_SCALAR_TYPES = (int, float, bool, np.number)   # an operand that is a Python or NumPy scalar, not a tile
 tile_size = SimpleNamespace(pmax=PMAX, psum_fmax=PSUM_FMAX, gemm_stationary_fmax=GEMM_STATIONARY_FMAX,
                             gemm_moving_fmax=GEMM_MOVING_FMAX, bn_stats_fmax=BN_STATS_FMAX, psum_num_banks=8)
 
@@ -419,7 +420,7 @@ def _binary(name: str):
 
     def api(x, y, *, dtype=None, mask=None, **kwargs):
         x, y = _partition_broadcast(x, y)
-        scalar_side = any(isinstance(v, (int, float, bool, np.number)) for v in (x, y))
+        scalar_side = isinstance(x, _SCALAR_TYPES) or isinstance(y, _SCALAR_TYPES)
         op = "tensor_scalar" if scalar_side else "tensor_tensor"
         engine = "gpsimd" if name == "power" and not scalar_side else "vector"
         if not scalar_side:

@@ -81,7 +81,7 @@ def new_result(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, buffer
                data: np.ndarray | None, written: np.ndarray | None, mask: np.ndarray | None,
                thunk: tuple | None = None) -> Tensor:
     """A fresh result tile; ``thunk`` (values mode) computes its values later (``tensor.defer``)."""
-    shape = tuple(int(s) for s in shape)
+    shape = tuple(map(int, shape))
     if len(shape) == 1:
         shape = (shape[0], 1)
         if data is not None:
@@ -119,7 +119,7 @@ def new_result(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, buffer
 def emit_for(rt: Runtime, out: Tensor | None, engine: str, op: str, api: str, operands: Sequence[Operand],
              attrs: dict | None = None, *, partitions: int | None = None, free: int | None = None,
              extra_reads: Sequence[Any] = (), accumulate: bool = False):
-    reads = tuple(o.region for o in operands if o.view is not None) + tuple(extra_reads)
+    reads = tuple([o.region for o in operands if o.view is not None]) + tuple(extra_reads)
     writes = () if out is None else (out.tile_region(out._mask),)
     shape = out.shape if out is not None else (operands[0].shape if operands else (1, 1))
     p = partitions if partitions is not None else (shape[0] if shape else 1)

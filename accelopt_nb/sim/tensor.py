@@ -169,7 +169,7 @@ class Tensor(_Opaque):
         self.name = name or f"{kind}{tid}"
         self.buffer = buffer
         self.kind = kind
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = tuple(map(int, shape))
         self.dtype = dt.canonical(dtype)
         self.par_axis = par_axis
         self._raw = raw
@@ -256,7 +256,7 @@ class Tensor(_Opaque):
 
     def full_view(self) -> "View":
         shape = (self.shape[0], 1) if self.on_chip and len(self.shape) == 1 else self.shape  # as View() shapes it
-        view = View.known(self, tuple(slice(0, s, 1) for s in self.shape), shape)
+        view = View.known(self, tuple([slice(0, s, 1) for s in self.shape]), shape)
         # a buffer keeps its whole region (the simulator reads it often and it never changes), not the view:
         # a tensor <-> view reference cycle would keep the data alive until the garbage collector runs
         if self.kind != "result":
@@ -471,7 +471,7 @@ def _plan(shape: tuple[int, ...], on_chip: bool, sig: tuple) -> tuple | None:
                 return None
             last_axis = axis
         sizes.append(n)
-    vshape = tuple(int(n) for n in bshape)
+    vshape = tuple(map(int, bshape))
     if on_chip and len(vshape) == 1:
         vshape = (vshape[0], 1)
     return tuple(sizes), vshape
