@@ -35,6 +35,10 @@ def _arr(x: Any) -> Any:
     return x
 
 
+_ALL = slice(None)
+_COLUMN, _ROW = (":", None), (None, ":")   # the signatures of [:, None] and [None, :] (IndexExpr._subs keys)
+
+
 class IndexExpr:
     """An affine index expression evaluated to a broadcastable int64 array.
 
@@ -57,6 +61,17 @@ class IndexExpr:
 
     # shape manipulation used as nl.arange(n)[:, None]
     def __getitem__(self, key: Any) -> "IndexExpr":
+        subs = self._subs
+        if subs is not None and type(key) is tuple and len(key) == 2:   # nl.arange(n)[:, None] and [None, :]
+            a, b = key
+            if b is None and type(a) is slice and a == _ALL:
+                sub = subs.get(_COLUMN)
+            elif a is None and type(b) is slice and b == _ALL:
+                sub = subs.get(_ROW)
+            else:
+                sub = None
+            if sub is not None:
+                return sub
         # new axes and full slices keep the progression; anything else may reorder or drop values
         sig: list[Any] | None = []
         for k in key if type(key) is tuple else (key,):

@@ -138,7 +138,7 @@ class _Opaque:
 class Tensor(_Opaque):
     """One allocation: an HBM tensor, an on-chip buffer, or a fresh API result tile."""
 
-    __slots__ = ("id", "name", "buffer", "kind", "shape", "dtype", "par_axis", "_array", "_thunk", "_written",
+    __slots__ = ("id", "name", "buffer", "on_chip", "kind", "shape", "dtype", "par_axis", "_array", "_thunk", "_written",
                  "_stamps", "_raw", "_mask", "_producer", "_consumed", "_alloc_epoch", "_fast", "_lazy",
                  "_full", "_cover", "_borrowed", "__weakref__")
 
@@ -168,6 +168,7 @@ class Tensor(_Opaque):
         self.id = tid
         self.name = name or f"{kind}{tid}"
         self.buffer = buffer
+        self.on_chip = buffer != "hbm"   # asked for every access: an attribute, set with the buffer
         self.kind = kind
         self.shape = tuple(map(int, shape))
         self.dtype = dt.canonical(dtype)
@@ -214,10 +215,6 @@ class Tensor(_Opaque):
 
     def __repr__(self) -> str:
         return f"<nki tensor {self.name} {self.shape} {dt.name(self.dtype)} in {self.buffer}>"
-
-    @property
-    def on_chip(self) -> bool:
-        return self.buffer != "hbm"
 
     # The values, computed first if they were deferred (see ``defer``).
     @property
@@ -329,6 +326,7 @@ class _Alias(Tensor):
         self.id = base.id
         self.name = base.name
         self.buffer = base.buffer
+        self.on_chip = base.on_chip
         self.kind = base.kind
         self.shape = shape
         self.dtype = base.dtype
