@@ -459,9 +459,12 @@ def _emit(rt: Runtime, frame: LoopFrame, values: range, pos: int, last: np.ndarr
     # each record of the plan built for every row at once (its integers of every row converted in one C call),
     # then interleaved row by row (C-level zip): instructions in stream order, tensors in id (insertion) order
     ins_cols, tens_cols = [], []
+    moving = delta != 0   # the other integers are the same in every row: each converted once (Builder)
     for rec_sig, first, tensor in flat.plan:
-        build, consts, width = records.builder(rec_sig)
-        (tens_cols if tensor else ins_cols).append(build(rows[:, first:first + width].tolist(), consts))
+        b = records.builder(rec_sig)
+        build, moves, fixed = b.variant(moving[first:first + b.width])
+        cols = rows[:, first + moves].tolist() if moves.size else [()] * count
+        (tens_cols if tensor else ins_cols).append(build(cols, b.consts, last[first + fixed].tolist()))
     trace = rt.trace
     ins, tens = trace.instructions, trace.tensors
     first_ins, first_tensor = len(ins), rt._next_tensor

@@ -364,16 +364,46 @@ class _Codegen:
         raise AssertionError(f"unknown signature node {kind!r}")
 
 
-_builders: dict[tuple, tuple[Any, list[Any], int]] = {}
+class Builder:
+    """The compiled builders of one record signature: its integers (``width``), the constants its code names
+    (``consts``), and per set of moving integers a function ``build(rows, C, K)`` that returns the record
+    of every row, ``rows`` holding each row's moving integers and ``K`` the fixed ones (the same in every
+    row: converted once, and the same int objects in every record)."""
+
+    __slots__ = ("body", "consts", "width", "variants")
+
+    def __init__(self, sig: tuple) -> None:
+        gen = _Codegen()
+        self.body = gen.expr(sig)
+        self.consts = gen.consts
+        self.width = gen.k
+        self.variants: dict[bytes, tuple[Any, np.ndarray, np.ndarray]] = {}
+
+    def variant(self, moving: np.ndarray) -> tuple[Any, np.ndarray, np.ndarray]:
+        """(build, indices of the moving integers, indices of the fixed ones) for the mask ``moving``."""
+        key = moving.tobytes()
+        hit = self.variants.get(key)
+        if hit is not None:
+            return hit
+        moves, fixed = np.flatnonzero(moving), np.flatnonzero(~moving)
+        # one comprehension over the rows, each row's moving integers unpacked into locals
+        names = "".join(f"a{k}," for k in moves.tolist()) or "_"
+        source = "def build(rows, C, K):\n"
+        if fixed.size:
+            source += "    " + "".join(f"a{k}," for k in fixed.tolist()) + " = K\n"
+        source += f"    return [{self.body} for {names} in rows]\n"
+        scope = dict(_SCOPE)
+        exec(compile(source, "<loop replay>", "exec"), scope)  # noqa: S102 - generated from the signature
+        hit = self.variants[key] = (scope["build"], moves, fixed)
+        return hit
+
+
+_builders: dict[tuple, Builder] = {}
 _SCOPE = {"I": Instruction, "R": Region, "T": TensorInfo}
 
 
-def builder(sig: tuple) -> tuple[Any, list[Any], int]:
-    """The compiled builder of one record signature, its constants and its number of integers (cached: records
-    repeat).
-
-    ``build(rows, C)`` returns the record of every row (a list of that many integers).
-    """
+def builder(sig: tuple) -> Builder:
+    """The builders of one record signature (cached: records repeat)."""
     try:
         hit = _builders.get(sig)
         hashable = True
@@ -381,14 +411,7 @@ def builder(sig: tuple) -> tuple[Any, list[Any], int]:
         hit, hashable = None, False
     if hit is not None:
         return hit
-    gen = _Codegen()
-    body = gen.expr(sig)
-    # one comprehension over the rows, each row's integers unpacked into locals
-    names = "".join(f"a{k}," for k in range(gen.k)) or "_"
-    source = f"def build(rows, C):\n    return [{body} for {names} in rows]\n"
-    scope = dict(_SCOPE)
-    exec(compile(source, "<loop replay>", "exec"), scope)  # noqa: S102 - generated from the signature
-    out = (scope["build"], gen.consts, gen.k)
+    out = Builder(sig)
     if hashable:
         if len(_builders) >= 4096:
             _builders.clear()
