@@ -266,6 +266,27 @@ def test_tiles_computed_into_their_destinations_and_one_read_again():
     assert len(exps) == 12 and all(t.id in reads for t in exps)   # the e of every iteration, and no other result
 
 
+def test_later_instances_of_a_loop_are_extrapolated_from_two_probes():
+    """An inner loop's first instance probes 3 iterations; the later ones, whose first two probes show the step
+    it found, 2 (trace-only). The outer loop here is too short to be replayed, and in the second kernel it is
+    replayed: either way the trace is the one of running every iteration."""
+    src = rowwise_kernel("""
+        for i in nl.affine_range(a.shape[0] // 128):
+            buf = nl.ndarray((a.shape[1] // 64, nl.par_dim(128), 64), dtype=a.dtype, buffer=nl.sbuf)
+            for j in nl.affine_range(a.shape[1] // 64):
+                buf[j, ip, jf] = nl.load(a[i * 128 + ip, j * 64 + jf], mask=(j * 64 + jf < a.shape[1]))
+                nl.store(out[i * 128 + ip, j * 64 + jf], value=nl.exp(buf[j, ip, jf]), mask=(i * 128 + ip < a.shape[0]))
+        return out
+    """)
+    fast, full = run_both(src, rows(128 * 3, 64 * 10) / 1e3)
+    # 3 loads, exps and stores per inner iteration: 10 - 3 iterations replayed, then 10 - 2 twice
+    assert fast.replayed == 3 * ((10 - 3) + 2 * (10 - 2))
+    # replayed outer loop: its 3 probes see the same whether their inner loop probed 3 iterations or 2 (the inner
+    # loop hands its enclosing probe the first probe's and the far corner's mask outcomes and bounds either way)
+    fast, full = run_both(src, rows(128 * 16, 64 * 10) / 1e3)
+    assert fast.replayed == 3 * ((10 - 3) + 2 * (10 - 2)) + (16 - 3) * 3 * 10
+
+
 def test_accumulating_into_a_psum_tile_in_place():
     src = """
     @nki.jit

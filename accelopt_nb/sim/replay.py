@@ -84,10 +84,25 @@ class Probe:
         self.events: list[list[tuple]] = []   # per probe iteration: (op, lhs, rhs, result) of mask comparisons
         self.keys: list[list[int]] = []       # per probe iteration: (lo, hi, size) of every int and slice index
         self.logs: list[effects.Log] = []     # per probe iteration, with values: its effects on memory
+        self.evidence: Evidence | None = None  # what the last extrapolation from PROBES probes established
 
     def fail(self, reason: str) -> None:
         if self.reason is None:
             self.reason = reason
+
+
+@dataclasses.dataclass
+class Evidence:
+    """What a loop's last extrapolation from :data:`PROBES` probes established about one iteration's step: the
+    records' signature and integer step, the counters' step, each mask comparison's (op, lhs step, rhs step)
+    and the index bounds' step. A later instance of the loop whose first two probes show exactly this step
+    is extrapolated from them (:func:`run`): its third probe could only confirm the step again."""
+
+    sig: tuple
+    delta: np.ndarray
+    counters: np.ndarray
+    comparisons: list[tuple]
+    keys: np.ndarray
 
 
 def probing() -> Runtime | None:
@@ -195,6 +210,7 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
     gained: int | None = None   # iterations extrapolated, once a probe ran
     # with values, probing records every call of the probes: worth it only with enough iterations left to skip
     fewest = PROBES + (MIN_SKIPPED_VALUES if rt.value_replay else 0)
+    known = None if rt.value_replay or key is None else rt.replay_evidence.get(key)
     while pos < n:
         if isinstance(site, str) or n - pos <= fewest:
             for i in values[pos:]:
@@ -203,8 +219,10 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
         gained = gained or 0
         probe = Probe()
         marks = [_mark(rt)]
+        heads: list[list[tuple[int, int]]] = []   # per probe iteration: where it began in the enclosing probes' lists
         done = None
         while done is None and probe.reason is None and pos < n and len(marks) <= PROBES + WARMUP:
+            heads.append([(len(p.events[-1]), len(p.keys[-1])) for p in rt.probes])
             probe.events.append([])
             probe.keys.append([])
             idx = rt.iterate(frame, values[pos], ProbeIndex)
@@ -234,9 +252,16 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
                                                       _sim_types())
                     if reason:
                         probe.fail(reason)
-            if len(marks) > PROBES and probe.reason is None:
+            if len(marks) == 3 and known is not None and probe.reason is None:
+                # trace-only, and an earlier instance of this loop established the step: two probes that show
+                # it suffice (an enclosing probing loop sees the same either way: see _extrapolate's trim)
+                done = _extrapolate(rt, frame, values, pos, probe, marks, probe.events, probe.keys, heads[1],
+                                    known) or None
+            if done is None and len(marks) > PROBES and probe.reason is None:
                 done = _extrapolate(rt, frame, values, pos, probe, marks[-PROBES - 1:], probe.events[-PROBES:],
-                                    probe.keys[-PROBES:])
+                                    probe.keys[-PROBES:], heads[-PROBES + 1])
+                if done and probe.evidence is not None and key is not None:
+                    rt.replay_evidence[key] = probe.evidence
         if not rt.probes:
             rt.region_shapes.clear()
             rt.replayed_blocks.clear()
@@ -262,7 +287,8 @@ def _sim_types() -> tuple[type, ...]:
 
 _MARK_SKIP = frozenset({"trace", "loops", "loop_key", "epoch", "_next_uid", "_next_tensor", "probes", "region_shapes",
                         "replayed_blocks", "flattened", "replay_misses", "roots", "deferred", "identities",
-                        "generations", "pending_reduction", "programs", "hidden", "tensors_unsorted"})
+                        "generations", "pending_reduction", "programs", "hidden", "tensors_unsorted",
+                        "replay_evidence"})
 
 
 def _mark(rt: Runtime) -> tuple:
@@ -277,20 +303,24 @@ def _mark(rt: Runtime) -> tuple:
 
 # ---- the check and the extrapolation -------------------------------------------------------------------
 def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: Probe, marks: list[tuple],
-                 events: list[list[tuple]], keys: list[list[int]]) -> int | None:
+                 events: list[list[tuple]], keys: list[list[int]], trim: list[tuple[int, int]],
+                 known: Evidence | None = None) -> int | None:
     """Append the records of as many iterations from ``pos`` as provably repeat the last probes' step.
 
-    ``marks`` are the runtime at the boundaries of the last :data:`PROBES` iterations, ``events`` their
-    mask comparisons. Returns how many iterations were appended, or None (``probe.mismatch`` or
-    ``probe.reason`` says why).
+    ``marks`` are the runtime at the boundaries of the last probe iterations (:data:`PROBES` of them, or two
+    with ``known``, whose step every one of them must show), ``events`` their mask comparisons; ``trim``,
+    per enclosing probing loop, where the second of them began in its mask comparisons and index bounds.
+    Returns how many iterations were appended, or None (``probe.mismatch`` or ``probe.reason`` says why).
     """
     probe.mismatch = None
+    probe.evidence = None
+    n_probes = len(marks) - 1
     if any(m[4] != marks[0][4] for m in marks):
         probe.mismatch = _OTHER_STATE
         return None
     counters = np.array([m[:4] for m in marks], dtype=np.int64)
     steps = np.diff(counters, axis=0)
-    if (steps != steps[0]).any():
+    if (steps != steps[0]).any() or (known is not None and not np.array_equal(steps[0], known.counters)):
         probe.mismatch = "iterations differ in their instruction, tensor, loop or epoch counts"
         return None
     program = None
@@ -298,24 +328,24 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
         program = effects.agreed(probe, PROBES)
         if program is None:
             return None
-    flats = [records.flatten(rt, marks[j], marks[j + 1]) for j in range(PROBES)]
+    flats = [records.flatten(rt, marks[j], marks[j + 1]) for j in range(n_probes)]
     sig, last, flat = flats[-1]
     try:
-        same = all(f[0] == sig for f in flats[:-1])
+        same = all(f[0] == sig for f in flats[:-1]) and (known is None or known.sig == sig)
     except Exception:  # noqa: BLE001 - a constant whose == is not a truth value (an array): not provably equal
         same = False
     if not same:
         probe.mismatch = "iterations differ in structure"
         return None
     deltas = np.diff(np.stack([f[1] for f in flats]), axis=0)
-    if (deltas != deltas[0]).any():
+    if (deltas != deltas[0]).any() or (known is not None and not np.array_equal(deltas[0], known.delta)):
         probe.mismatch = "a number in the records does not change by a constant step"
         return None
     delta = deltas[0]
-    count, comparisons = _mask_limit(probe, events, len(values) - pos)
+    count, comparisons = _mask_limit(probe, events, len(values) - pos, known)
     if count is None:
         return None
-    count, bounds = _key_limit(probe, keys, count)
+    count, bounds, key_step = _key_limit(probe, keys, count, known)
     if count is None:
         return None
     count = _bounds_limit(flat, last, delta, count)
@@ -327,19 +357,27 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
     if count <= 0:
         return 0
     _emit(rt, frame, values, pos, last, delta, count, steps[0], flat)
-    # an enclosing probing loop must also see this loop's last mask outcomes and index bounds: the far corner
-    # of its range (each is linear in both loops' variables, so the corners decide the whole rectangle)
+    if known is None and n_probes == PROBES:
+        probe.evidence = Evidence(sig, delta, steps[0], [(op, dl, dr) for op, _, dl, _, dr, _ in comparisons], key_step)
+    # an enclosing probing loop must also see this loop's mask outcomes and index bounds over its whole range:
+    # its first probe's and the far corner's (each is linear in both loops' variables, so the corners decide
+    # the whole rectangle). The later probes' are dropped, so it sees the same however many probes ran.
+    for p, (n_events, n_keys) in zip(rt.probes, trim):
+        del p.events[-1][n_events:]
+        del p.keys[-1][n_keys:]
     for p in rt.probes:
         p.events[-1].extend((op, lhs + count * dl, rhs + count * dr, res) for op, lhs, dl, rhs, dr, res in comparisons)
         p.keys[-1] += bounds(count)
     return count
 
 
-def _mask_limit(probe: Probe, ev: list[list[tuple]], count: int) -> tuple[int | None, list[tuple]]:
+def _mask_limit(probe: Probe, ev: list[list[tuple]], count: int,
+                known: Evidence | None = None) -> tuple[int | None, list[tuple]]:
     """How many of ``count`` further iterations see every mask comparison come out as in the probes,
-    and each comparison as (op, lhs, lhs step, rhs, rhs step, outcome) at the last probe."""
+    and each comparison as (op, lhs, lhs step, rhs, rhs step, outcome) at the last probe (with ``known``,
+    each comparison's steps must be the ones it holds)."""
     comparisons: list[tuple] = []
-    if any(len(e) != len(ev[0]) for e in ev):
+    if any(len(e) != len(ev[0]) for e in ev) or (known is not None and len(known.comparisons) != len(ev[0])):
         probe.mismatch = "iterations differ in their mask comparisons"
         return None, comparisons
     for k in range(len(ev[0])):
@@ -352,11 +390,17 @@ def _mask_limit(probe: Probe, ev: list[list[tuple]], count: int) -> tuple[int | 
         rhs = [np.asarray(e[k][2]) for e in ev]
         res = [e[k][3] for e in ev]
         try:
-            dl = [lhs[j + 1] - lhs[j] for j in range(PROBES - 1)]
-            dr = [rhs[j + 1] - rhs[j] for j in range(PROBES - 1)]
+            dl = [lhs[j + 1] - lhs[j] for j in range(len(ev) - 1)]
+            dr = [rhs[j + 1] - rhs[j] for j in range(len(ev) - 1)]
         except ValueError:
             probe.mismatch = "iterations differ in their mask comparisons"
             return None, comparisons
+        if known is not None:
+            k_op, k_dl, k_dr = known.comparisons[k]
+            dl, dr = dl + [k_dl], dr + [k_dr]
+            if k_op is not op:
+                probe.mismatch = "a mask comparison changes between probe iterations"
+                return None, comparisons
         if not (_all_equal(res) and _all_equal(dl) and _all_equal(dr)):
             probe.mismatch = "a mask comparison changes between probe iterations"
             return None, comparisons
@@ -381,17 +425,18 @@ def _all_equal(arrays: list[np.ndarray]) -> bool:
     return True
 
 
-def _key_limit(probe: Probe, keys: list[list[int]], count: int) -> tuple[int | None, Any]:
-    """How many of ``count`` further iterations keep every int and slice index in bounds, and the bounds
-    (as a flat list) at a given step past the last probe."""
+def _key_limit(probe: Probe, keys: list[list[int]], count: int,
+               known: Evidence | None = None) -> tuple[int | None, Any, Any]:
+    """How many of ``count`` further iterations keep every int and slice index in bounds, the bounds (as a
+    flat list) at a given step past the last probe, and their step (with ``known``, the one it holds)."""
     arrs = [np.array(k, dtype=np.int64).reshape(-1, 3) for k in keys]
     if any(a.shape != arrs[0].shape or (a[:, 2] != arrs[0][:, 2]).any() for a in arrs):
         probe.mismatch = "iterations differ in the tensors they index"
-        return None, None
+        return None, None, None
     steps = np.diff(np.stack(arrs), axis=0)
-    if (steps != steps[0]).any():
+    if (steps != steps[0]).any() or (known is not None and not np.array_equal(steps[0], known.keys)):
         probe.mismatch = "an index does not change by a constant step"
-        return None, None
+        return None, None, None
     last, step = arrs[-1], steps[0]
     lo, hi, size = last[:, 0], last[:, 1], last[:, 2]
     d_lo, d_hi = step[:, 0], step[:, 1]
@@ -399,7 +444,7 @@ def _key_limit(probe: Probe, keys: list[list[int]], count: int) -> tuple[int | N
         down = d < 0
         if down.any():
             count = min(count, int((value[down] // -d[down]).min()))
-    return count, lambda t: (last + t * step).ravel().tolist()
+    return count, lambda t: (last + t * step).ravel().tolist(), step
 
 
 def _comparison_limit(op: Any, lhs: np.ndarray, dl: np.ndarray, rhs: np.ndarray, dr: np.ndarray,

@@ -104,6 +104,7 @@ class Runtime:
         self.replayed_blocks: dict[int, Any] = {}   # id(first record) -> a block replay built while a parent probes
         self.flattened: dict[int, tuple] = {}       # id(record) -> its replay signature, while loops probe
         self.replay_misses: dict[tuple, int] = {}   # (code, line) of a loop -> its instances in a row replay gained nothing
+        self.replay_evidence: dict[tuple, Any] = {}  # (code, line) of a loop -> its last step found (replay.Evidence)
         self.hidden: dict[int, TensorInfo] = {}     # result tiles taken out of the trace (hide_result), by id
         self.tensors_unsorted = False               # a hidden tile came back: trace.tensors leaves id order
         self.replay = options.loop_replay and options.record_trace
