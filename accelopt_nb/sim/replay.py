@@ -29,10 +29,13 @@ Extrapolation is only used where it provably gives the same records:
   cursor, ...) does not change while probing.
 
 When the first probes differ (a ``loop_reduce`` restarting at the loop's first iteration) one more
-iteration runs and the last :data:`PROBES` are compared. A nested loop replays inside each executed
-iteration of its parent, and the parent replays as a whole (its records include the child's extrapolated
-ones; the child hands up its last mask outcomes and index bounds, the far corner of its range). Mask
-outcomes and bounds are linear in each loop variable, so checking a range's ends checks all of it.
+iteration runs and the last :data:`PROBES` are compared. In trace-only mode a later instance of a loop
+probes two iterations when they show exactly the step an earlier instance's :data:`PROBES` established
+(:class:`Evidence`, kept per loop site). A nested loop replays inside each executed iteration of its parent,
+and the parent replays as a whole (its records include the child's extrapolated ones; the child hands up
+the mask outcomes and index bounds of its first probe and of the far corner of its range, however many
+probes it ran). Mask outcomes and bounds are linear in each loop variable, so checking a range's ends checks
+all of it.
 ``Trace.replayed`` counts extrapolated instructions. With values, the probes also record their effects on
 memory (:mod:`accelopt_nb.sim.effects`) and the extrapolated iterations re-run them; a loop whose effects
 cannot be recorded runs every iteration. ``SimOptions(loop_replay=False)`` runs every iteration. Where checking would cost more than it saves, a loop runs every iteration without probing
