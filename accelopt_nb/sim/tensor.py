@@ -263,7 +263,8 @@ class Tensor(_Opaque):
         return view
 
     def tile_region(self, mask: Any = None) -> Region:
-        """``full_view().region(mask)`` of a result tile (an instruction's output), without making the view."""
+        """``full_view().region(mask)`` of a result tile, without making the view: the write region of the
+        instruction that produces the tile (fresh, so never hidden from the trace: see ``View.region``)."""
         if self.kind != "result" or self.par_axis != 0 or len(self.shape) < 2:
             return self.full_view().region(mask)
         shape = self.shape
