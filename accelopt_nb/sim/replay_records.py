@@ -212,47 +212,14 @@ class Flat:
         return self.fields(x)
 
     def instruction(self, x: Instruction) -> tuple:
-        """:meth:`fields` of an instruction, field by field without the generic dispatch: the same signature and
-        integers (an instruction has the most fields and is the record flattened most often)."""
-        ints, sig = self.ints, self.sig
-        v = x.index
-        if type(v) is int:
-            ints.append(v)
-            index = _INT
-        else:
-            index = sig(v)
-        engine, op, api = x.engine, x.op, x.api
-        engine = engine if type(engine) is str else sig(engine)
-        op = op if type(op) is str else sig(op)
-        api = api if type(api) is str else sig(api)
-        reads, writes = self.regions(x.reads), self.regions(x.writes)
-        v = x.partitions
-        if type(v) is int:
-            ints.append(v)
-            partitions = _INT
-        else:
-            partitions = sig(v)
-        v = x.free_elems
-        if type(v) is int:
-            ints.append(v)
-            free = _INT
-        else:
-            free = sig(v)
-        in_dtypes = sig(x.in_dtypes)
-        out_dtype = x.out_dtype if type(x.out_dtype) is str else sig(x.out_dtype)
-        accumulate = x.accumulate if type(x.accumulate) is bool else sig(x.accumulate)
+        """:meth:`fields` of an instruction without the walk over field names (the same signature and integers):
+        an instruction has the most fields and is the record flattened most often."""
+        sig, items = self.sig, self.items
+        parts = (sig(x.index), sig(x.engine), sig(x.op), sig(x.api), self.regions(x.reads), self.regions(x.writes),
+                 sig(x.partitions), sig(x.free_elems), sig(x.in_dtypes), sig(x.out_dtype), sig(x.accumulate))
         attrs = x.attrs
-        attrs = ("d", tuple(attrs), self.items(attrs.values())) if type(attrs) is dict else sig(attrs)
-        loops = self.loops(x.loops)
-        file = x.file if x.file is None or type(x.file) is str else sig(x.file)
-        v = x.line
-        if type(v) is int:
-            ints.append(v)
-            line = _INT
-        else:
-            line = sig(v)
-        return ("N", Instruction, (index, engine, op, api, reads, writes, partitions, free, in_dtypes, out_dtype,
-                                   accumulate, attrs, loops, file, line))
+        attrs = ("d", tuple(attrs), items(attrs.values())) if type(attrs) is dict else sig(attrs)
+        return ("N", Instruction, parts + (attrs, self.loops(x.loops), sig(x.file), sig(x.line)))
 
     def regions(self, x: Any) -> Any:
         """``sig`` of a tuple of regions."""
