@@ -265,16 +265,9 @@ class Tensor(_Opaque):
     def tile_region(self, mask: Any = None) -> Region:
         """``full_view().region(mask)`` of a result tile, without making the view: the write region of the
         instruction that produces the tile (fresh, so never hidden from the trace: see ``View.region``)."""
-        if self.kind != "result" or self.par_axis != 0 or len(self.shape) < 2:
+        if self.kind != "result" or len(self.shape) < 2:
             return self.full_view().region(mask)
-        shape = self.shape
-        reg = Region(tensor=self.id, buffer=self.buffer, lo=(0,) * len(shape), hi=shape,
-                     elements=mask_count(mask, shape) if mask is not None else int(_prod(shape)),
-                     itemsize=dt.itemsize(self.dtype), block=0)
-        rt = _replay.probing()
-        if rt is not None:
-            _replay.note_region(rt, reg, shape, None)
-        return reg
+        return _region(self, (0,) * len(self.shape), self.shape, self.shape, mask, None)
 
     def __getitem__(self, key: Any) -> "View":
         view = self._view(key)
@@ -594,6 +587,24 @@ def _indirect_view(t: Tensor, key: Any) -> "View":
     return view
 
 
+def _region(t: Tensor, lo: Any, hi: Any, shape: tuple[int, ...], mask: Any, spans: list | None) -> Region:
+    """The trace region of the box [lo, hi) of ``t`` accessed by a view of ``shape`` (only where ``mask``);
+    ``spans``: the (lo, hi, size) of its index arrays before they were clamped to the tensor, if any was."""
+    elements = mask_count(mask, shape) if mask is not None else (int(_prod(shape)) if shape else 1)
+    block = 0
+    for i in range(t.par_axis):  # row-major flat index of the block, or -1 when it spans several
+        if hi[i] - lo[i] != 1:
+            block = -1
+            break
+        block = block * t.shape[i] + lo[i]
+    reg = Region(tensor=t.id, buffer=t.buffer, lo=tuple(lo), hi=tuple(hi), elements=elements,
+                 itemsize=dt.itemsize(t.dtype), block=block)
+    rt = _replay.probing()
+    if rt is not None:  # trace-only loop replay checks extrapolated regions against this shape
+        _replay.note_region(rt, reg, t.shape, spans)
+    return reg
+
+
 class View(_Opaque):
     """A region of a tensor, produced by indexing. Holds no data."""
 
@@ -769,18 +780,7 @@ class View(_Opaque):
             else:
                 lo.append(k)
                 hi.append(k + 1)
-        elements = mask_count(mask, self.shape) if mask is not None else (int(_prod(self.shape)) if self.shape else 1)
-        block = 0
-        for i in range(t.par_axis):  # row-major flat index of the block, or -1 when it spans several
-            if hi[i] - lo[i] != 1:
-                block = -1
-                break
-            block = block * t.shape[i] + lo[i]
-        reg = Region(tensor=t.id, buffer=t.buffer, lo=tuple(lo), hi=tuple(hi), elements=elements,
-                     itemsize=dt.itemsize(t.dtype), block=block)
-        rt = _replay.probing()
-        if rt is not None:  # trace-only loop replay checks extrapolated regions against this shape
-            _replay.note_region(rt, reg, t.shape, spans if clamped else None)
+        reg = _region(t, lo, hi, self.shape, mask, spans if clamped else None)
         if mask is None:
             self._region = reg
         return reg
