@@ -300,7 +300,8 @@ class Program:
     def _compile(log: Log) -> tuple[list[tuple], list[tuple], list[tuple]]:
         """The calls, checks and guards of an iteration's log (the guards before :func:`_needed_guards`).
 
-        Calls: (fn, builder of its arguments, register tag, registers freed after it). Guards: (fn, tensor key,
+        Calls: (fn, builder of its arguments, register tag, registers freed after it), but for the guards'
+        own calls, which do nothing (the guards are evaluated before each iteration instead). Guards: (fn, tensor key,
         tensor, box builder, local, box slots). Checks: PROVABLE calls as (index, fn, tensor, box slots)."""
         calls: list[tuple[Callable, Callable, Any, tuple[int, ...]]] = []
         guards: list[tuple] = []
@@ -315,6 +316,7 @@ class Program:
         frees: dict[int, list[int]] = {}
         for reg, i in last_use.items():
             frees.setdefault(i, []).append(reg)
+        pending: list[int] = []   # registers freed after a call that is not replayed
         for i, (sig, consts) in enumerate(zip(log.sigs, log.consts)):
             it, cit = iter(sig[1:-1]), iter(consts)
             exprs = []
@@ -325,11 +327,16 @@ class Program:
                 exprs.append(expr)
                 spans.append((first, slot) if type(node) is tuple and node[0] == "B" else None)
             fn = sig[0]
-            # registers are dropped after their last use, so temporaries are freed when running the body frees them
-            calls.append((fn, _compiled(f"lambda row, regs: ({''.join(e + ', ' for e in exprs)})", ns), sig[-1],
-                          tuple(frees.get(i, ()))))
-            if fn in PROVABLE and spans[1] is not None and type(sig[1]) is tuple and sig[1][0] == "o":
-                checks.append((i, fn, consts[0], spans[1]))
+            if fn is guard_covered or fn is guard_local:
+                # checked before each replayed iteration (self.guards), and nothing to run
+                pending += frees.get(i, ())
+            else:
+                if fn in PROVABLE and spans[1] is not None and type(sig[1]) is tuple and sig[1][0] == "o":
+                    checks.append((len(calls), fn, consts[0], spans[1]))
+                # registers are dropped after their last use, so temporaries are freed when running the body frees them
+                calls.append((fn, _compiled(f"lambda row, regs: ({''.join(e + ', ' for e in exprs)})", ns), sig[-1],
+                              tuple(pending + frees.get(i, []))))
+                pending = []
             if fn is cover_add or fn is guard_covered or fn is guard_local:
                 # the tensor: a constant, or (None) one allocated in the iteration, whose cover starts empty
                 fresh = type(sig[1]) is tuple and sig[1][0] == "f"
