@@ -16,6 +16,8 @@ from accelopt_nb.sim.indexing import broadcast as _broadcast
 from accelopt_nb.sim.indexing import mask_rows_cols as _mask_rows_cols
 from accelopt_nb.sim.runtime import GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX, current
 from accelopt_nb.sim.tensor import Operand, Tensor, as_view, combine_written, operand, read, write
+from accelopt_nb.sim.tensor import boxed_into as _boxed_into
+from accelopt_nb.sim.tensor import kept_box as _kept_box
 
 
 class engine(enum.IntEnum):  # noqa: N801 (NKI's name)
@@ -268,11 +270,24 @@ def _activation_eager(fn: Any, xs: np.ndarray, sc: Any, bc: Any) -> np.ndarray:
         return fn(xs * sc + bc).astype(np.float32, copy=False)
 
 
-def _activation(api: str, op, data, bias, scale, reduce_op, reduce_res, mask, dtype, reduce_required: bool) -> Tensor:
+def _boxed_columns(operands: list[Operand], box: tuple[slice, ...]) -> bool:
+    """Whether the scale and bias tiles (one value per partition) are all valid: then their rows of ``box``
+    are what the box of the activation reads."""
+    return all(o.written is None for o in operands)
+
+
+def _activation(api: str, op, data, bias, scale, reduce_op, reduce_res, mask, dtype, reduce_required: bool,
+                boxed: bool = True) -> Tensor:
     rt = current()
     name, fn = _act(op, api)
     m = _ops.mask_array(mask)
-    x = operand(data, api, allow_scalar=False, mask=m)
+    view = as_view(data)
+    # a ragged tile: computed on the box its mask keeps (a plain activation; a reduction reads the whole tile)
+    box = (None if not boxed or rt.options.trace_only or view is None or reduce_res is not None or reduce_required
+           else _kept_box(m, view.shape))
+    x = None if box is None else operand(data, api, allow_scalar=False, mask=m, box=box)
+    if x is None:
+        box, x = None, operand(data, api, allow_scalar=False, mask=m)
     operands = [x]
     rows = x.shape[0]
     s = 1.0
@@ -290,9 +305,14 @@ def _activation(api: str, op, data, bias, scale, reduce_op, reduce_res, mask, dt
     _ops.check_engine_access(rt, api, "scalar", operands, None)
     out_dtype = _dt.canonical(dtype) if dtype is not None else x.dtype
     out_data = thunk = None
+    if box is not None and not _boxed_columns(operands[1:], box):   # computed whole after all
+        box, x = None, operand(data, api, allow_scalar=False, mask=m)
+        operands[0] = x
     if x.data is not None:
         nd = x.data.ndim
         xs, sc, bc = x.data.astype(np.float32, copy=False), _reshape_col(s, nd), _reshape_col(b, nd)
+        if box is not None:
+            sc, bc = (v[box[0]] if isinstance(v, np.ndarray) and v.shape[0] > 1 else v for v in (sc, bc))
         if reduce_res is None and not reduce_required and _ops.deferrable(
                 (fn,), (xs, np.float32(sc) if type(sc) is float else sc, np.float32(bc) if type(bc) is float else bc),
                 out_dtype, x.shape):
@@ -300,6 +320,11 @@ def _activation(api: str, op, data, bias, scale, reduce_op, reduce_res, mask, dt
             skip_scale = type(sc) in _SCALARS and sc == 1.0
             skip_bias = type(bc) in _SCALARS and bc == 0.0 and _sign_blind(fn)
             thunk = (_activation_into, fn, xs, None if skip_scale else sc, None if skip_bias else bc)
+            if box is not None:
+                thunk = (_boxed_into, x.shape, box) + thunk
+        elif box is not None:   # computed whole after all
+            return _activation(api, op, data, bias, scale, reduce_op, reduce_res, mask, dtype, reduce_required,
+                               boxed=False)
         else:
             out_data = effects.run(_activation_eager, fn, xs, sc, bc)
     written = combine_written(*[o.written if o is x else (None if o.written is None else _broadcast(

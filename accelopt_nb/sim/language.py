@@ -28,7 +28,11 @@ from accelopt_nb.sim.launch import nc, spmd_dim  # noqa: F401 (re-exported)
 from accelopt_nb.sim.runtime import (BN_STATS_FMAX, GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX, PSUM_FMAX,
                                      ParDim, current, hbm, par_dim, private_hbm, psum, sbuf, shared_hbm)  # noqa: F401
 from accelopt_nb.sim.tensor import Tensor, View, as_view, operand, read, write
+from accelopt_nb.sim.tensor import boxed_into as _boxed_into
+from accelopt_nb.sim.tensor import boxed_read as _boxed_read
 from accelopt_nb.sim.tensor import copy_of as _copy_of
+from accelopt_nb.sim.tensor import kept_box as _kept_box
+from accelopt_nb.sim.tensor import store_boxed as _store_boxed
 
 # ---- dtypes --------------------------------------------------------------------------------------
 float32, float16, bfloat16, tfloat32 = _dt.float32, _dt.float16, _dt.bfloat16, _dt.tfloat32
@@ -262,8 +266,13 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
         raise rt.rule_error(api, f"loaded tile has partition dimension {shape[0]} (> {PMAX}); the leftmost "
                             "indexed axis becomes the partition axis", "partition dim <= 128")
     out_dtype = _dt.canonical(dtype) if dtype is not None else view.tensor.dtype
-    data, written = read(view, m, api)
-    thunk = None
+    box = None if rt.options.trace_only or out_dtype != _dt.float32 or view.shape != shape else _kept_box(m, shape)
+    part = None if box is None else _boxed_read(view, m, box)
+    data = thunk = None
+    if part is not None:   # a ragged tile: just the box its mask keeps is copied, into the tile's destination
+        thunk = (_boxed_into, shape, box, _copy_of, part)
+    else:
+        data, _ = read(view, m, api)
     if data is not None:
         data = data.reshape(shape)
         if data.dtype == np.float32 and out_dtype == _dt.float32 and len(shape) >= 2:
@@ -324,6 +333,11 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
         raise rt.rule_error(api, "value is an HBM tensor; HBM->HBM copies use nisa.dma_copy", "nl.store moves SBUF -> HBM")
     if sview.tensor.buffer == "psum":  # the compiler evacuates PSUM to SBUF first
         sview = copy(sview).full_view()
+    box = None if rt.options.trace_only or sview.shape != dview.shape else _kept_box(m, dview.shape)
+    op = None if box is None else operand(sview, api, mask=m, compute=False, box=box)
+    if op is not None and _store_boxed(dview, op.data, m, box, api):   # a ragged tile: its mask's box alone
+        _emit_store(rt, api, dview, op, m)
+        return
     op = operand(sview, api, mask=m, compute=False)
     if int(_prod(op.shape)) != int(_prod(dview.shape)):
         try:
@@ -344,10 +358,14 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
               None if m is None else _broadcast(m, dview.shape) if m.size > 1 else m, api)
     else:
         write(dview, None, None, m, api)
-    attrs = _dma_attrs(dview, op.shape, _dt.itemsize(sview.tensor.dtype), "sbuf", "hbm", mask=m)
+    _emit_store(rt, api, dview, op, m)
+
+
+def _emit_store(rt: Any, api: str, dview: View, op: Any, m: np.ndarray | None) -> None:
+    stype = op.view.tensor.dtype
+    attrs = _dma_attrs(dview, op.shape, _dt.itemsize(stype), "sbuf", "hbm", mask=m)
     rt.emit("dma", "dma_store", api, (op.region,) + _index_regions(dview, attrs), (dview.region(m),), op.shape[0],
-            int(_prod(op.shape[1:])),
-            (_dt.name(sview.tensor.dtype),), _dt.name(dview.tensor.dtype), attrs=attrs)
+            int(_prod(op.shape[1:])), (_dt.name(stype),), _dt.name(dview.tensor.dtype), attrs=attrs)
 
 
 def copy(src, *, mask=None, dtype=None, **kwargs) -> Tensor:

@@ -18,8 +18,8 @@ from accelopt_nb.sim import effects
 from accelopt_nb.sim.functions import FLOAT32_INTO
 from accelopt_nb.sim.indexing import Mask, broadcast, keep, mask_all, mask_rows_cols
 from accelopt_nb.sim.runtime import PMAX, PSUM_BANK_BYTES, Runtime, current
-from accelopt_nb.sim.tensor import (Operand, Tensor, View, as_view, combine_written, defer, operand, read, write,
-                                     write_deferred)
+from accelopt_nb.sim.tensor import (Operand, Tensor, View, as_view, boxed_into, combine_written, defer, kept_box,
+                                     operand, read, write, write_boxed, write_deferred)
 
 # Which buffers each engine may read and write (Trainium arch guide, memory figure).
 ENGINE_READS = {"tensor": {"sbuf"}, "vector": {"sbuf", "psum"}, "scalar": {"sbuf", "psum"},
@@ -180,28 +180,46 @@ def elementwise(api: str, engine: str, op: str, fn: Callable[..., np.ndarray], a
                 buffer: str = "sbuf") -> Tensor:
     rt = current()
     m = mask_array(mask)
-    opnds = [operand(a, api, mask=m) for a in args]
+    box = None if m is None or rt.options.trace_only else _tile_box(m, args)
+    opnds = None if box is None else [operand(a, api, mask=m, box=box) for a in args]
+    if opnds is None or None in opnds:
+        box, opnds = None, [operand(a, api, mask=m) for a in args]
     check_engine_access(rt, api, engine, opnds, None)
     shape = broadcast_shape(rt, api, opnds)
-    if dtype is None:
-        dtype = out_dtype_default
-    if dtype is None:  # NKI promotion; Python scalars are weakly typed (int->int32, float->fp32)
-        for o in opnds:
-            dtype = o.dtype if dtype is None else dt.promote(dtype, o.dtype)
-    dtype = dt.canonical(dtype)
+    dtype = _promoted(opnds, dtype if dtype is not None else out_dtype_default)
     data = None
     deferred = not rt.options.trace_only and deferrable((fn,), [o.data for o in opnds], dtype, shape)
+    if box is not None and not deferred:   # computed whole after all
+        box, opnds = None, [operand(a, api, mask=m) for a in args]
+        deferred = deferrable((fn,), [o.data for o in opnds], dtype, shape)
     if not rt.options.trace_only and not deferred:
         data = effects.run(_eager, fn, dt.is_float(dtype), *[o.data for o in opnds])
     written = combine_written(*[o.written for o in opnds], shape=shape)
     args = [o.data for o in opnds]
-    out = new_result(rt, api, shape, dtype, buffer, data, written, m, (ufunc_into, fn, *args) if deferred else None)
+    thunk = None if not deferred else (ufunc_into, fn, *args) if box is None else (boxed_into, shape, box, ufunc_into,
+                                                                                  fn, *args)
+    out = new_result(rt, api, shape, dtype, buffer, data, written, m, thunk)
     a = {"num_inputs": sum(1 for o in opnds if not o.scalar),
          "psum_input": any(o.buffer == "psum" for o in opnds)}
     if attrs:
         a.update(attrs)
     emit_for(rt, out, engine, op, api, opnds, a)
     return out
+
+
+def _promoted(opnds: Sequence[Operand], dtype: Any) -> Any:
+    """The result dtype: ``dtype`` if given, else NKI promotion (Python scalars are weakly typed: int->int32,
+    float->fp32)."""
+    if dtype is None:
+        for o in opnds:
+            dtype = o.dtype if dtype is None else dt.promote(dtype, o.dtype)
+    return dt.canonical(dtype)
+
+
+def _tile_box(mask: np.ndarray, args: Sequence[Any]) -> tuple[slice, ...] | None:
+    """The box ``mask`` keeps of an elementwise instruction whose tile operands all have the tile's shape."""
+    shapes = {v.shape for v in map(as_view, args) if v is not None}
+    return kept_box(mask, shapes.pop()) if len(shapes) == 1 else None
 
 
 # ---- assignment ------------------------------------------------------------------------------
@@ -247,8 +265,9 @@ def copy_into(dest: View, value: Any, api: str, reduction: bool = False) -> None
             pending[1].reduce_into(dest, src, api)
             return
         # a deferred result is computed straight into a whole float32 destination box (tensor.defer)
-        if not (src._thunk is not None and sshape == dshape and (mask is None or mask_all(mask))
-                and write_deferred(dest, src, src._written, api, reduction=reduction)):
+        if not (src._thunk is not None and sshape == dshape and (
+                write_deferred(dest, src, src._written, api, reduction=reduction) if mask is None or mask_all(mask)
+                else write_boxed(dest, src, mask, api, reduction=reduction))):
             values = None if src._data is None else src._data.reshape(dshape) if sshape != dshape else src._data
             written = None if src._written is None else (src._written.reshape(dshape) if sshape != dshape
                                                          else src._written)

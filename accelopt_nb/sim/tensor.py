@@ -1208,6 +1208,132 @@ def write_deferred(view: View, src: Tensor, written: np.ndarray | None, api: str
     return True
 
 
+# ---- masked instructions computed on the box their mask keeps ------------------------------------------
+# A masked instruction writes only the elements its mask keeps; the others are never written, so whatever
+# the instruction would compute there is never seen. When the mask keeps a box of an elementwise
+# instruction's tile (a ragged tile), its operands are read and its result computed on that box alone:
+# views of memory instead of tile-sized copies, and the result straight into its destination's box.
+def kept_box(mask: np.ndarray | None, shape: tuple[int, ...]) -> tuple[slice, ...] | None:
+    """The box (slices of ``shape``) that ``mask`` keeps of a tile, when it keeps a box and not all of it."""
+    if mask is None or len(shape) < 2 or mask_all(mask):
+        return None
+    try:
+        spans = mask_spans(broadcast(mask, shape))
+    except ValueError:
+        return None
+    if spans is None or spans is EMPTY:
+        return None
+    return tuple(slice(first, last + 1) for first, last in spans)
+
+
+def _box_key(view: View, mask: np.ndarray, box: tuple[slice, ...]) -> tuple | None:
+    """The basic key of the tensor elements that ``box`` of ``view`` holds, whose NumPy view has the box's
+    shape; None for any other view (gathers, merged axes, a view shaped unlike its tensor's axes)."""
+    if view.indirect:
+        return None
+    if view.advanced:
+        if _adv_shape(view) != view.shape:
+            return None
+        if view.basic is None:
+            kept = _kept_basic(view, mask)
+            key = None if kept is None or not kept[0] else kept[0]
+        else:
+            key = _keep_in(view.basic, mask, view.shape)
+    else:
+        key = _keep_in(view.key, mask, view.shape)
+    if key is None or _basic_shape(key) != tuple(s.stop - s.start for s in box):
+        return None
+    return key
+
+
+def _keep_in(key: tuple, mask: np.ndarray, shape: tuple[int, ...]) -> tuple | None:
+    """The part of a basic ``key`` (a view of ``shape``) that ``mask`` keeps, as a basic key."""
+    if _basic_shape(key) != shape:
+        return None
+    kept = masked_box(key, broadcast(mask, shape))
+    if kept is None or kept is EMPTY:
+        return None
+    return tuple(k if type(k) is not slice else slice(lo, hi, step) for k, (lo, hi, step) in zip(key, kept))
+
+
+def _boxable(t: Tensor) -> bool:
+    return t._data is not None and t.dtype == dt.float32 and t._data.dtype == np.float32
+
+
+def boxed_read(view: View, mask: np.ndarray, box: tuple[slice, ...]) -> np.ndarray | None:
+    """The values ``box`` of ``view`` holds, as a view of memory, when they are float32 and all written;
+    None otherwise (then ``read`` it)."""
+    t = view.tensor
+    if not _boxable(t):
+        return None
+    key = _box_key(view, mask, box)
+    if key is None or _validity(t, key) is not None:
+        return None
+    data = t._data[key]
+    return data.reshape(tuple(s.stop - s.start for s in box)) if data.ndim != len(box) else data
+
+
+def boxed_into(dst: np.ndarray | None, shape: tuple[int, ...], box: tuple[slice, ...], fn: Any, *args: Any) -> np.ndarray:
+    """The thunk of a result tile computed on its mask's box: ``fn(out, *args)`` computes the box's values
+    into ``out``. Computed whole, the elements outside the box hold NaN (never written)."""
+    if dst is None:
+        dst = np.empty(shape, dtype=np.float32)
+        _fill_outside(dst, np.float32(np.nan), box)
+    fn(dst[box], *args)
+    return dst
+
+
+def write_boxed(view: View, src: Tensor, mask: np.ndarray, api: str, reduction: bool = False) -> bool:
+    """``write(view, src's values, ..., mask)`` for a result ``src`` computed on its mask's box (``boxed_into``):
+    its values computed straight into the destination's box. False (nothing done) for any other case."""
+    thunk = src._thunk
+    if thunk is None or thunk[0] is not boxed_into:
+        return False
+    t = view.tensor
+    _, shape, box, fn, *args = thunk
+    if not _boxable(t) or t._raw or shape != view.shape:
+        return False
+    key = _box_key(view, mask, box)
+    if key is None:
+        return False
+    rt = current()
+    kept = _kept_basic(view, mask) if view.advanced and view.basic is None else None
+    _loop_conflict_check(rt, view, mask, api, reduction, kept)
+    t.own()
+    sub = t._data[key]
+    if sub.ndim != len(box):
+        sub = sub.reshape(tuple(s.stop - s.start for s in box))
+    src._thunk = None
+    if rt.deferred is not None and rt.deferred() is src:
+        rt.deferred = None
+    with np.errstate(all="ignore"):
+        effects.run(fn, sub, *args)
+    _mark_written(t, key, None)
+    defer(src, (boxed_into, shape, box, copy_of, sub))   # the tile reads its values from there
+    return True
+
+
+def store_boxed(view: View, values: np.ndarray, mask: np.ndarray, box: tuple[slice, ...], api: str) -> bool:
+    """``write(view, values, None, mask)`` for the values of ``mask``'s box alone (``boxed_read``); False
+    (nothing done) unless the destination is a float32 box of the same shape."""
+    t = view.tensor
+    if not _boxable(t) or t._raw:
+        return False
+    key = _box_key(view, mask, box)
+    if key is None:
+        return False
+    rt = current()
+    if rt.deferred is not None:   # its operands are views of memory this write may change
+        _compute_deferred(rt)
+    kept = _kept_basic(view, mask) if view.advanced and view.basic is None else None
+    _loop_conflict_check(rt, view, mask, api, False, kept)
+    t.own()
+    sub = t._data[key]
+    effects.run(_assign, sub, values.reshape(sub.shape), t.dtype, False)
+    _mark_written(t, key, None)
+    return True
+
+
 def _write_basic(t: Tensor, basic: tuple, vals: np.ndarray, written: np.ndarray | None, shape: tuple[int, ...],
                  adv_shape: tuple[int, ...], mask: np.ndarray | None, store_dtype, accumulate: bool) -> None:
     """``write`` of an advanced view through its equivalent basic key; same stores as the gather/scatter path."""
@@ -1457,7 +1583,9 @@ def as_view(x: Any) -> View | None:
 
 
 def operand(x: Any, api: str, *, allow_scalar: bool = True, allow_hbm: bool = False, mask=None,
-            compute: bool = True) -> Operand:
+            compute: bool = True, box: tuple[slice, ...] | None = None) -> Operand | None:
+    """``x`` resolved; with ``box`` (of a tile's mask, see ``kept_box``) its data is that box's values alone
+    (``boxed_read``), or None is returned where they cannot be read so."""
     rt = current()
     view = as_view(x)
     if view is None:
@@ -1476,6 +1604,9 @@ def operand(x: Any, api: str, *, allow_scalar: bool = True, allow_hbm: bool = Fa
         view.check_tile(api)
     if t.kind == "result":
         t._consumed = True
+    if box is not None:
+        data = boxed_read(view, mask, box)
+        return None if data is None else Operand(view, data, None, t.dtype, view.shape, mask=mask)
     data, written = read(view, mask, api)
     if data is not None and compute:
         cdt = dt.compute_dtype(t.dtype)
