@@ -22,7 +22,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from accelopt_nb.errors import KernelError, KernelLoadError, SimulatorBugError, UnsupportedAPIError
-from accelopt_nb.sim import api_guard, failures
+from accelopt_nb.sim import api_guard, failures, onchip
 from accelopt_nb.sim import compiler as _compiler
 from accelopt_nb.sim import dtypes as _dt
 from accelopt_nb.sim import isa as _isa
@@ -146,6 +146,7 @@ def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None
         except failures.PYTHON_ERRORS as exc:
             raise failures.python_error(exc, rt.kernel_files, _innermost_kernel_frame(exc, rt.kernel_files)) from exc
         result_arrays = _collect_outputs(rt, outputs, kernel.__name__, inputs)
+    onchip.give_back(rt.onchip)
     return SimResult(outputs=result_arrays, trace=rt.finish_trace(), log=rt.log, warnings=rt.warnings)
 
 

@@ -291,7 +291,7 @@ def _sim_types() -> tuple[type, ...]:
 _MARK_SKIP = frozenset({"trace", "loops", "loop_key", "epoch", "_next_uid", "_next_tensor", "probes", "region_shapes",
                         "replayed_blocks", "flattened", "replay_misses", "roots", "deferred", "identities",
                         "generations", "pending_reduction", "programs", "hidden", "tensors_unsorted",
-                        "replay_evidence"})
+                        "replay_evidence", "onchip"})
 
 
 def _mark(rt: Runtime) -> tuple:

@@ -106,6 +106,7 @@ class Runtime:
         self.replay_misses: dict[tuple, int] = {}   # (code, line) of a loop -> its instances in a row replay gained nothing
         self.replay_evidence: dict[tuple, Any] = {}  # (code, line) of a loop -> its last step found (replay.Evidence)
         self.hidden: dict[int, TensorInfo] = {}     # result tiles taken out of the trace (hide_result), by id
+        self.onchip: list[Any] = []          # the on-chip buffers' arrays, kept for the next launch (sim.onchip)
         self.tensors_unsorted = False               # a hidden tile came back: trace.tensors leaves id order
         self.replay = options.loop_replay and options.record_trace
         self.value_replay = self.replay and not options.trace_only

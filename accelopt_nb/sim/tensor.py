@@ -17,7 +17,7 @@ from math import prod as _prod
 
 from accelopt_nb.errors import LoopCarriedDependencyError, OpaqueTensorError
 from accelopt_nb.sim import dtypes as dt
-from accelopt_nb.sim import effects
+from accelopt_nb.sim import effects, onchip
 from accelopt_nb.sim import replay as _replay
 from accelopt_nb.sim.conflicts import EMPTY, Box, Cover, WriteLog, box_of, mask_spans, masked_box
 from accelopt_nb.sim.indexing import IndexExpr, Mask, basic_key, broadcast, compact, mask_all, mask_count
@@ -196,7 +196,8 @@ class Tensor(_Opaque):
         elif written is False and buffer != "hbm" and self._fast:
             # an on-chip buffer is written before it is read: unwritten elements read as the fill value
             # (see _fill_unwritten) instead of being filled up front, a pass over all of its memory
-            self._data = np.empty(self.shape, dtype=dt.storage(self.dtype))
+            self._data = onchip.take(self.shape, dt.storage(self.dtype))   # memory a finished launch used
+            rt.onchip.append(self._data)
             self._lazy = True
         else:
             self._data = np.full(self.shape, dt.nan_fill(self.dtype), dtype=dt.storage(self.dtype))
