@@ -1,0 +1,128 @@
+"""Ragged tiles computed on the box their mask keeps, and on-chip memory kept between launches.
+
+A masked elementwise instruction whose mask keeps a box of its tile reads only that box of its operands
+(views of memory, no tile-sized copies) and computes its result into the destination's box. The elements
+it masks off are never written: nothing may show them. On-chip buffers take the arrays a finished
+launch used; their unwritten elements must still read as never written.
+"""
+import numpy as np
+import pytest
+
+from accelopt_nb.errors import KernelError
+from accelopt_nb.sim import effects, onchip
+from accelopt_nb.sim import tensor as sim_tensor
+
+RAGGED = """
+@nki.jit
+def kernel(x, g, b):
+    M, N = x.shape
+    MT, NT = (M + 127) // 128, (N + 511) // 512
+    out = nl.ndarray((M, N), dtype=x.dtype, buffer=nl.shared_hbm)
+    xs = nl.ndarray((MT, NT, nl.par_dim(128), 512), dtype=np.float32, buffer=nl.sbuf)
+    gs = nl.ndarray((MT, NT, nl.par_dim(128), 512), dtype=np.float32, buffer=nl.sbuf)
+    ys = nl.ndarray((MT, NT, nl.par_dim(128), 512), dtype=np.float32, buffer=nl.sbuf)
+    bias = nl.load(b)
+    for i in nl.affine_range(MT):
+        for j in nl.affine_range(NT):
+            keep = (128 * i + nl.arange(128)[:, None] < M) & (512 * j + nl.arange(512)[None, :] < N)
+            xs[i, j, nl.arange(128)[:, None], nl.arange(512)[None, :]] = nl.load(
+                x[128 * i + nl.arange(128)[:, None], 512 * j + nl.arange(512)[None, :]], mask=keep)
+            gs[i, j, nl.arange(128)[:, None], nl.arange(512)[None, :]] = nisa.activation(
+                op=nl.exp, data=xs[i, j, nl.arange(128)[:, None], nl.arange(512)[None, :]], bias=bias, scale=0.5,
+                mask=keep)
+            ys[i, j, nl.arange(128)[:, None], nl.arange(512)[None, :]] = nl.multiply(
+                gs[i, j, nl.arange(128)[:, None], nl.arange(512)[None, :]],
+                xs[i, j, nl.arange(128)[:, None], nl.arange(512)[None, :]], mask=keep)
+            nl.store(out[128 * i + nl.arange(128)[:, None], 512 * j + nl.arange(512)[None, :]],
+                     value=ys[i, j, nl.arange(128)[:, None], nl.arange(512)[None, :]], mask=keep)
+    return out
+"""
+
+
+def _ragged_reference(x, b):
+    return np.exp(np.float32(0.5) * x + b) * x
+
+
+@pytest.mark.parametrize("replay", [True, False])
+def test_ragged_tiles_are_computed_on_their_masks_box_without_tile_copies(run_kernel, rng, monkeypatch, replay):
+    copies = []
+    for name in ("_kept_copy", "_masked_copy", "_assign"):
+        real = getattr(sim_tensor, name)
+        monkeypatch.setattr(sim_tensor, name, lambda *a, _real=real, _name=name: copies.append(_name) or _real(*a))
+    x = rng.standard_normal((200, 1100)).astype(np.float32)   # 2 x 3 tiles, the last row and column ragged
+    b = rng.standard_normal((128, 1)).astype(np.float32)
+    out = run_kernel(RAGGED, x, x, b, loop_replay=replay).outputs[0]
+    np.testing.assert_allclose(out, _ragged_reference(x, b[np.arange(200) % 128]), rtol=2e-6)
+    # every ragged tile's load, activation, multiply and store wrote its box alone: the store of each tile
+    # is the only assignment, and no read filled a tile around a box
+    assert copies == ["_assign"] * 6
+
+
+def test_a_boxed_result_shows_nothing_outside_its_box(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    low = nl.ndarray((128, 64), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    t = nl.ndarray((nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+    h = nl.ndarray((nl.par_dim(128), 64), dtype=nl.bfloat16, buffer=nl.sbuf)
+    keep = (nl.arange(128)[:, None] < 100) & (nl.arange(64)[None, :] < 40)
+    t[...] = nl.load(a)
+    e = nl.exp(t, mask=keep)
+    h[nl.arange(128)[:, None], nl.arange(64)[None, :]] = nl.exp(t, mask=keep)   # bf16: computed whole, then cast
+    y = nl.add(e, 1.0)   # reads e whole: its masked-off elements are never written
+    nl.store(out[nl.arange(128)[:, None], nl.arange(64)[None, :]], value=y, mask=keep)
+    nl.store(low[nl.arange(128)[:, None], nl.arange(64)[None, :]], value=h, mask=keep)
+    STORE_E
+    return out, low
+"""
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    out, low = run_kernel(body.replace("STORE_E", ""), a).outputs
+    np.testing.assert_allclose(out[:100, :40], np.exp(a[:100, :40]) + 1, rtol=1e-6)
+    assert np.isnan(out[100:]).all() and np.isnan(out[:, 40:]).all()
+    np.testing.assert_allclose(low[:100, :40].astype(np.float32), np.exp(a[:100, :40]), rtol=1e-2)
+    with pytest.raises(KernelError, match="never written"):
+        run_kernel(body.replace("STORE_E", "nl.store(out, value=e)"), a)
+
+
+def test_replayed_iterations_run_no_guard_calls(run_kernel, rng, monkeypatch):
+    # a guard is evaluated before each replayed iteration; its recorded call does nothing and is not replayed
+    programs = []
+    init = effects.Program.__init__
+
+    def spy(self, *args):
+        init(self, *args)
+        programs.append(self)
+
+    monkeypatch.setattr(effects.Program, "__init__", spy)
+    x = rng.standard_normal((1800, 600)).astype(np.float32)   # 15 row tiles: the outer loop replays
+    b = rng.standard_normal((128, 1)).astype(np.float32)
+    out = run_kernel(RAGGED, x, x, b).outputs[0]
+    np.testing.assert_allclose(out, _ragged_reference(x, b[np.arange(1800) % 128]), rtol=2e-6)
+    replayed = [fn for p in programs for fn, *_ in p.calls]
+    assert effects.cover_add in replayed
+    assert effects.guard_covered not in replayed and effects.guard_local not in replayed
+
+
+def test_on_chip_memory_of_a_finished_launch_serves_the_next(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((128, 96), dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((nl.par_dim(128), 96), dtype=nl.float32, buffer=nl.sbuf)
+    t[:, 0:WIDTH] = nl.load(a[:, 0:WIDTH])
+    nl.store(out, value=t)
+    return out
+"""
+    a = rng.standard_normal((128, 96)).astype(np.float32)
+    onchip.release()
+    np.testing.assert_array_equal(run_kernel(body.replace("WIDTH", "96"), a).outputs[0], a)
+    kept = onchip._kept()[128 * 96 * 4]
+    assert len(kept) == 1
+    kept[0].view(np.float32)[...] = 7.0   # what a launch before left in the memory
+    with pytest.raises(KernelError, match="4096 element"):   # half of it never written in this launch
+        run_kernel(body.replace("WIDTH", "64"), a)
+    assert not onchip._kept().get(128 * 96 * 4)   # a failed launch keeps its memory to itself
+    np.testing.assert_array_equal(run_kernel(body.replace("WIDTH", "96"), a).outputs[0], a)
+    onchip.release()
+    assert not onchip._kept()
