@@ -117,12 +117,26 @@ def kernel(a):
     a = rng.standard_normal((128, 96)).astype(np.float32)
     onchip.release()
     np.testing.assert_array_equal(run_kernel(body.replace("WIDTH", "96"), a).outputs[0], a)
-    kept = onchip._kept()[128 * 96 * 4]
+    kept = onchip._kept().by_size[128 * 96 * 4]
     assert len(kept) == 1
-    kept[0].view(np.float32)[...] = 7.0   # what a launch before left in the memory
+    kept[0][1].view(np.float32)[...] = 7.0   # what a launch before left in the memory
     with pytest.raises(KernelError, match="4096 element"):   # half of it never written in this launch
         run_kernel(body.replace("WIDTH", "64"), a)
-    assert not onchip._kept().get(128 * 96 * 4)   # a failed launch keeps its memory to itself
+    assert not onchip._kept().by_size.get(128 * 96 * 4)   # a failed launch keeps its memory to itself
     np.testing.assert_array_equal(run_kernel(body.replace("WIDTH", "96"), a).outputs[0], a)
     onchip.release()
-    assert not onchip._kept()
+    assert not onchip._kept().by_size
+
+
+def test_kept_on_chip_memory_lets_the_oldest_go(monkeypatch):
+    onchip.release()
+    monkeypatch.setattr(onchip, "KEEP_BYTES", 3000)
+    first = [onchip.take((250,), np.float32), onchip.take((10, 50), np.float32)]   # 1000 and 2000 bytes
+    onchip.give_back(first)
+    onchip.give_back([onchip.take((4, 100), np.float64)])   # 3200 bytes: more than the cap alone
+    assert onchip._kept().nbytes == 0
+    onchip.give_back(first)
+    onchip.give_back([onchip.take((125,), np.float64)])   # 1000 bytes: the oldest, of 1000, goes
+    assert sorted(onchip._kept().by_size) == [1000, 2000] and onchip._kept().nbytes == 3000
+    assert len(onchip._kept().by_size[1000]) == 1
+    onchip.release()

@@ -270,12 +270,6 @@ def _activation_eager(fn: Any, xs: np.ndarray, sc: Any, bc: Any) -> np.ndarray:
         return fn(xs * sc + bc).astype(np.float32, copy=False)
 
 
-def _boxed_columns(operands: list[Operand], box: tuple[slice, ...]) -> bool:
-    """Whether the scale and bias tiles (one value per partition) are all valid: then their rows of ``box``
-    are what the box of the activation reads."""
-    return all(o.written is None for o in operands)
-
-
 def _activation(api: str, op, data, bias, scale, reduce_op, reduce_res, mask, dtype, reduce_required: bool,
                 boxed: bool = True) -> Tensor:
     rt = current()
@@ -305,7 +299,8 @@ def _activation(api: str, op, data, bias, scale, reduce_op, reduce_res, mask, dt
     _ops.check_engine_access(rt, api, "scalar", operands, None)
     out_dtype = _dt.canonical(dtype) if dtype is not None else x.dtype
     out_data = thunk = None
-    if box is not None and not _boxed_columns(operands[1:], box):   # computed whole after all
+    # the box reads the scale and bias tiles' rows of the box: all of them valid, or computed whole after all
+    if box is not None and any(o.written is not None for o in operands[1:]):
         box, x = None, operand(data, api, allow_scalar=False, mask=m)
         operands[0] = x
     if x.data is not None:

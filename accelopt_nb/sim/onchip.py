@@ -7,7 +7,8 @@ a search loop simulates the same shapes again and again (measured on ``benchmark
 whose six 50 MB buffers cost about 14 ms per launch that way; its NumPy math takes 24 ms).
 
 Arrays go back only from a launch that finished (an error's traceback may still show the kernel's tiles),
-and only up to :data:`KEEP_BYTES` per thread (simulations in other threads keep their own).
+and only up to :data:`KEEP_BYTES` per thread, the oldest let go first (simulations in other threads keep
+their own).
 """
 from __future__ import annotations
 
@@ -16,15 +17,24 @@ from typing import Any
 
 import numpy as np
 
-KEEP_BYTES = 1 << 30    # at most this much memory is kept between launches, per thread
+KEEP_BYTES = 1 << 30    # at most this much memory is kept between launches, per thread (the newest kept)
 
 _local = threading.local()
 
 
-def _kept() -> dict[int, list[np.ndarray]]:
+class _Kept:
+    """Arrays by size, each with the count of arrays given back before it (the oldest go first)."""
+
+    def __init__(self) -> None:
+        self.by_size: dict[int, list[tuple[int, np.ndarray]]] = {}
+        self.given = 0
+        self.nbytes = 0
+
+
+def _kept() -> _Kept:
     kept = getattr(_local, "kept", None)
     if kept is None:
-        kept = _local.kept = {}
+        kept = _local.kept = _Kept()
     return kept
 
 
@@ -32,25 +42,37 @@ def take(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """An array of ``shape`` and ``dtype`` whose contents are unspecified (``np.empty``'s contract)."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    free = _kept().get(nbytes)
-    raw = free.pop() if free else np.empty(nbytes, dtype=np.uint8)
+    kept = _kept()
+    free = kept.by_size.get(nbytes)
+    if free:
+        raw = free.pop()[1]
+        kept.nbytes -= nbytes
+        if not free:
+            del kept.by_size[nbytes]
+    else:
+        raw = np.empty(nbytes, dtype=np.uint8)
     return raw.view(dtype).reshape(shape)
 
 
 def give_back(arrays: list[np.ndarray]) -> None:
     """Keep the arrays of a finished launch for the next (those ``take`` gave, no longer used)."""
     kept = _kept()
-    total = sum(a.nbytes for free in kept.values() for a in free)
     for a in arrays:
-        raw = a.base if a.base is not None else a
+        raw = a
         while raw.base is not None:
             raw = raw.base
-        if total + raw.nbytes > KEEP_BYTES:
-            break
-        kept.setdefault(raw.nbytes, []).append(raw)
-        total += raw.nbytes
+        kept.by_size.setdefault(raw.nbytes, []).append((kept.given, raw))
+        kept.given += 1
+        kept.nbytes += raw.nbytes
+    while kept.nbytes > KEEP_BYTES:   # let the oldest go
+        size = min((free[0][0], size) for size, free in kept.by_size.items())[1]
+        free = kept.by_size[size]
+        free.pop(0)
+        kept.nbytes -= size
+        if not free:
+            del kept.by_size[size]
 
 
 def release() -> None:
     """Let go of every kept array of this thread."""
-    _kept().clear()
+    _local.kept = _Kept()
