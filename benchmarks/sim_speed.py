@@ -18,6 +18,9 @@ NumPy, then trace-only, then with values, each after a ``gc.collect()``; a colum
 rounds. Interleaving keeps both sides in the same heap and page state (a process's first large NumPy
 call pays for fresh pages the later ones reuse: a single run measured ours/adamw's NumPy side at 1.8 s
 one time and 0.2 s the next), and the best of several rounds drops the slow outliers of a shared box.
+The simulator keeps on-chip memory between launches (``accelopt_nb/sim/onchip.py``), as a search loop
+that simulates the same shapes again and again uses it: a kernel's first round also pays for the fresh pages
+of its buffers, and the best of the rounds is the steady state (``--repeat 1`` shows the first launch).
 CPU time keeps the ratios meaningful on a shared, overloaded machine, where wall time mostly measures
 other people's jobs. Both sides run on one core: BLAS is held to one thread for the whole run (lifting
 a limit between measurements wakes OpenBLAS's workers, which spin for a while, and their CPU time landed
