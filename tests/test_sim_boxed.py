@@ -131,12 +131,35 @@ def kernel(a):
 def test_kept_on_chip_memory_lets_the_oldest_go(monkeypatch):
     onchip.release()
     monkeypatch.setattr(onchip, "KEEP_BYTES", 3000)
-    first = [onchip.take((250,), np.float32), onchip.take((10, 50), np.float32)]   # 1000 and 2000 bytes
+    first, big, last = onchip.Launch(), onchip.Launch(), onchip.Launch()
+    arrays = [onchip.take((250,), np.float32, first), onchip.take((10, 50), np.float32, first)]   # 1000, 2000 bytes
     onchip.give_back(first)
-    onchip.give_back([onchip.take((4, 100), np.float64)])   # 3200 bytes: more than the cap alone
-    assert onchip._kept().nbytes == 0
+    arrays.append(onchip.take((4, 100), np.float64, big))   # 3200 bytes: past the cap alone, never kept
+    onchip.give_back(big)
+    assert sorted(onchip._kept().by_size) == [1000, 2000]
+    arrays += [onchip.take((250,), np.float32, first), onchip.take((10, 50), np.float32, first)]
     onchip.give_back(first)
-    onchip.give_back([onchip.take((125,), np.float64)])   # 1000 bytes: the oldest, of 1000, goes
+    arrays.append(onchip.take((125,), np.float64, last))   # 1000 bytes: the oldest, of 1000, goes
+    onchip.give_back(last)
     assert sorted(onchip._kept().by_size) == [1000, 2000] and onchip._kept().nbytes == 3000
     assert len(onchip._kept().by_size[1000]) == 1
+    onchip.release()
+
+
+def test_a_buffer_that_dies_during_a_launch_frees_its_memory(run_kernel, rng):
+    # buffers allocated in a loop body die each iteration: a launch must not hold on to all of them
+    body = """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.sequential_range(6):
+        t = nl.ndarray((nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+        t[...] = nl.load(a)
+        nl.store(out, value=nl.add(t, float(i)))
+    return out
+"""
+    onchip.release()
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    np.testing.assert_allclose(run_kernel(body, a).outputs[0], a + 5.0, rtol=1e-6)
+    assert not onchip._kept().by_size.get(128 * 64 * 4)
     onchip.release()

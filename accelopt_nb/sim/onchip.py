@@ -38,8 +38,18 @@ def _kept() -> _Kept:
     return kept
 
 
-def take(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """An array of ``shape`` and ``dtype`` whose contents are unspecified (``np.empty``'s contract)."""
+class Launch:
+    """The memory one launch took and holds to the end: given back then (``give_back``)."""
+
+    def __init__(self) -> None:
+        self.arrays: list[np.ndarray] = []
+        self.nbytes = 0
+
+
+def take(shape: tuple[int, ...], dtype: Any, launch: Launch | None) -> np.ndarray:
+    """An array of ``shape`` and ``dtype`` whose contents are unspecified (``np.empty``'s contract). With a
+    ``launch``, its memory stays the launch's to the end and is given back then, up to :data:`KEEP_BYTES`
+    (a buffer allocated in a loop body gets None: each iteration's dies with it)."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     kept = _kept()
@@ -51,19 +61,21 @@ def take(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
             del kept.by_size[nbytes]
     else:
         raw = np.empty(nbytes, dtype=np.uint8)
+    if launch is not None and launch.nbytes + nbytes <= KEEP_BYTES:
+        launch.arrays.append(raw)
+        launch.nbytes += nbytes
     return raw.view(dtype).reshape(shape)
 
 
-def give_back(arrays: list[np.ndarray]) -> None:
-    """Keep the arrays of a finished launch for the next (those ``take`` gave, no longer used)."""
+def give_back(launch: Launch) -> None:
+    """Keep the memory a finished launch took, for the next launch."""
     kept = _kept()
-    for a in arrays:
-        raw = a
-        while raw.base is not None:
-            raw = raw.base
+    for raw in launch.arrays:
         kept.by_size.setdefault(raw.nbytes, []).append((kept.given, raw))
         kept.given += 1
         kept.nbytes += raw.nbytes
+    launch.arrays.clear()
+    launch.nbytes = 0
     while kept.nbytes > KEEP_BYTES:   # let the oldest go
         size = min((free[0][0], size) for size, free in kept.by_size.items())[1]
         free = kept.by_size[size]

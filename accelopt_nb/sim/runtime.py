@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from accelopt_nb.errors import KernelError, NKIRuleError
+from accelopt_nb.sim import onchip
 from accelopt_nb.sim.trace import Instruction, Region, TensorInfo, Trace
 
 PMAX = 128                 # partitions (nl.tile_size.pmax)
@@ -106,7 +107,7 @@ class Runtime:
         self.replay_misses: dict[tuple, int] = {}   # (code, line) of a loop -> its instances in a row replay gained nothing
         self.replay_evidence: dict[tuple, Any] = {}  # (code, line) of a loop -> its last step found (replay.Evidence)
         self.hidden: dict[int, TensorInfo] = {}     # result tiles taken out of the trace (hide_result), by id
-        self.onchip: list[Any] = []          # the on-chip buffers' arrays, kept for the next launch (sim.onchip)
+        self.onchip = onchip.Launch()        # the on-chip buffers' memory, kept for the next launch
         self.tensors_unsorted = False               # a hidden tile came back: trace.tensors leaves id order
         self.replay = options.loop_replay and options.record_trace
         self.value_replay = self.replay and not options.trace_only

@@ -196,8 +196,8 @@ class Tensor(_Opaque):
         elif written is False and buffer != "hbm" and self._fast:
             # an on-chip buffer is written before it is read: unwritten elements read as the fill value
             # (see _fill_unwritten) instead of being filled up front, a pass over all of its memory
-            self._data = onchip.take(self.shape, dt.storage(self.dtype))   # memory a finished launch used
-            rt.onchip.append(self._data)
+            # memory a finished launch used; a buffer of a loop body dies with its iteration (frees its own)
+            self._data = onchip.take(self.shape, dt.storage(self.dtype), None if rt.loops else rt.onchip)
             self._lazy = True
         else:
             self._data = np.full(self.shape, dt.nan_fill(self.dtype), dtype=dt.storage(self.dtype))
