@@ -278,7 +278,7 @@ def _activation(api: str, op, data, bias, scale, reduce_op, reduce_res, mask, dt
     view = as_view(data)
     # a ragged tile: computed on the box its mask keeps (a plain activation; a reduction reads the whole tile)
     box = (None if not boxed or rt.options.trace_only or view is None or reduce_res is not None or reduce_required
-           else _kept_box(m, view.shape))
+           or not _ops.computes_into(fn) else _kept_box(m, view.shape))
     x = None if box is None else operand(data, api, allow_scalar=False, mask=m, box=box)
     if x is None:
         box, x = None, operand(data, api, allow_scalar=False, mask=m)

@@ -149,11 +149,8 @@ def deferrable(fns: Sequence[Any], values: Sequence[Any], dtype: Any, shape: tup
     """Whether a result can be computed later, maybe into its destination (``tensor.defer``): NumPy ufuncs
     (or ``FLOAT32_INTO`` functions) of float32 arrays and scalars giving a float32 tile (then ``out=``
     rounds exactly as the result tile and its copy would)."""
-    if dtype != dt.float32 or len(shape) < 2:
+    if dtype != dt.float32 or len(shape) < 2 or not all(map(computes_into, fns)):
         return False
-    for fn in fns:
-        if (type(fn) is not np.ufunc or fn.nout != 1) and fn not in FLOAT32_INTO:
-            return False
     arrays = 0
     for v in values:
         if type(v) is np.float32:
@@ -162,6 +159,11 @@ def deferrable(fns: Sequence[Any], values: Sequence[Any], dtype: Any, shape: tup
             return False
         arrays += 1
     return arrays > 0   # the ufunc's result has the tile's (broadcast) shape
+
+
+def computes_into(fn: Any) -> bool:
+    """Whether ``fn(*args, out=dst)`` computes into ``dst``: a single-output ufunc or a ``FLOAT32_INTO`` function."""
+    return (type(fn) is np.ufunc and fn.nout == 1) or fn in FLOAT32_INTO
 
 
 def ufunc_into(dst: np.ndarray | None, fn: np.ufunc, *args: Any) -> np.ndarray:
@@ -180,7 +182,8 @@ def elementwise(api: str, engine: str, op: str, fn: Callable[..., np.ndarray], a
                 buffer: str = "sbuf") -> Tensor:
     rt = current()
     m = mask_array(mask)
-    box = None if m is None or rt.options.trace_only else _tile_box(m, args)
+    # a ragged tile's box, computed into its destination: only a function that computes into memory can
+    box = None if m is None or rt.options.trace_only or not computes_into(fn) else _tile_box(m, args)
     opnds = None if box is None else [operand(a, api, mask=m, box=box) for a in args]
     if opnds is None or None in opnds:
         box, opnds = None, [operand(a, api, mask=m) for a in args]

@@ -228,10 +228,13 @@ class Tensor(_Opaque):
     def _data(self, value: np.ndarray | None) -> None:
         self._array = value
 
-    def _compute(self, out: np.ndarray | None = None) -> None:
+    def _compute(self, out: np.ndarray | None = None, box: tuple[slice, ...] | None = None) -> None:
         """Compute deferred values (see ``defer``), or compute them into ``out``, where the tile was assigned
-        whole: then the tile copies them from there before that memory changes or when it is read."""
+        whole (or, with ``box``, into the destination of the box its ``boxed_into`` thunk computes): then the
+        tile copies them from there before that memory changes or when it is read."""
         (fn, *args), self._thunk = self._thunk, None
+        if box is not None:   # boxed_into's own thunk, computed straight into the box's destination
+            fn, args = args[2], args[3:]
         rt = active()
         if rt is not None and rt.deferred is not None and rt.deferred() is self:
             rt.deferred = None
@@ -240,7 +243,7 @@ class Tensor(_Opaque):
         if out is None:
             self._array = values
         else:
-            defer(self, (copy_of, out))
+            defer(self, (copy_of, out) if box is None else (boxed_into, self.shape, box, copy_of, out))
 
     def own(self) -> None:
         """Copy borrowed data before it changes (kernel inputs are the caller's arrays until written)."""
@@ -1242,9 +1245,13 @@ def _box_key(view: View, mask: np.ndarray, box: tuple[slice, ...]) -> tuple | No
             key = _keep_in(view.basic, mask, view.shape)
     else:
         key = _keep_in(view.key, mask, view.shape)
-    if key is None or _basic_shape(key) != tuple(s.stop - s.start for s in box):
+    if key is None or _basic_shape(key) != _extent(box):
         return None
     return key
+
+
+def _extent(box: tuple[slice, ...]) -> tuple[int, ...]:
+    return tuple(s.stop - s.start for s in box)
 
 
 def _keep_in(key: tuple, mask: np.ndarray, shape: tuple[int, ...]) -> tuple | None:
@@ -1261,6 +1268,12 @@ def _boxable(t: Tensor) -> bool:
     return t._data is not None and t.dtype == dt.float32 and t._data.dtype == np.float32
 
 
+def _box_of_memory(t: Tensor, key: tuple, box: tuple[slice, ...]) -> np.ndarray:
+    """``t._data[key]`` shaped as ``box`` (the key's int axes dropped: still a view)."""
+    data = t._data[key]
+    return data.reshape(_extent(box)) if data.ndim != len(box) else data
+
+
 def boxed_read(view: View, mask: np.ndarray, box: tuple[slice, ...]) -> np.ndarray | None:
     """The values ``box`` of ``view`` holds, as a view of memory, when they are float32 and all written;
     None otherwise (then ``read`` it)."""
@@ -1270,8 +1283,7 @@ def boxed_read(view: View, mask: np.ndarray, box: tuple[slice, ...]) -> np.ndarr
     key = _box_key(view, mask, box)
     if key is None or _validity(t, key) is not None:
         return None
-    data = t._data[key]
-    return data.reshape(tuple(s.stop - s.start for s in box)) if data.ndim != len(box) else data
+    return _box_of_memory(t, key, box)
 
 
 def boxed_into(dst: np.ndarray | None, shape: tuple[int, ...], box: tuple[slice, ...], fn: Any, *args: Any) -> np.ndarray:
@@ -1284,54 +1296,51 @@ def boxed_into(dst: np.ndarray | None, shape: tuple[int, ...], box: tuple[slice,
     return dst
 
 
+def _box_destination(view: View, mask: np.ndarray, box: tuple[slice, ...], api: str, reduction: bool,
+                     src: Tensor | None = None) -> tuple[tuple, np.ndarray] | None:
+    """For a write of ``box`` of ``view`` (the elements ``mask`` keeps): its key and the memory to write,
+    after the checks ``write`` makes; None (nothing done) unless the view is a float32 box of memory.
+    ``src``: the deferred tile the write computes (every other one is computed first, as ``write`` does)."""
+    t = view.tensor
+    if not _boxable(t) or t._raw:
+        return None
+    key = _box_key(view, mask, box)
+    if key is None:
+        return None
+    rt = current()
+    if rt.deferred is not None and rt.deferred() is not src:
+        _compute_deferred(rt)   # its operands are views of memory this write may change
+    kept = (key, box) if view.advanced and view.basic is None else None   # a ragged tile past the tensor's end
+    _loop_conflict_check(rt, view, mask, api, reduction, kept)
+    t.own()
+    return key, _box_of_memory(t, key, box)
+
+
 def write_boxed(view: View, src: Tensor, mask: np.ndarray, api: str, reduction: bool = False) -> bool:
     """``write(view, src's values, ..., mask)`` for a result ``src`` computed on its mask's box (``boxed_into``):
     its values computed straight into the destination's box. False (nothing done) for any other case."""
     thunk = src._thunk
-    if thunk is None or thunk[0] is not boxed_into:
+    if thunk is None or thunk[0] is not boxed_into or thunk[1] != view.shape:
         return False
-    t = view.tensor
-    _, shape, box, fn, *args = thunk
-    if not _boxable(t) or t._raw or shape != view.shape:
+    box = thunk[2]
+    dest = _box_destination(view, mask, box, api, reduction, src)
+    if dest is None:
         return False
-    key = _box_key(view, mask, box)
-    if key is None:
-        return False
-    rt = current()
-    kept = _kept_basic(view, mask) if view.advanced and view.basic is None else None
-    _loop_conflict_check(rt, view, mask, api, reduction, kept)
-    t.own()
-    sub = t._data[key]
-    if sub.ndim != len(box):
-        sub = sub.reshape(tuple(s.stop - s.start for s in box))
-    src._thunk = None
-    if rt.deferred is not None and rt.deferred() is src:
-        rt.deferred = None
-    with np.errstate(all="ignore"):
-        effects.run(fn, sub, *args)
-    _mark_written(t, key, None)
-    defer(src, (boxed_into, shape, box, copy_of, sub))   # the tile reads its values from there
+    key, sub = dest
+    src._compute(sub, box)
+    _mark_written(view.tensor, key, None)
     return True
 
 
 def store_boxed(view: View, values: np.ndarray, mask: np.ndarray, box: tuple[slice, ...], api: str) -> bool:
     """``write(view, values, None, mask)`` for the values of ``mask``'s box alone (``boxed_read``); False
     (nothing done) unless the destination is a float32 box of the same shape."""
-    t = view.tensor
-    if not _boxable(t) or t._raw:
+    dest = _box_destination(view, mask, box, api, False)
+    if dest is None:
         return False
-    key = _box_key(view, mask, box)
-    if key is None:
-        return False
-    rt = current()
-    if rt.deferred is not None:   # its operands are views of memory this write may change
-        _compute_deferred(rt)
-    kept = _kept_basic(view, mask) if view.advanced and view.basic is None else None
-    _loop_conflict_check(rt, view, mask, api, False, kept)
-    t.own()
-    sub = t._data[key]
-    effects.run(_assign, sub, values.reshape(sub.shape), t.dtype, False)
-    _mark_written(t, key, None)
+    key, sub = dest
+    effects.run(_assign, sub, values, view.tensor.dtype, False)
+    _mark_written(view.tensor, key, None)
     return True
 
 
