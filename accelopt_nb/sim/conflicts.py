@@ -278,6 +278,28 @@ class Cover:
             paint(out, self.boxes[i], box)
         return out
 
+    def complete(self, shape: tuple[int, ...]) -> bool:
+        """Whether the boxes cover every element of a tensor of ``shape``, decided on the grid their bounds cut
+        it into (each cell inside a box or outside all of them); False when a box is strided or the grid would
+        be large, where ``mask`` decides."""
+        if not self.boxes:
+            return 0 in shape
+        cuts = [{0, n} for n in shape]
+        for box in self.boxes:
+            for c, (lo, hi, step) in zip(cuts, box):
+                if step != 1 and hi - lo > 1:
+                    return False
+                c.add(lo)
+                c.add(hi)
+        edges = [sorted(c) for c in cuts]
+        if np.prod([len(e) - 1 for e in edges], dtype=np.float64) > 1 << 20:
+            return False
+        where = [{v: k for k, v in enumerate(e)} for e in edges]
+        grid = np.zeros(tuple(len(e) - 1 for e in edges), dtype=bool)
+        for box in self.boxes:
+            grid[tuple(slice(w[lo], w[hi]) for w, (lo, hi, _) in zip(where, box))] = True
+        return bool(grid.all())
+
     def mask(self, shape: tuple[int, ...]) -> np.ndarray:
         """The per-element validity the boxes leave."""
         out = np.zeros(shape, dtype=bool)

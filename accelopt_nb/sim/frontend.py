@@ -29,7 +29,7 @@ from accelopt_nb.sim import isa as _isa
 from accelopt_nb.sim import language as _nl
 from accelopt_nb.sim.launch import Grid, parse_grid, run_grid
 from accelopt_nb.sim.runtime import Runtime, SimOptions, active, gc_paused, running
-from accelopt_nb.sim.tensor import Tensor
+from accelopt_nb.sim.tensor import Tensor, paint_unwritten
 from accelopt_nb.sim.trace import Trace
 
 
@@ -207,8 +207,10 @@ def _collect_outputs(rt: Runtime, outputs: Any, name: str, inputs: Sequence[Any]
         if rt.options.record_trace and t.id in rt.trace.tensors:
             rt.trace.tensors[t.id].kind = "output" if t.kind != "input" else "input"
         # the launch's memory is discarded afterwards: hand the output buffer over without a copy.
-        # Unwritten elements keep their NaN fill, so coverage checks see them.
+        # Unwritten elements hold the NaN fill (painted now: output memory is not filled up front), so
+        # coverage checks see them.
         t.own()  # an input returned as an output must not be the caller's array
+        paint_unwritten(t)
         arrays.append(t._data)
     return tuple(arrays)
 

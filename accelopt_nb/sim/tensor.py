@@ -199,6 +199,10 @@ class Tensor(_Opaque):
             # memory a finished launch used; a buffer of a loop body dies with its iteration (frees its own)
             self._data = onchip.take(self.shape, dt.storage(self.dtype), None if rt.loops else rt.onchip)
             self._lazy = True
+        elif written is False and self._fast:
+            # an HBM tensor: likewise, and what stays unwritten in an output is painted at the end (``paint_unwritten``)
+            self._data = np.empty(self.shape, dtype=dt.storage(self.dtype))
+            self._lazy = True
         else:
             self._data = np.full(self.shape, dt.nan_fill(self.dtype), dtype=dt.storage(self.dtype))
         if rt.value_replay and self._array is not None and kind != "result":   # value replay's roots
@@ -1074,6 +1078,22 @@ def _fill_unwritten(t: Tensor, data: Any, written: Any) -> Any:
     if not t._lazy or written is None or np.all(written):
         return data
     return effects.run(_where_written, written, data, dt.nan_fill(t.dtype))
+
+
+def paint_unwritten(t: Tensor) -> None:
+    """Give a lazily allocated tensor's never-written elements the fill value in memory (a kernel's outputs,
+    handed back as arrays: unwritten elements must stand out there too)."""
+    if not t._lazy or t._array is None:
+        return
+    if t._cover is not None:
+        if t._cover.complete(t.shape):
+            return
+        written = t._cover.mask(t.shape)
+    elif t._written is not None:
+        written = t._written
+    else:
+        return
+    np.copyto(t._array, dt.nan_fill(t.dtype), where=~written, casting="unsafe")
 
 
 def _where_written(written: np.ndarray, data: np.ndarray, fill: Any) -> np.ndarray:
