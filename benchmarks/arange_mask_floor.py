@@ -14,7 +14,7 @@ best of ``--repeat`` interleaved rounds):
 * ``blocks``: the same data movement with each instruction done for all full tiles in one NumPy
   call (the ragged edge tiles skipped, so a little less work than the kernel).
 
-    python benchmarks/arange_mask_floor.py [--shape 4000x3000] [--repeat 3]
+    python benchmarks/arange_mask_floor.py [--shape 4000x3000] [--repeat 3] [--heap reuse|fresh|as-is]
 """
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ import gc
 import time
 
 import numpy as np
+
+from sim_speed import HEAPS, pin_heap
 
 TP, TF = 128, 512   # the kernel's tile
 
@@ -82,7 +84,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="4000x3000")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--heap", choices=[*HEAPS, "as-is"], default="reuse", help="see sim_speed.pin_heap")
     args = ap.parse_args()
+    heap = pin_heap(args.heap)
     m, n = (int(v) for v in args.shape.lower().split("x"))
     rng = np.random.default_rng(0)
     x, g, r = (rng.standard_normal((m, n), dtype=np.float32) for _ in range(3))
@@ -102,7 +106,7 @@ def main() -> None:
             t = time.process_time() - t0
             best[fn.__name__] = min(t, best.get(fn.__name__, t))
     base = best["math"]
-    print(f"# arange_mask {m}x{n}: NumPy CPU seconds, best of {args.repeat} interleaved rounds")
+    print(f"# arange_mask {m}x{n}: NumPy CPU seconds, best of {args.repeat} interleaved rounds, {heap}")
     for name, t in best.items():
         print(f"{name:10s} {t:7.3f} s  {t / base:5.2f}x the math")
 

@@ -200,7 +200,8 @@ def _collect_outputs(rt: Runtime, outputs: Any, name: str, inputs: Sequence[Any]
                               "buffer=nl.shared_hbm and written with nl.store",
                               rule="kernel inputs and outputs live in HBM")
         if rt.options.trace_only or t._data is None:
-            arrays.append(np.zeros(t.shape, dtype=_dt.storage(t.dtype)))
+            # no values: read-only zeros that take no memory (an output of 48 MB cost a pass to clear)
+            arrays.append(np.broadcast_to(np.zeros((), dtype=_dt.storage(t.dtype)), t.shape))
             continue
         if t.kind == "internal":
             t.kind = "output"
