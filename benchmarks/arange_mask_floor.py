@@ -14,7 +14,7 @@ best of ``--repeat`` interleaved rounds):
 * ``blocks``: the same data movement with each instruction done for all full tiles in one NumPy
   call (the ragged edge tiles skipped, so a little less work than the kernel).
 
-    python benchmarks/arange_mask_floor.py [--shape 4000x3000] [--repeat 3] [--heap reuse|fresh|as-is]
+    python benchmarks/arange_mask_floor.py [--shape 4000x3000] [--repeat 3] [--heap as-is|reuse]
 """
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="4000x3000")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--heap", choices=[*HEAPS, "as-is"], default="reuse", help="see sim_speed.pin_heap")
+    ap.add_argument("--heap", choices=["as-is", *HEAPS], default="as-is", help="see sim_speed.pin_heap")
     args = ap.parse_args()
     heap = pin_heap(args.heap)
     m, n = (int(v) for v in args.shape.lower().split("x"))

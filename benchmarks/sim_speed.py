@@ -21,11 +21,10 @@ one time and 0.2 s the next), and the best of several rounds drops the slow outl
 The simulator keeps on-chip memory between launches (``accelopt_nb/sim/onchip.py``), as a search loop
 that simulates the same shapes again and again uses it: a kernel's first round also pays for the fresh pages
 of its buffers, and the best of the rounds is the steady state (``--repeat 1`` shows the first launch).
-How large arrays get their memory is pinned for the whole run (``--heap``, see :func:`pin_heap`): by default
-freed memory is reused, so neither side pays page faults and the ratio compares computation; ``--heap fresh``
-gives every large array fresh pages, as NumPy gets them in a fresh process (its temporaries then cost about
-twice as much, and the ratios read lower). CPU time keeps the ratios meaningful on a shared, overloaded
-machine, where wall time mostly measures other people's jobs. Both sides run on one core: BLAS is held to one thread for the whole run (lifting
+NumPy's large temporaries are fresh pages from the OS, or not, depending on what ran before (see
+:func:`pin_heap`): ``--heap reuse`` keeps freed memory for every size, so neither side pays page faults and
+the ratio compares computation alone (the stricter ratio). CPU time keeps the ratios meaningful on a
+shared, overloaded machine, where wall time mostly measures other people's jobs. Both sides run on one core: BLAS is held to one thread for the whole run (lifting
 a limit between measurements wakes OpenBLAS's workers, which spin for a while, and their CPU time landed
 in the next measurement: a trace-only arange_mask run of 17 ms wall read as 37 ms of CPU after a values
 run). The L2 column is the simulator's relative error against the reference. Kernels that raise are
@@ -33,7 +32,7 @@ reported with their error and the table goes on.
 
     python benchmarks/sim_speed.py [--preset paper|small] [--only adamw,silu] [--repeat 3]
                                    [--accelopt-repo DIR] [--no-ours] [--no-values] [--wall]
-                                   [--heap reuse|fresh|as-is]
+                                   [--heap as-is|reuse]
 """
 from __future__ import annotations
 
@@ -235,30 +234,31 @@ def print_row(r: Row) -> None:
 # glibc's mallopt parameters (malloc.h)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 HEAPS = {
-    # freed memory stays in the heap and serves the next large array: no side pays for fresh pages
+    # freed memory stays in the heap and serves the next large array: no page faults on either side
     "reuse": {M_MMAP_THRESHOLD: 1 << 30, M_TRIM_THRESHOLD: 1 << 30},
-    # every large array is fresh pages from the OS, faulted in on first touch (a fresh process's NumPy)
-    "fresh": {M_MMAP_THRESHOLD: 128 * 1024, M_TRIM_THRESHOLD: 128 * 1024},
 }
 
 
 def pin_heap(mode: str) -> str:
-    """Fix how large arrays get their memory for the whole run, so a row's NumPy time does not depend on which
-    rows ran before it. Unpinned, glibc maps every array over its (moving) threshold fresh from the OS and
-    NumPy pays a page fault per page of each temporary: x / (1 + exp(-g)) + r at 4000x3000 took 24-26 ms
-    in a fresh process and 13-15 ms once earlier rows had left the heap holding enough free memory, and
-    arange_mask's ratio swung with it (2.9x alone, 4.9x at the end of a full table). The simulator's own
-    on-chip memory is kept between launches either way (``accelopt_nb/sim/onchip.py``). Returns what was
-    pinned, for the table's title."""
+    """How large arrays get their memory, for the table's title; ``reuse`` pins it for the whole run.
+
+    As glibc leaves it (``as-is``), an array over its moving mmap threshold (at most 32 MiB) is fresh
+    pages from the OS and NumPy pays a page fault per page of each temporary, unless earlier work left the
+    heap holding enough free memory: x / (1 + exp(-g)) + r at 4000x3000 took 24-26 ms in a fresh process and
+    13-15 ms late in a full table, and arange_mask's ratio swung with it (2.9x alone, 4.9x at the end of a
+    table). ``reuse`` keeps freed memory in the heap for every size, so neither side pays faults once the
+    heap has grown: the ratio of computation alone (the stricter one; a run's first rounds still grow the
+    heap, so give it ``--repeat 3`` or more). The simulator's on-chip memory is kept between launches
+    either way (``accelopt_nb/sim/onchip.py``)."""
     if mode == "as-is":
-        return "heap as the process found it"
+        return "heap as glibc leaves it"
     try:
         mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
     except (OSError, AttributeError):
         return "heap as-is (no glibc mallopt here)"
     for param, value in HEAPS[mode].items():
         mallopt(param, value)
-    return {"reuse": "freed memory reused", "fresh": "fresh pages for every large array"}[mode]
+    return "freed memory reused (--heap reuse)"
 
 
 # ---- the command line (shared by trace_replay.py and value_replay.py) ---------------------------------
@@ -272,9 +272,9 @@ def case_parser(doc: str, repeat: int) -> argparse.ArgumentParser:
                     help="checkout of github.com/zhang677/AccelOpt: adds the paper's 14 NKIBench baselines")
     ap.add_argument("--no-ours", action="store_true", help="skip our 14 baselines and the arange/mask kernel")
     ap.add_argument("--arange-shape", default="4000x3000", help="rows x cols of the arange/mask kernel")
-    ap.add_argument("--heap", choices=[*HEAPS, "as-is"], default="reuse",
-                    help="how large arrays get memory, pinned for the run (see pin_heap): reuse (default: no "
-                         "page faults on either side, the strictest ratio), fresh (a fresh process's NumPy) or as-is")
+    ap.add_argument("--heap", choices=["as-is", *HEAPS], default="as-is",
+                    help="how large arrays get memory (see pin_heap): as-is (default, as glibc leaves it) or reuse "
+                         "(freed memory kept for every size: no page faults on either side, the stricter ratio)")
     ap.add_argument("-v", action="store_true", help="print the traceback of kernels that raise")
     return ap
 
