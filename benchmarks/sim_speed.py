@@ -40,11 +40,13 @@ import argparse
 import ctypes
 import ctypes.util
 import gc
+import json
 import re
+import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -335,20 +337,49 @@ def replay_table(doc: str, title: str, measure: Callable[["Case", int], dict], c
               f"replay/np {geomean([r['replay'] / r['numpy'] for r in ok]):.2f}, {summary(ok)}")
 
 
+_ROW = "sim_speed row: "   # how a row measured in a process of its own comes back (one JSON line)
+
+
+def measure_isolated(case: Case) -> Row:
+    """``measure`` in a fresh Python process running only this kernel, so what earlier rows left behind (heap
+    holes, the simulator's kept on-chip memory and caches, cold CPU caches) cannot move its numbers."""
+    done = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--case", case.name], capture_output=True, text=True)
+    for line in done.stdout.splitlines():
+        if line.startswith(_ROW):
+            return Row(**json.loads(line[len(_ROW):]))
+    tail = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+    return Row(case.name, failure=f"the row's process failed: {tail}"[:160])
+
+
 def main() -> None:
     ap = case_parser(__doc__, repeat=2)
     ap.add_argument("--no-values", action="store_true", help="time trace-only runs alone")
     ap.add_argument("--wall", action="store_true", help="wall-clock seconds instead of CPU seconds")
+    ap.add_argument("--in-process", action="store_true",
+                    help="measure every row in this one process (default: each in a fresh process of its own)")
+    ap.add_argument("--case", default="", help=argparse.SUPPRESS)   # the one row a row's own process measures
     args = ap.parse_args()
     global CLOCK
     if args.wall:
         CLOCK = time.perf_counter
     heap = pin_heap(args.heap)
+    if args.case:
+        case = next(c for c in chosen_cases(args) if c.name == args.case)
+        with threadpool_limits(limits=1, user_api="blas"):
+            print(_ROW + json.dumps(asdict(measure(case, args.repeat, not args.no_values))), flush=True)
+        return
     cases = chosen_cases(args)
     print(f"# simulator vs NumPy fp32, preset {args.preset!r}, {'wall' if args.wall else 'CPU'} seconds, "
-          f"best of {args.repeat} interleaved rounds, {heap}")
+          f"best of {args.repeat} interleaved rounds, {heap}, "
+          f"{'all rows in one process' if args.in_process else 'each row in a fresh process'}")
     print_header()
-    rows = measure_all(cases, lambda case: measure(case, args.repeat, not args.no_values), print_row)
+    if args.in_process:
+        rows = measure_all(cases, lambda case: measure(case, args.repeat, not args.no_values), print_row)
+    else:
+        rows = []
+        for case in cases:
+            rows.append(measure_isolated(case))
+            print_row(rows[-1])
     values = [r.t_values / r.t_numpy for r in rows if r.t_values and r.t_numpy]
     traces = [r.t_trace / r.t_numpy for r in rows if r.t_trace and r.t_numpy]
     if values or traces:
