@@ -344,6 +344,8 @@ def measure_isolated(case: Case) -> Row:
     """``measure`` in a fresh Python process running only this kernel, so what earlier rows left behind (heap
     holes, the simulator's kept on-chip memory and caches, cold CPU caches) cannot move its numbers."""
     done = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--case", case.name], capture_output=True, text=True)
+    if "-v" in sys.argv:   # the row's tracebacks
+        print(done.stderr, end="", file=sys.stderr)
     for line in done.stdout.splitlines():
         if line.startswith(_ROW):
             return Row(**json.loads(line[len(_ROW):]))

@@ -35,7 +35,7 @@ from accelopt_nb.sim.trace import Trace
 
 @dataclass
 class SimResult:
-    """Outputs and instruction stream of one simulated launch."""
+    """Outputs and instruction stream of one simulated launch (trace-only: the outputs are read-only zeros)."""
 
     outputs: tuple[np.ndarray, ...]
     trace: Trace
