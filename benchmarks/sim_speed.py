@@ -12,7 +12,7 @@ simulator in trace-only mode, and the two ratios. Rows:
   paper's 14 baselines ``NKIBench/kernels/*.py`` unchanged against their references
   ``NKIBench/reference/<case>_numpy_*.py`` (which compute in float32).
 
-Times are CPU seconds of this process (``time.process_time``: user + system, so page faults count);
+Times are CPU seconds of the measuring process (``time.process_time``: user + system, so page faults count);
 ``--wall`` reports wall-clock seconds instead. Each kernel runs ``--repeat`` rounds (default 2), every round
 NumPy, then trace-only, then with values, each after a ``gc.collect()``; a column is the best of its
 rounds. Interleaving keeps both sides in the same heap and page state (a process's first large NumPy
@@ -21,18 +21,20 @@ one time and 0.2 s the next), and the best of several rounds drops the slow outl
 The simulator keeps on-chip memory between launches (``accelopt_nb/sim/onchip.py``), as a search loop
 that simulates the same shapes again and again uses it: a kernel's first round also pays for the fresh pages
 of its buffers, and the best of the rounds is the steady state (``--repeat 1`` shows the first launch).
-NumPy's large temporaries are fresh pages from the OS, or not, depending on what ran before (see
-:func:`pin_heap`): ``--heap reuse`` keeps freed memory for every size, so neither side pays page faults and
-the ratio compares computation alone (the stricter ratio). CPU time keeps the ratios meaningful on a
-shared, overloaded machine, where wall time mostly measures other people's jobs. Both sides run on one core: BLAS is held to one thread for the whole run (lifting
-a limit between measurements wakes OpenBLAS's workers, which spin for a while, and their CPU time landed
-in the next measurement: a trace-only arange_mask run of 17 ms wall read as 37 ms of CPU after a values
-run). The L2 column is the simulator's relative error against the reference. Kernels that raise are
-reported with their error and the table goes on.
+Each row runs in a fresh process of its own (``--in-process``: all in this one), so what earlier rows
+left behind cannot move its numbers. NumPy's large temporaries are fresh pages from the OS, or not,
+depending on what ran before (see :func:`pin_heap`): ``--heap reuse`` keeps freed memory for every size, so
+neither side pays page faults and the ratio compares computation alone (the stricter ratio). CPU time keeps
+the ratios meaningful on a shared, overloaded machine, where wall time mostly measures other people's jobs.
+Both sides run on one core: BLAS is held to one thread for the whole run (lifting a limit between
+measurements wakes OpenBLAS's workers, which spin for a while, and their CPU time landed in the next
+measurement: a trace-only arange_mask run of 17 ms wall read as 37 ms of CPU after a values run). The L2
+column is the simulator's relative error against the reference. Kernels that raise are reported with their
+error and the table goes on.
 
     python benchmarks/sim_speed.py [--preset paper|small] [--only adamw,silu] [--repeat 3]
                                    [--accelopt-repo DIR] [--no-ours] [--no-values] [--wall]
-                                   [--heap as-is|reuse]
+                                   [--heap as-is|reuse] [--in-process]
 """
 from __future__ import annotations
 
@@ -375,13 +377,10 @@ def main() -> None:
           f"best of {args.repeat} interleaved rounds, {heap}, "
           f"{'all rows in one process' if args.in_process else 'each row in a fresh process'}")
     print_header()
-    if args.in_process:
-        rows = measure_all(cases, lambda case: measure(case, args.repeat, not args.no_values), print_row)
-    else:
-        rows = []
-        for case in cases:
-            rows.append(measure_isolated(case))
-            print_row(rows[-1])
+    def here(case: Case) -> Row:
+        return measure(case, args.repeat, not args.no_values)
+
+    rows = measure_all(cases, here if args.in_process else measure_isolated, print_row)
     values = [r.t_values / r.t_numpy for r in rows if r.t_values and r.t_numpy]
     traces = [r.t_trace / r.t_numpy for r in rows if r.t_trace and r.t_numpy]
     if values or traces:
