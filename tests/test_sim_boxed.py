@@ -240,3 +240,22 @@ def kernel(x):
     out = run_kernel(body, x).output
     assert np.isnan(out[:, 5]).all()
     np.testing.assert_array_equal(np.delete(out, 5, axis=1), np.delete(x, 5, axis=1))
+
+
+def test_a_ragged_store_into_bf16_does_not_read_its_box(run_kernel, rng, monkeypatch):
+    """A bf16 destination cannot take a float32 box, so the store reads its value whole, and only so."""
+    body = """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((100, 64), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    t = nl.load(a[nl.arange(128)[:, None], nl.arange(64)[None, :]], mask=nl.arange(128)[:, None] < 100)
+    nl.store(out[nl.arange(128)[:, None], nl.arange(64)[None, :]], value=t, mask=nl.arange(128)[:, None] < 100)
+    return out
+"""
+    reads = []
+    box_read = sim_tensor.boxed_read
+    monkeypatch.setattr(sim_tensor, "boxed_read", lambda *a: reads.append(a) or box_read(*a))
+    a = rng.standard_normal((100, 64)).astype(np.float32)
+    out = run_kernel(body, a).outputs[0]
+    np.testing.assert_array_equal(out.astype(np.float32), a.astype(out.dtype).astype(np.float32))
+    assert reads == []   # the load's box is read through language's own name; the store reads none

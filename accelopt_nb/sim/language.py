@@ -29,6 +29,7 @@ from accelopt_nb.sim.runtime import (BN_STATS_FMAX, GEMM_MOVING_FMAX, GEMM_STATI
                                      ParDim, current, hbm, par_dim, private_hbm, psum, sbuf, shared_hbm)  # noqa: F401
 from accelopt_nb.sim.tensor import Tensor, View, as_view, operand, read, write
 from accelopt_nb.sim.tensor import boxed_into as _boxed_into
+from accelopt_nb.sim.tensor import box_writable as _box_writable
 from accelopt_nb.sim.tensor import boxed_read as _boxed_read
 from accelopt_nb.sim.tensor import copy_of as _copy_of
 from accelopt_nb.sim.tensor import kept_box as _kept_box
@@ -333,7 +334,9 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
         raise rt.rule_error(api, "value is an HBM tensor; HBM->HBM copies use nisa.dma_copy", "nl.store moves SBUF -> HBM")
     if sview.tensor.buffer == "psum":  # the compiler evacuates PSUM to SBUF first
         sview = copy(sview).full_view()
-    box = None if rt.options.trace_only or sview.shape != dview.shape else _kept_box(m, dview.shape)
+    # a ragged tile into float32 memory: its mask's box alone (checked first: else the box is read for nothing)
+    box = (None if rt.options.trace_only or sview.shape != dview.shape or not _box_writable(dview.tensor)
+           else _kept_box(m, dview.shape))
     op = None if box is None else operand(sview, api, mask=m, compute=False, box=box)
     if op is not None and _store_boxed(dview, op.data, m, box, api):   # a ragged tile: its mask's box alone
         _emit_store(rt, api, dview, op, m)

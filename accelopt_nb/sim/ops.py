@@ -182,8 +182,11 @@ def elementwise(api: str, engine: str, op: str, fn: Callable[..., np.ndarray], a
                 buffer: str = "sbuf") -> Tensor:
     rt = current()
     m = mask_array(mask)
-    # a ragged tile's box, computed into its destination: only a function that computes into memory can
-    box = None if m is None or rt.options.trace_only or not computes_into(fn) else _tile_box(m, args)
+    # a ragged tile's box, computed into its destination: only a function that computes into memory can, and
+    # only into float32 (a result asked for in another dtype is computed whole: its box is not read for nothing)
+    wanted = dtype if dtype is not None else out_dtype_default
+    box = (None if m is None or rt.options.trace_only or not computes_into(fn)
+           or (wanted is not None and dt.canonical(wanted) != dt.float32) else _tile_box(m, args))
     opnds = None if box is None else [operand(a, api, mask=m, box=box) for a in args]
     if opnds is None or None in opnds:
         box, opnds = None, [operand(a, api, mask=m) for a in args]

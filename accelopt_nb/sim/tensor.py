@@ -1288,6 +1288,12 @@ def _boxable(t: Tensor) -> bool:
     return t._data is not None and t.dtype == dt.float32 and t._data.dtype == np.float32
 
 
+def box_writable(t: Tensor) -> bool:
+    """Whether a box of ``t`` can take values written straight into its memory (``write_boxed``, ``store_boxed``):
+    float32 memory that rounds as the tensor does."""
+    return _boxable(t) and not t._raw
+
+
 def _box_of_memory(t: Tensor, key: tuple, box: tuple[slice, ...]) -> np.ndarray:
     """``t._data[key]`` shaped as ``box`` (the key's int axes dropped: still a view)."""
     data = t._data[key]
@@ -1322,7 +1328,7 @@ def _box_destination(view: View, mask: np.ndarray, box: tuple[slice, ...], api: 
     after the checks ``write`` makes; None (nothing done) unless the view is a float32 box of memory.
     ``src``: the deferred tile the write computes (every other one is computed first, as ``write`` does)."""
     t = view.tensor
-    if not _boxable(t) or t._raw:
+    if not box_writable(t):
         return None
     key = _box_key(view, mask, box)
     if key is None:
