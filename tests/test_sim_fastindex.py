@@ -360,6 +360,28 @@ def test_write_log_agrees_with_per_element_stamps(rng, wide_rows):
     np.testing.assert_array_equal(log.stamps(shape), stamps)
 
 
+def test_write_log_buckets_the_tiles_of_a_2d_tensor(rng):
+    """An HBM output written tile by tile (no axis of single elements): its tiles are bucketed by the first
+    tile's extent, so a tile finds only its own cell's rows; unaligned and ragged boxes still meet correctly."""
+    shape = (40, 36)
+    log = WriteLog(2)
+    for epoch in range(1, 120):
+        if epoch == 1 or rng.random() < 0.7:   # a tile of 8 x 12, ragged at the right edge
+            r, c = int(rng.integers(0, 5)) * 8, int(rng.integers(0, 3)) * 12
+            key = (slice(r, r + 8, 1), slice(c, min(c + 12, shape[1] - 2), 1))
+        else:   # anywhere, across tiles
+            r0, c0 = int(rng.integers(0, 39)), int(rng.integers(0, 35))
+            key = (slice(r0, int(rng.integers(r0 + 1, 41)), 1), slice(c0, int(rng.integers(c0 + 1, 37)), 1))
+        box = box_of(key)
+        since = int(rng.integers(0, epoch))
+        brute = {int(e) for e in np.unique(_touched(log, shape, since, key))}
+        assert set(log.meeting_epochs(box, since).tolist()) == brute
+        log.add(box, epoch)
+    tile = box_of((slice(8, 16, 1), slice(12, 24, 1)))
+    rows = log.index.candidates(tile)
+    assert rows is not None and len(rows) < len(log.boxes) // 2   # its cell and the wide rows, not every row
+
+
 def _touched(log, shape, since, key):
     """Epochs >= since of logged boxes that share an element with key, by painting each box."""
     hit = np.zeros(shape, bool)

@@ -117,30 +117,31 @@ def _contains(a: Box, b: Box) -> bool:
 class BoxBuckets:
     """Rows of boxes, bucketed so that a box finds the rows that may meet it without scanning them all.
 
-    Compiler-style kernels write one tile per instruction into a tensor with thousands of tiles. The key axes
-    are the axes on which the first box is a single element (usually the block axes): a box that is a single
-    element on every key axis can only meet the boxes of its own bucket and the boxes wide on some key axis.
+    Compiler-style kernels write one tile per instruction into a tensor with thousands of tiles. The first box
+    cuts every axis into cells of its extent there (a block axis into single elements, a tiled HBM axis into
+    tiles); a box inside one cell on every axis can only meet the boxes of its own cell and the boxes that
+    span several cells on some axis (``wide``).
     """
 
-    __slots__ = ("key_axes", "buckets", "wide")
+    __slots__ = ("cells", "buckets", "wide")
 
     def __init__(self) -> None:
-        self.key_axes: tuple[int, ...] | None = None        # fixed by the first box
-        self.buckets: dict[tuple[int, ...], list[int]] = {}  # key-axis coordinates -> rows
-        self.wide: list[int] = []                           # rows wide on some key axis
+        self.cells: tuple[int, ...] | None = None            # cell extent per axis, fixed by the first box
+        self.buckets: dict[tuple[int, ...], list[int]] = {}  # cell coordinates -> rows
+        self.wide: list[int] = []                           # rows spanning several cells on some axis
 
     def _coords(self, box: Box) -> tuple[int, ...] | None:
         coords = []
-        for d in self.key_axes or ():
-            first, stop, _ = box[d]
-            if stop - first != 1:
+        for (first, stop, _), size in zip(box, self.cells or ()):
+            cell = first // size
+            if (stop - 1) // size != cell:
                 return None
-            coords.append(first)
+            coords.append(cell)
         return tuple(coords)
 
     def add(self, row: int, box: Box) -> None:
-        if self.key_axes is None:
-            self.key_axes = tuple(d for d, a in enumerate(box) if a[1] - a[0] == 1)
+        if self.cells is None:
+            self.cells = tuple(max(1, a[1] - a[0]) for a in box)
         coords = self._coords(box)
         if coords is None:
             self.wide.append(row)
@@ -149,7 +150,7 @@ class BoxBuckets:
 
     def candidates(self, box: Box) -> list[int] | None:
         """The rows that may meet ``box``, in row order; None when every row may."""
-        coords = None if self.key_axes is None else self._coords(box)
+        coords = None if self.cells is None else self._coords(box)
         if coords is None:
             return None
         bucket, wide = self.buckets.get(coords, ()), self.wide
@@ -196,6 +197,8 @@ class WriteLog:
         rows = self.index.candidates(box)
         if rows is not None:
             rows = [i for i in rows if i >= first]
+            if not rows:   # a compiler-style tile's first write: its bucket is empty
+                return _NO_EPOCHS
             if len(rows) <= 64:  # few candidates: test them one by one
                 return np.array([self.epochs[i] for i in rows if _meets(self.boxes[i], box)], dtype=np.int64)
         lo, hi, step, epoch = (a[first:n] for a in self._rows_as_arrays())

@@ -95,10 +95,6 @@ def run(fn: Callable[..., Any], *args: Any) -> Any:
     return result
 
 
-def _call(fn: Callable[..., Any], *args: Any) -> Any:
-    return fn(*args)
-
-
 def note(fn: Callable[..., Any], *args: Any, result: Any = None) -> None:
     """Record ``fn(*args)`` (returning ``result``) done by the caller itself."""
     rt = recording()
@@ -529,7 +525,7 @@ def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: Prog
     done = 0
     # an enclosing probing loop records these calls too (and proves its own program's checks, if it can), counted
     # as calls not run in Python (see MAX_CALLS)
-    call = run if rt.probes else _call
+    recorded = bool(rt.probes)
     calls = program.calls if rt.probes else program.calls_for(count)
     logs = [p.logs[-1] for p in rt.probes if p.logs]
     try:
@@ -540,10 +536,13 @@ def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: Prog
                     break
                 for log in logs:
                     log.replayed += len(calls) + 1
-                call(loop_iteration, frame, values[pos + m - 1])
+                if recorded:
+                    run(loop_iteration, frame, values[pos + m - 1])
+                else:
+                    loop_iteration(frame, values[pos + m - 1])
                 regs: list[Any] = []
                 for fn, build, reg, frees in calls:
-                    result = call(fn, *build(row, regs))
+                    result = run(fn, *build(row, regs)) if recorded else fn(*build(row, regs))
                     if reg is not None:
                         regs.append(root(result) if reg[0] == "reg" else result)
                         if reg[0] == "tensor":

@@ -130,8 +130,27 @@ class IndexExpr:
             deps = _replay.combine_deps(deps, other_deps, affine=aff_fn is not None, product=product)
         return IndexExpr(fn(self.values, _arr(other)), aff, deps)
 
-    def __add__(self, o): return self._bin(o, np.add, lambda a, c: (a[0] + c, a[1]))
-    def __radd__(self, o): return self._bin(o, lambda a, b: b + a, lambda a, c: (a[0] + c, a[1]))
+    def _shifted(self, o: int) -> "IndexExpr":
+        """``self + o`` for an int ``o`` (a loop variable's multiple: the offset of every compiler-style access)
+        and known ``aff``: ``_bin``'s result without its general dispatch."""
+        c = o if type(o) is int else plain(o)
+        deps, other = self.deps, getattr(o, "deps", ())
+        if deps or other:
+            deps = _replay.combine_deps(deps, other, affine=True, product=False)
+        out = IndexExpr.__new__(IndexExpr)
+        out.values, out.aff, out._subs, out.deps = self.values + c, (self.aff[0] + c, self.aff[1]), None, deps
+        return out
+
+    def __add__(self, o):
+        if self.aff is not None and isinstance(o, int) and not isinstance(o, bool):
+            return self._shifted(o)
+        return self._bin(o, np.add, lambda a, c: (a[0] + c, a[1]))
+
+    def __radd__(self, o):
+        if self.aff is not None and isinstance(o, int) and not isinstance(o, bool):
+            return self._shifted(o)
+        return self._bin(o, lambda a, b: b + a, lambda a, c: (a[0] + c, a[1]))
+
     def __sub__(self, o): return self._bin(o, np.subtract, lambda a, c: (a[0] - c, a[1]))
     def __rsub__(self, o): return self._bin(o, lambda a, b: b - a, lambda a, c: (c - a[0], -a[1]))
     def __mul__(self, o): return self._bin(o, np.multiply, lambda a, c: (a[0] * c, a[1] * c), True)
@@ -432,6 +451,11 @@ def broadcast_reps(small: tuple[int, ...], shape: tuple[int, ...]) -> int:
 def mask_count(m: Any, shape: tuple[int, ...]) -> int:
     """``count_nonzero(broadcast_to(m, shape))`` without expanding the broadcast."""
     shape = tuple(shape)
+    entry = _SUMMARIES.get(id(m))
+    if entry is not None and entry[0] is m:   # a kept mask, asked again (every instruction of a tile): memo's hit
+        hit = entry[1].get(("count", shape))
+        if hit is not None:
+            return hit
 
     def count() -> int:
         a = np.asarray(m)

@@ -426,18 +426,13 @@ def _fingerprint(site: LoopSite, env: "_Env", kernel_files: set[str]) -> tuple[t
     """What :func:`_runtime_reason` reads from the frame: the object each call resolves to (by identity) or
     its receiver's type, and the types of the accumulated names, store bases and indexed values; with the
     callees. None when a call reaches a kernel helper, whose check also reads the helper's own globals."""
-    key: list[Any] = []
+    typed, calls = _fingerprint_plan(site)
+    key: list[Any] = [type(env.resolve_path(path)) for path in typed]
     callees: list[Any] = []
-    for name in site.accumulated - site.varying:
-        key.append(type(env.resolve(ast.Name(id=name, ctx=ast.Load()))))
-    for node in site.store_bases:
-        key.append(type(env.resolve(node)))
-    for sub in site.loads:
-        key.append(type(env.resolve(sub.value)))
-    for call in site.calls:
-        obj = env.resolve(call.func)
+    for func, receiver in calls:
+        obj = env.resolve_path(func)
         if obj is _UNRESOLVED:
-            key.append(type(env.resolve(call.func.value)) if isinstance(call.func, ast.Attribute) else None)
+            key.append(type(env.resolve_path(receiver)) if receiver is not _NO_RECEIVER else None)
             continue
         target = obj if isinstance(obj, types.FunctionType) else (getattr(obj, "__wrapped__", None)
                                                                   or getattr(obj, "fn", None))
@@ -446,6 +441,41 @@ def _fingerprint(site: LoopSite, env: "_Env", kernel_files: set[str]) -> tuple[t
         key.append(id(obj))
         callees.append(obj)
     return tuple(key), callees
+
+
+_NO_RECEIVER = ("<no receiver>",)
+# per loop site (by id, with the site kept): the name paths its fingerprint resolves, each once
+_plans: dict[int, tuple[LoopSite, tuple[tuple, tuple]]] = {}
+
+
+def _fingerprint_plan(site: LoopSite) -> tuple[tuple, tuple]:
+    """The distinct name paths (see :func:`_path`) whose types the fingerprint keys on, and the distinct
+    (callee, receiver) paths of the body's calls: a compiler-style body names ``nl.arange`` dozens of times,
+    and each instance of a nested loop computes its fingerprint."""
+    hit = _plans.get(id(site))
+    if hit is not None and hit[0] is site:
+        return hit[1]
+    typed = [(name,) for name in sorted(site.accumulated - site.varying)]
+    typed += [_path(node) for node in site.store_bases] + [_path(sub.value) for sub in site.loads]
+    calls = [(_path(call.func), _path(call.func.value) if isinstance(call.func, ast.Attribute) else _NO_RECEIVER)
+             for call in site.calls]
+    plan = (tuple(dict.fromkeys(typed)), tuple(dict.fromkeys(calls)))
+    if len(_plans) >= 1024:
+        _plans.clear()
+    _plans[id(site)] = (site, plan)
+    return plan
+
+
+def _path(node: ast.AST) -> tuple[str, ...] | None:
+    """A name or a chain of attributes of one (``nl.arange`` -> ('nl', 'arange')); None for any other
+    expression (which :meth:`_Env.resolve` leaves unresolved)."""
+    attrs: list[str] = []
+    while isinstance(node, ast.Attribute):
+        attrs.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return (node.id, *reversed(attrs))
 
 
 def _runtime_reason(site: LoopSite, env: "_Env", kernel_files: set[str], sim_types: tuple[type, ...]) -> str | None:
@@ -490,6 +520,23 @@ class _Env:
                 return _UNRESOLVED  # only module attributes are resolved: no property code runs here
             return getattr(base, node.attr, _UNRESOLVED)
         return _UNRESOLVED
+
+    def resolve_path(self, path: tuple[str, ...] | None) -> Any:
+        """:meth:`resolve` of the expression :func:`_path` turned into ``path``."""
+        if path is None:
+            return _UNRESOLVED
+        name = path[0]
+        for scope in (self.locals, self.globals, vars(builtins)):
+            if name in scope:
+                obj = scope[name]
+                break
+        else:
+            return _UNRESOLVED
+        for attr in path[1:]:
+            if not isinstance(obj, types.ModuleType):
+                return _UNRESOLVED  # only module attributes are resolved: no property code runs here
+            obj = getattr(obj, attr, _UNRESOLVED)
+        return obj
 
 
 def _pure_module(obj: Any) -> bool:

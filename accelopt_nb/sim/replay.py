@@ -326,6 +326,10 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
     if (steps != steps[0]).any() or (known is not None and not np.array_equal(steps[0], known.counters)):
         probe.mismatch = "iterations differ in their instruction, tensor, loop or epoch counts"
         return None
+    if known is not None and any(len(e) != len(known.comparisons) for e in events):
+        # cheaper than flattening the records: a ragged instance clamps more regions (each a comparison)
+        probe.mismatch = "iterations differ in their mask comparisons"
+        return None
     program = None
     if rt.value_replay:   # checked first: cheaper than flattening the records, and it fails more often
         program = effects.agreed(probe, PROBES)

@@ -479,7 +479,8 @@ def _plan(shape: tuple[int, ...], on_chip: bool, sig: tuple) -> tuple | None:
 
 def _compiler_view(t: Tensor, key: tuple) -> "View | None":
     """``t[key]`` for a compiler-style key through its plan, or None (then the general path decides)."""
-    if len(key) != len(t.shape):
+    shape = t.shape
+    if len(key) != len(shape):
         return None
     sig = []
     for k in key:
@@ -487,18 +488,18 @@ def _compiler_view(t: Tensor, key: tuple) -> "View | None":
             if k.aff is None:
                 return None
             sig.append(k.values.shape)
-        elif isinstance(k, int) or isinstance(k, np.integer):
+        elif isinstance(k, (int, np.integer)):
             sig.append(None)
         else:
             return None
-    plan_key = (t.shape, t.buffer != "hbm", tuple(sig))
+    plan_key = (shape, t.buffer != "hbm", tuple(sig))
     try:
         plan = _PLANS[plan_key]
     except KeyError:
         if len(_PLANS) >= 4096:  # one entry per tensor shape and key structure: stays small in practice
             _PLANS.clear()
         has_array = any(s is not None for s in sig)
-        plan = _PLANS[plan_key] = _plan(t.shape, t.buffer != "hbm", plan_key[2]) if has_array else None
+        plan = _PLANS[plan_key] = _plan(shape, t.buffer != "hbm", plan_key[2]) if has_array else None
     if plan is None:
         return None
     sizes, vshape = plan
@@ -507,34 +508,35 @@ def _compiler_view(t: Tensor, key: tuple) -> "View | None":
     lo: list[int] = []   # the region's box, known here at no extra pass
     hi: list[int] = []
     affs: dict[int, Any] = {}
-    for axis, k in enumerate(key):
-        size = t.shape[axis]
-        n = sizes[axis]
-        if n is None:
-            k = plain(k) if isinstance(k, int) else int(k)
+    axis = 0
+    for k, size, n in zip(key, shape, sizes):
+        if n is None:   # an int (a loop variable's plain value is the int itself)
+            if type(k) is not int:
+                k = plain(k) if isinstance(k, int) else int(k)
             if k < 0 or k >= size:
                 return None
             norm.append(k)
             basic.append(k)
             lo.append(k)
             hi.append(k + 1)
-            continue
-        start, step = k.aff
-        norm.append(k.values)
-        affs[axis] = k.aff
-        if n == 1:
-            if start < 0 or start >= size:
-                return None
-            basic.append(start)
-            lo.append(start)
-            hi.append(start + 1)
-            continue
-        last = start + step * (n - 1)
-        if step <= 0 or start < 0 or last >= size:
-            return None
-        basic.append(slice(start, last + 1, step))
-        lo.append(start)
-        hi.append(last + 1)
+        else:
+            aff = affs[axis] = k.aff
+            start, step = aff
+            norm.append(k.values)
+            if n == 1:
+                if start < 0 or start >= size:
+                    return None
+                basic.append(start)
+                lo.append(start)
+                hi.append(start + 1)
+            else:
+                last = start + step * (n - 1)
+                if step <= 0 or start < 0 or last >= size:
+                    return None
+                basic.append(slice(start, last + 1, step))
+                lo.append(start)
+                hi.append(last + 1)
+        axis += 1
     return View.planned(t, tuple(norm), vshape, tuple(basic), affs, (lo, hi))
 
 
@@ -605,8 +607,7 @@ def _region(t: Tensor, lo: Any, hi: Any, shape: tuple[int, ...], mask: Any, span
             block = -1
             break
         block = block * t.shape[i] + lo[i]
-    reg = Region(tensor=t.id, buffer=t.buffer, lo=tuple(lo), hi=tuple(hi), elements=elements,
-                 itemsize=dt.itemsize(t.dtype), block=block)
+    reg = Region(t.id, t.buffer, tuple(lo), tuple(hi), elements, dt.itemsize(t.dtype), block)
     rt = _replay.probing()
     if rt is not None:  # trace-only loop replay checks extrapolated regions against this shape
         _replay.note_region(rt, reg, t.shape, spans)
