@@ -433,6 +433,21 @@ def test_cover_sends_wide_questions_over_many_boxes_to_the_array():
     assert cover.mask((Cover.SCAN_LIMIT + 1, 4)).all()
 
 
+def test_a_tiled_cover_answers_a_read_across_tiles_from_its_rows():
+    """A 2-D tensor written tile by tile (no single-element axis): a read spanning several tiles is painted from
+    every row however many there are, never sent to the per-element array; a read inside one tile asks only
+    its own tile's rows."""
+    cover = Cover()
+    tiles = [(r, c) for r in range(20) for c in range(16)]   # 320 tiles of 4 x 8: past SCAN_LIMIT
+    assert len(tiles) > Cover.SCAN_LIMIT
+    for r, c in tiles:
+        cover.add(((4 * r, 4 * r + 4, 1), (8 * c, 8 * c + 8, 1)))
+    across = ((6, 10, 1), (4, 20, 1))
+    painted = cover.local(across)
+    assert painted is not None and painted.all() and cover.covers(((5, 7, 1), (9, 15, 1)))
+    assert cover.index.candidates(((4, 8, 1), (8, 16, 1))) == [17]
+
+
 def _paint(shape, box):
     out = np.zeros(shape, bool)
     out[tuple(slice(a, b, s) for a, b, s in box)] = True

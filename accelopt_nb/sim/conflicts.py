@@ -118,21 +118,27 @@ class BoxBuckets:
     """Rows of boxes, bucketed so that a box finds the rows that may meet it without scanning them all.
 
     Compiler-style kernels write one tile per instruction into a tensor with thousands of tiles. The first box
-    cuts every axis into cells of its extent there (a block axis into single elements, a tiled HBM axis into
-    tiles); a box inside one cell on every axis can only meet the boxes of its own cell and the boxes that
-    span several cells on some axis (``wide``).
+    fixes the cells: its single elements on the axes where it has one (the block axes of an on-chip buffer),
+    or else its extent on every axis (an HBM tensor's tiles). A box inside one cell can only meet the boxes of
+    its own cell and the boxes that span several cells (``wide``).
     """
 
-    __slots__ = ("cells", "buckets", "wide")
+    __slots__ = ("cells", "buckets", "wide", "rows", "tiled")
 
     def __init__(self) -> None:
-        self.cells: tuple[int, ...] | None = None            # cell extent per axis, fixed by the first box
+        self.cells: tuple[int, ...] | None = None            # cell extent per axis (0: not cut), by the first box
         self.buckets: dict[tuple[int, ...], list[int]] = {}  # cell coordinates -> rows
         self.wide: list[int] = []                           # rows spanning several cells on some axis
+        self.rows = 0
+        # the first box has no single-element axis (an HBM tensor's tile): a box spanning several tiles is asked
+        # against every row (a wide read of a tiled output), never sent to the per-element array
+        self.tiled = False
 
     def _coords(self, box: Box) -> tuple[int, ...] | None:
         coords = []
         for (first, stop, _), size in zip(box, self.cells or ()):
+            if not size:
+                continue
             cell = first // size
             if (stop - 1) // size != cell:
                 return None
@@ -141,7 +147,10 @@ class BoxBuckets:
 
     def add(self, row: int, box: Box) -> None:
         if self.cells is None:
-            self.cells = tuple(max(1, a[1] - a[0]) for a in box)
+            extents = [max(1, a[1] - a[0]) for a in box]
+            self.tiled = 1 not in extents
+            self.cells = tuple(extents) if self.tiled else tuple(1 if n == 1 else 0 for n in extents)
+        self.rows += 1
         coords = self._coords(box)
         if coords is None:
             self.wide.append(row)
@@ -152,7 +161,7 @@ class BoxBuckets:
         """The rows that may meet ``box``, in row order; None when every row may."""
         coords = None if self.cells is None else self._coords(box)
         if coords is None:
-            return None
+            return list(range(self.rows)) if self.tiled else None
         bucket, wide = self.buckets.get(coords, ()), self.wide
         return sorted([*bucket, *wide]) if bucket and wide else list(bucket or wide)
 
