@@ -1,0 +1,95 @@
+"""Instructions the simulator executes per run of a kernel, counted by callgrind: a speed measure that a busy box
+does not move.
+
+On a shared machine wall-clock ratios drift by 10-20% from one hour to the next, which hides changes of a few
+percent. Callgrind counts the instructions a process executes, the same from run to run within ~0.5%. Each count
+is two processes: one that loads and warms up (``--warmup`` runs), and one that then does ``--runs`` more; their
+difference divided by ``--runs`` is one run's instructions. ``--against REV`` counts a git revision the same way
+(from a temporary worktree) and prints the ratio, both measured in this one invocation.
+
+Instructions track Python-bound work (trace-only runs) well. With values, NumPy's loops dominate, and under
+valgrind NumPy takes its generic code paths instead of AVX-512, so value runs are better compared by wall clock.
+
+    python benchmarks/sim_instructions.py [--mode trace|values] [--runs 10] [--against 852534e]
+
+Needs valgrind (Debian: ``apt install valgrind``).
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNEL = "benchmarks/kernels/arange_mask.py"
+
+# the child: simulate the kernel warmup + runs times on fixed inputs (their values do not change the work)
+CHILD = """
+import sys, numpy as np
+from accelopt_nb.sim import SimOptions, load_kernel, simulate
+mode, shape, count = sys.argv[1], tuple(int(s) for s in sys.argv[2].split("x")), int(sys.argv[3])
+kernel = load_kernel(sys.argv[4])
+inputs = [np.full(shape, 0.5 + 0.25 * i, dtype=np.float32) for i in range(3)]
+options = SimOptions(trace_only=mode == "trace")
+for _ in range(count):
+    simulate(kernel, *inputs, options=options)
+"""
+
+
+def instructions(tree: Path, mode: str, shape: str, count: int) -> int:
+    """Instructions callgrind counts for a process that simulates the kernel ``count`` times."""
+    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(tree))
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c",
+                          CHILD, mode, shape, str(count), str(tree / KERNEL)],
+                         env=env, cwd=tree, capture_output=True, text=True)
+    for line in out.stderr.splitlines():
+        if "Collected" in line:
+            return int(line.split()[-1])
+    raise RuntimeError(f"callgrind gave no count (exit {out.returncode}):\n{out.stderr[-2000:]}")
+
+
+def per_run(tree: Path, args: argparse.Namespace) -> float:
+    """One run's instructions: the two processes run side by side."""
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        base, more = pool.map(lambda n: instructions(tree, args.mode, args.shape, n),
+                              (args.warmup, args.warmup + args.runs))
+    return (more - base) / args.runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mode", choices=("trace", "values"), default="trace")
+    ap.add_argument("--shape", default="4000x3000", help="M x N of the arange/mask kernel's inputs")
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--against", metavar="REV", help="a git revision to count the same way, for the ratio")
+    args = ap.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (Debian: apt install valgrind)", file=sys.stderr)
+        return 2
+    rows = [("this tree", per_run(ROOT, args))]
+    if args.against:
+        with tempfile.TemporaryDirectory() as tmp:
+            other = Path(tmp) / "tree"
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(other), args.against],
+                           check=True)
+            try:
+                rows.append((args.against, per_run(other, args)))
+            finally:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(other)], check=False)
+    print(f"# arange_mask {args.shape}, {args.mode}, instructions per run (callgrind, {args.runs} runs after "
+          f"{args.warmup})")
+    for name, count in rows:
+        print(f"{name:>12s}  {count / 1e6:9.2f} M")
+    if len(rows) == 2:
+        print(f"ratio this tree / {args.against}: {rows[0][1] / rows[1][1]:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
