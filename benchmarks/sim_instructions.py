@@ -2,7 +2,8 @@
 does not move.
 
 On a shared machine wall-clock ratios drift by 10-20% from one hour to the next, which hides changes of a few
-percent. Callgrind counts the instructions a process executes, the same from run to run within ~0.5%. Each count
+percent. Callgrind counts the instructions a process executes: with hashing seeded and BLAS on one thread, two
+processes of the same tree agree to a few thousand instructions in billions. Each count
 is two processes: one that loads and warms up (``--warmup`` runs), and one that then does ``--runs`` more; their
 difference divided by ``--runs`` is one run's instructions. ``--against REV`` counts a git revision the same way
 (from a temporary worktree) and prints the ratio, both measured in this one invocation.
@@ -43,7 +44,9 @@ for _ in range(count):
 
 def instructions(tree: Path, mode: str, shape: str, count: int) -> int:
     """Instructions callgrind counts for a process that simulates the kernel ``count`` times."""
-    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(tree))
+    # one BLAS thread: idle pool threads spin, which moved counts by millions from one process to the next
+    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(tree), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
+               MKL_NUM_THREADS="1")
     out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c",
                           CHILD, mode, shape, str(count), str(tree / KERNEL)],
                          env=env, cwd=tree, capture_output=True, text=True)

@@ -67,7 +67,7 @@ def mask_spans(mask: np.ndarray) -> tuple[tuple[int, int], ...] | Box | None:
 
     It depends on the mask alone, so a kept (read-only) mask answers once for every write of its tile.
     """
-    return memo(mask, "spans", lambda: _spans(mask))
+    return memo(mask, "spans", _spans, mask)
 
 
 def _spans(mask: np.ndarray) -> tuple[tuple[int, int], ...] | Box | None:

@@ -117,40 +117,27 @@ class IndexExpr:
         return self.values if dtype is None else self.values.astype(dtype)
 
     def _bin(self, other: Any, fn, aff_fn=None, product: bool = False) -> "IndexExpr":
-        if isinstance(other, float) and not float(other).is_integer():
-            raise TypeError("index expressions only support integer arithmetic")
-        aff = None
-        if aff_fn is not None and self.aff is not None:
-            c = _const(other)
-            if c is not None:
-                aff = aff_fn(self.aff, c)
+        if isinstance(other, int) and not isinstance(other, bool):
+            # an int (a loop variable's multiple, the offset of every compiler-style access): nothing to convert
+            c = other if type(other) is int else plain(other)
+            aff = None if aff_fn is None or self.aff is None else aff_fn(self.aff, c)
+        else:
+            if isinstance(other, float) and not float(other).is_integer():
+                raise TypeError("index expressions only support integer arithmetic")
+            aff = None
+            if aff_fn is not None and self.aff is not None:
+                k = _const(other)
+                if k is not None:
+                    aff = aff_fn(self.aff, k)
+            c = _arr(other)
         deps = self.deps
         other_deps = getattr(other, "deps", ())
         if deps or other_deps:
             deps = _replay.combine_deps(deps, other_deps, affine=aff_fn is not None, product=product)
-        return IndexExpr(fn(self.values, _arr(other)), aff, deps)
+        return IndexExpr(fn(self.values, c), aff, deps)
 
-    def _shifted(self, o: int) -> "IndexExpr":
-        """``self + o`` for an int ``o`` (a loop variable's multiple: the offset of every compiler-style access)
-        and known ``aff``: ``_bin``'s result without its general dispatch."""
-        c = o if type(o) is int else plain(o)
-        deps, other = self.deps, getattr(o, "deps", ())
-        if deps or other:
-            deps = _replay.combine_deps(deps, other, affine=True, product=False)
-        out = IndexExpr.__new__(IndexExpr)
-        out.values, out.aff, out._subs, out.deps = self.values + c, (self.aff[0] + c, self.aff[1]), None, deps
-        return out
-
-    def __add__(self, o):
-        if self.aff is not None and isinstance(o, int) and not isinstance(o, bool):
-            return self._shifted(o)
-        return self._bin(o, np.add, lambda a, c: (a[0] + c, a[1]))
-
-    def __radd__(self, o):
-        if self.aff is not None and isinstance(o, int) and not isinstance(o, bool):
-            return self._shifted(o)
-        return self._bin(o, lambda a, b: b + a, lambda a, c: (a[0] + c, a[1]))
-
+    def __add__(self, o): return self._bin(o, np.add, lambda a, c: (a[0] + c, a[1]))
+    def __radd__(self, o): return self._bin(o, lambda a, b: b + a, lambda a, c: (a[0] + c, a[1]))
     def __sub__(self, o): return self._bin(o, np.subtract, lambda a, c: (a[0] - c, a[1]))
     def __rsub__(self, o): return self._bin(o, lambda a, b: b - a, lambda a, c: (c - a[0], -a[1]))
     def __mul__(self, o): return self._bin(o, np.multiply, lambda a, c: (a[0] * c, a[1] * c), True)
@@ -368,7 +355,11 @@ def broadcast(a: Any, shape: tuple[int, ...]) -> np.ndarray:
         return view
     # a kept mask's broadcast is kept with it (one per shape), so its own summaries are kept too: a mask
     # narrower than its tile is broadcast by every instruction that uses it
-    return memo(a, ("broadcast", shape), lambda: keep(np.broadcast_to(a, shape)))
+    return memo(a, ("broadcast", shape), _kept_broadcast, a, shape)
+
+
+def _kept_broadcast(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    return keep(np.broadcast_to(a, shape))
 
 
 # One mask serves every instruction of a tile, and each asks the same questions of it (all true? how many?
@@ -407,15 +398,20 @@ def value_of(m: np.ndarray) -> tuple | None:
     return entry[2] if entry is not None and entry[0] is m else None
 
 
-def memo(m: Any, key: Any, fn: Any) -> Any:
-    """``fn()``, kept under ``key`` for a kept mask value ``m`` (computed each time for any other array)."""
+def memo(m: Any, key: Any, fn: Any, *args: Any) -> Any:
+    """``fn(*args)``, kept under ``key`` for a kept mask value ``m`` (computed each time for any other array).
+    A function and its arguments, not a closure: asked several times per instruction, mostly answered here."""
     entry = _SUMMARIES.get(id(m))
     if entry is None or entry[0] is not m:
-        return fn()
+        return fn(*args)
     known = entry[1]
-    if key not in known:
-        known[key] = fn()
-    return known[key]
+    hit = known.get(key, _MISSING)
+    if hit is _MISSING:
+        hit = known[key] = fn(*args)
+    return hit
+
+
+_MISSING = object()
 
 
 def compact(m: np.ndarray) -> np.ndarray:
@@ -429,7 +425,11 @@ def compact(m: np.ndarray) -> np.ndarray:
 
 def mask_all(m: np.ndarray) -> bool:
     """``m.all()`` without expanding a broadcast mask."""
-    return memo(m, "all", lambda: bool(compact(m).all()))
+    return memo(m, "all", _all_of, m)
+
+
+def _all_of(m: np.ndarray) -> bool:
+    return bool(compact(m).all())
 
 
 def broadcast_reps(small: tuple[int, ...], shape: tuple[int, ...]) -> int:
@@ -451,18 +451,14 @@ def broadcast_reps(small: tuple[int, ...], shape: tuple[int, ...]) -> int:
 def mask_count(m: Any, shape: tuple[int, ...]) -> int:
     """``count_nonzero(broadcast_to(m, shape))`` without expanding the broadcast."""
     shape = tuple(shape)
-    entry = _SUMMARIES.get(id(m))
-    if entry is not None and entry[0] is m:   # a kept mask, asked again (every instruction of a tile): memo's hit
-        hit = entry[1].get(("count", shape))
-        if hit is not None:
-            return hit
+    return memo(m, ("count", shape), _count, m, shape)
 
-    def count() -> int:
-        a = np.asarray(m)
-        broadcast_reps(a.shape, shape)  # the expanded form's shape check
-        c = compact(a)
-        return int(np.count_nonzero(c)) * broadcast_reps(c.shape, shape)
-    return memo(m, ("count", shape), count)
+
+def _count(m: Any, shape: tuple[int, ...]) -> int:
+    a = np.asarray(m)
+    broadcast_reps(a.shape, shape)  # the expanded form's shape check
+    c = compact(a)
+    return int(np.count_nonzero(c)) * broadcast_reps(c.shape, shape)
 
 
 def mask_rows_cols(m: Any, shape: tuple[int, ...]) -> tuple[int, int]:
@@ -471,7 +467,8 @@ def mask_rows_cols(m: Any, shape: tuple[int, ...]) -> tuple[int, int]:
     Equals ``(count_nonzero(b.any(axis=1)), count_nonzero(b.any(axis=0)))`` for
     ``b = broadcast_to(m, shape).reshape(shape[0], -1)``.
     """
-    return memo(m, ("rows_cols", tuple(shape)), lambda: _rows_cols(m, tuple(shape)))
+    shape = tuple(shape)
+    return memo(m, ("rows_cols", shape), _rows_cols, m, shape)
 
 
 def _rows_cols(m: Any, shape: tuple[int, ...]) -> tuple[int, int]:

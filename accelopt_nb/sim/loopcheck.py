@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import linecache
 import types
 from dataclasses import dataclass, field
@@ -50,6 +51,20 @@ class LoopSite:
     calls: list[ast.Call] = field(default_factory=list)
     store_bases: list[ast.expr] = field(default_factory=list)
     loads: list[ast.Subscript] = field(default_factory=list)
+
+    @functools.cached_property
+    def paths(self) -> tuple[tuple, tuple]:
+        """The distinct name paths (see :func:`_path`) whose types the runtime fingerprint keys on, and the
+        distinct (callee, receiver) paths of the calls: a compiler-style body names ``nl.arange`` dozens of
+        times, and each instance of a nested loop computes its fingerprint."""
+        typed = [(name,) for name in sorted(self.accumulated - self.varying)]
+        typed += [_path(node) for node in self.store_bases] + [_path(sub.value) for sub in self.loads]
+        calls = [(_path(c.func), _path(c.func.value) if isinstance(c.func, ast.Attribute) else _NO_RECEIVER)
+                 for c in self.calls]
+        return tuple(dict.fromkeys(typed)), tuple(dict.fromkeys(calls))
+
+
+_NO_RECEIVER = ("<no receiver>",)
 
 
 # ---- finding the loop --------------------------------------------------------------------------
@@ -426,7 +441,7 @@ def _fingerprint(site: LoopSite, env: "_Env", kernel_files: set[str]) -> tuple[t
     """What :func:`_runtime_reason` reads from the frame: the object each call resolves to (by identity) or
     its receiver's type, and the types of the accumulated names, store bases and indexed values; with the
     callees. None when a call reaches a kernel helper, whose check also reads the helper's own globals."""
-    typed, calls = _fingerprint_plan(site)
+    typed, calls = site.paths
     key: list[Any] = [type(env.resolve_path(path)) for path in typed]
     callees: list[Any] = []
     for func, receiver in calls:
@@ -441,29 +456,6 @@ def _fingerprint(site: LoopSite, env: "_Env", kernel_files: set[str]) -> tuple[t
         key.append(id(obj))
         callees.append(obj)
     return tuple(key), callees
-
-
-_NO_RECEIVER = ("<no receiver>",)
-# per loop site (by id, with the site kept): the name paths its fingerprint resolves, each once
-_plans: dict[int, tuple[LoopSite, tuple[tuple, tuple]]] = {}
-
-
-def _fingerprint_plan(site: LoopSite) -> tuple[tuple, tuple]:
-    """The distinct name paths (see :func:`_path`) whose types the fingerprint keys on, and the distinct
-    (callee, receiver) paths of the body's calls: a compiler-style body names ``nl.arange`` dozens of times,
-    and each instance of a nested loop computes its fingerprint."""
-    hit = _plans.get(id(site))
-    if hit is not None and hit[0] is site:
-        return hit[1]
-    typed = [(name,) for name in sorted(site.accumulated - site.varying)]
-    typed += [_path(node) for node in site.store_bases] + [_path(sub.value) for sub in site.loads]
-    calls = [(_path(call.func), _path(call.func.value) if isinstance(call.func, ast.Attribute) else _NO_RECEIVER)
-             for call in site.calls]
-    plan = (tuple(dict.fromkeys(typed)), tuple(dict.fromkeys(calls)))
-    if len(_plans) >= 1024:
-        _plans.clear()
-    _plans[id(site)] = (site, plan)
-    return plan
 
 
 def _path(node: ast.AST) -> tuple[str, ...] | None:
@@ -481,7 +473,7 @@ def _path(node: ast.AST) -> tuple[str, ...] | None:
 def _runtime_reason(site: LoopSite, env: "_Env", kernel_files: set[str], sim_types: tuple[type, ...]) -> str | None:
     # what this reads from the frame, _fingerprint keys the kept answers by: a new check here needs its input there
     for name in site.accumulated - site.varying:
-        obj = env.resolve(ast.Name(id=name, ctx=ast.Load()))
+        obj = env.resolve_path((name,))
         if not isinstance(obj, sim_types[:2]):   # Tensor, View: `+=` accumulates in place and returns itself
             return f"`{name} += ...` on a {type(obj).__name__} carries Python state between iterations"
     for base in site.store_bases:
@@ -509,17 +501,8 @@ class _Env:
         self.locals, self.globals = f_locals, f_globals
 
     def resolve(self, node: ast.AST) -> Any:
-        if isinstance(node, ast.Name):
-            for scope in (self.locals, self.globals, vars(builtins)):
-                if node.id in scope:
-                    return scope[node.id]
-            return _UNRESOLVED
-        if isinstance(node, ast.Attribute):
-            base = self.resolve(node.value)
-            if base is _UNRESOLVED or not isinstance(base, types.ModuleType):
-                return _UNRESOLVED  # only module attributes are resolved: no property code runs here
-            return getattr(base, node.attr, _UNRESOLVED)
-        return _UNRESOLVED
+        """What a name, or a module attribute of one, holds in the frame; ``_UNRESOLVED`` for anything else."""
+        return self.resolve_path(_path(node))
 
     def resolve_path(self, path: tuple[str, ...] | None) -> Any:
         """:meth:`resolve` of the expression :func:`_path` turned into ``path``."""
