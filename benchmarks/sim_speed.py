@@ -30,7 +30,8 @@ Both sides run on one core: BLAS is held to one thread for the whole run (liftin
 measurements wakes OpenBLAS's workers, which spin for a while, and their CPU time landed in the next
 measurement: a trace-only arange_mask run of 17 ms wall read as 37 ms of CPU after a values run). The L2
 column is the simulator's relative error against the reference. Kernels that raise are reported with their
-error and the table goes on.
+error and the table goes on. The closing lines give the geometric means of the ratios and how many rows meet
+the speed goal (:data:`GOAL_VALUES`, :data:`GOAL_TRACE`), naming the rows over it.
 
     python benchmarks/sim_speed.py [--preset paper|small] [--only adamw,silu] [--repeat 3]
                                    [--accelopt-repo DIR] [--no-ours] [--no-values] [--wall]
@@ -86,6 +87,9 @@ class Row:
 
 
 CLOCK = time.process_time
+# the simulator's speed goal on compiler-style kernels: with values at most 3x NumPy's fp32 time, trace-only 0.5x
+GOAL_VALUES = 3.0
+GOAL_TRACE = 0.5
 
 
 def measure_all(cases: list["Case"], measure: Callable[["Case"], Any], show: Callable[[Any], None]) -> list[Any]:
@@ -307,6 +311,22 @@ def failure_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"[:160]
 
 
+def goal_line(rows: list[Row]) -> str:
+    """How many rows that ran meet both goals (:data:`GOAL_VALUES`, :data:`GOAL_TRACE`), and which miss, by how much."""
+    ran = [r for r in rows if r.t_numpy and r.t_trace is not None]
+    misses = []
+    for r in ran:
+        over = []
+        if r.t_values is not None and r.t_values / r.t_numpy > GOAL_VALUES:
+            over.append(f"values {r.t_values / r.t_numpy:.1f}x")
+        if r.t_trace / r.t_numpy > GOAL_TRACE:
+            over.append(f"trace-only {r.t_trace / r.t_numpy:.2f}x")
+        if over:
+            misses.append(f"{r.name} ({', '.join(over)})")
+    return (f"goal (values <= {GOAL_VALUES:g}x, trace-only <= {GOAL_TRACE:g}x NumPy): {len(ran) - len(misses)} of "
+            f"{len(ran)} rows meet it" + (f"; over: {'; '.join(misses)}" if misses else ""))
+
+
 def geomean(xs: list[float]) -> float:
     return float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")
 
@@ -386,6 +406,7 @@ def main() -> None:
     if values or traces:
         print(f"geometric mean: values/np {geomean(values):.1f}, trace/np {geomean(traces):.2f} "
               f"({len(rows) - sum(1 for r in rows if r.failure)} of {len(rows)} kernels ran)")
+        print(goal_line(rows))
 
 
 if __name__ == "__main__":

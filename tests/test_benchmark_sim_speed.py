@@ -35,3 +35,20 @@ def test_sim_speed_table_rows(args, title):
         assert min(numpy_s, values_s, trace_s) >= 0 and ratio_v > 0 and ratio_t > 0   # printed rounded
         assert l2 < 1e-5                       # the simulated result matches NumPy
     assert re.search(r"geometric mean: values/np [\d.]+, trace/np [\d.]+ \(2 of 2 kernels ran\)", out)
+    assert re.search(r"goal \(values <= 3x, trace-only <= 0.5x NumPy\): \d of 2 rows meet it", out)
+
+
+def test_goal_line_names_the_rows_over_the_goal():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from sim_speed import Row, goal_line
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    rows = [Row("fast", t_numpy=1.0, t_values=2.9, t_trace=0.4),
+            Row("slow values", t_numpy=1.0, t_values=3.2, t_trace=0.4),
+            Row("slow trace", t_numpy=0.1, t_values=0.2, t_trace=0.06),
+            Row("broken", failure="KernelError: boom")]
+    line = goal_line(rows)
+    assert line.startswith("goal (values <= 3x, trace-only <= 0.5x NumPy): 1 of 3 rows meet it; over: ")
+    assert "slow values (values 3.2x)" in line and "slow trace (trace-only 0.60x)" in line
+    assert "fast" not in line and "broken" not in line
