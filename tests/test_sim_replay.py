@@ -608,6 +608,51 @@ def test_large_iterations_are_recorded_when_their_calls_ran_in_python(monkeypatc
         assert "most of them nested loops' replays" in over[0] and replayed > 0
 
 
+def test_later_instances_of_a_loop_are_extrapolated_from_two_probes_with_values():
+    """With values too, a later instance of an inner loop whose first two probes record the calls and the step
+    its first instance's three established replays from two; a buffer allocated in each outer iteration is
+    other memory each time, so its instances record other calls and probe three again. Outputs and traces are
+    bit-equal to running every iteration (run_both)."""
+    shared = rowwise_kernel("""
+        buf = nl.ndarray((a.shape[0] // 128, 10, nl.par_dim(128), 64), dtype=a.dtype, buffer=nl.sbuf)
+        for i in nl.affine_range(a.shape[0] // 128):
+            for j in nl.affine_range(10):
+                buf[i, j, ip, jf] = nl.load(a[i * 128 + ip, j * 64 + jf])
+                nl.store(out[i * 128 + ip, j * 64 + jf], value=nl.exp(buf[i, j, ip, jf]))
+        return out
+    """)
+    a = rows(128 * 3, 64 * 10) / 1e3   # the outer loop (3 iterations) is too short to replay
+    # load, exp and store per inner iteration: 10 - 3 replayed in the first instance, 10 - 2 in the two others
+    assert values_replayed(shared, a) == 3 * ((10 - 3) + 2 * (10 - 2))
+    per_iteration = shared.replace(
+        "buf = nl.ndarray((a.shape[0] // 128, 10, nl.par_dim(128), 64), dtype=a.dtype, buffer=nl.sbuf)\n"
+        "    for i in nl.affine_range(a.shape[0] // 128):\n",
+        "for i in nl.affine_range(a.shape[0] // 128):\n"
+        "        buf = nl.ndarray((1, 10, nl.par_dim(128), 64), dtype=a.dtype, buffer=nl.sbuf)\n")
+    per_iteration = per_iteration.replace("buf[i, j,", "buf[0, j,")
+    assert "buf[0, j, ip, jf] = nl.load" in per_iteration
+    assert values_replayed(per_iteration, a) == 3 * 3 * (10 - 3)
+
+
+def test_short_loops_inside_a_loop_probing_with_values_run_in_python(monkeypatch, caplog):
+    """Inside an outer loop probing with values, an 8-iteration inner loop runs its iterations in Python: had
+    it replayed, most of the outer iteration's calls would be replays, and past MAX_CALLS that refuses the
+    outer loop, which then replays less (its 13 later iterations are 13 * 8 inner ones)."""
+    from accelopt_nb.sim import effects, replay
+    monkeypatch.setattr(effects, "MAX_CALLS", 16)
+    src = NESTED.replace("INNER", "8")
+    a = rows(128 * 16, 4 * 8)
+    with caplog.at_level("DEBUG", logger="accelopt_nb.sim.replay"):
+        assert values_replayed(src, a) == (16 - 3) * 8 * 3   # load, exp, store
+    assert not [r for r in caplog.records if "calls in one iteration" in r.getMessage()]
+    monkeypatch.setattr(replay, "MIN_SKIPPED_PROBING", replay.MIN_SKIPPED_VALUES)
+    caplog.clear()
+    with caplog.at_level("DEBUG", logger="accelopt_nb.sim.replay"):
+        fewer = values_replayed(src, a)
+    assert [r for r in caplog.records if "most of them nested loops' replays" in r.getMessage()]
+    assert 0 < fewer < (16 - 3) * 8 * 3
+
+
 def test_trace_only_run_leaves_the_collector_as_it_found_it():
     import gc
     kernel = load_kernel(source=HEADER + textwrap.dedent(PLAIN))

@@ -29,9 +29,10 @@ Extrapolation is only used where it provably gives the same records:
   cursor, ...) does not change while probing.
 
 When the first probes differ (a ``loop_reduce`` restarting at the loop's first iteration) one more
-iteration runs and the last :data:`PROBES` are compared. In trace-only mode a later instance of a loop
+iteration runs and the last :data:`PROBES` are compared. A later instance of a loop
 probes two iterations when they show exactly the step an earlier instance's :data:`PROBES` established
-(:class:`Evidence`, kept per loop site). A nested loop replays inside each executed iteration of its parent,
+(:class:`Evidence`, kept per loop site; with values also the same recorded calls, whose numbers move by the
+same step). A nested loop replays inside each executed iteration of its parent,
 and the parent replays as a whole (its records include the child's extrapolated ones; the child hands up
 the mask outcomes and index bounds of its first probe and of the far corner of its range, however many
 probes it ran). Mask outcomes and bounds are linear in each loop variable, so checking a range's ends checks
@@ -40,7 +41,9 @@ all of it.
 memory (:mod:`accelopt_nb.sim.effects`) and the extrapolated iterations re-run them; a loop whose effects
 cannot be recorded runs every iteration. ``SimOptions(loop_replay=False)`` runs every iteration. Where checking would cost more than it saves, a loop runs every iteration without probing
 further: fewer than :data:`MIN_GAIN` records left to extrapolate after its first iteration, or nothing
-extrapolated in its last :data:`MISSES` instances (``Runtime.replay_misses``).
+extrapolated in its last :data:`MISSES` instances (``Runtime.replay_misses``); with values, fewer
+iterations left after its probes than :data:`MIN_SKIPPED_VALUES` (:data:`MIN_SKIPPED_KNOWN` for a later
+instance, :data:`MIN_SKIPPED_PROBING` inside a loop that is probing with values).
 """
 from __future__ import annotations
 
@@ -68,9 +71,16 @@ MIN_GAIN = 8
 # set when each instance compiled its own, the paper's transpose_matmul replayed nothing (4.5 s; 3.5 s with 8,
 # every other baseline replaying the same instructions, measured side by side in one process)
 MIN_GAIN_VALUES = 8
-# ... and with at least this many iterations left to extrapolate (measured: the paper's bmm_softmax probed
-# loops of 4-8 iterations, and recording those probes cost several times what replaying the rest saved)
-MIN_SKIPPED_VALUES = 8
+# ... and with at least this many iterations left to extrapolate after its probes: a loop's first instance
+# MIN_SKIPPED_VALUES, a later one whose first two probes show the step the first established (Evidence) one;
+# MIN_SKIPPED_PROBING inside a loop that is itself probing with values, so that short nested loops run its probe
+# iterations in Python and it can still replay as a whole (replayed calls past MAX_CALLS refuse it: the paper's
+# bmm replays 81% of its instructions through its 16-iteration outer loop, 75% with 2 here, 13% slower). Measured
+# against 8 everywhere and no evidence with values, the paper's baselines side by side: rmsnorm_matmul -20%,
+# swiglu -18%, transpose_matmul -7%, the others within noise, outputs bit-equal
+MIN_SKIPPED_VALUES = 2
+MIN_SKIPPED_KNOWN = 1
+MIN_SKIPPED_PROBING = 8
 _OTHER_STATE = "runtime state other than the trace changed in the loop body"   # see _mark
 MISSES = 2         # instances of one loop in a row that extrapolated nothing, after which it is no longer probed
 _log = logging.getLogger(__name__)
@@ -98,14 +108,16 @@ class Probe:
 class Evidence:
     """What a loop's last extrapolation from :data:`PROBES` probes established about one iteration's step: the
     records' signature and integer step, the counters' step, each mask comparison's (op, lhs step, rhs step)
-    and the index bounds' step. A later instance of the loop whose first two probes show exactly this step
-    is extrapolated from them (:func:`run`): its third probe could only confirm the step again."""
+    and the index bounds' step; with values, its recorded calls' signatures and their numbers' step (``effects``).
+    A later instance of the loop whose first two probes show exactly this step is extrapolated from them
+    (:func:`run`): its third probe could only confirm the step again."""
 
     sig: tuple
     delta: np.ndarray
     counters: np.ndarray
     comparisons: list[tuple]
     keys: np.ndarray
+    effects: tuple | None = None   # with values: (the recorded calls' signatures, the step of their numbers)
 
 
 def probing() -> Runtime | None:
@@ -211,9 +223,17 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
     n = len(values)
     pos = 0
     gained: int | None = None   # iterations extrapolated, once a probe ran
+    known = None if key is None else rt.replay_evidence.get(key)
+    if rt.value_replay and known is not None and known.effects is None:
+        known = None
     # with values, probing records every call of the probes: worth it only with enough iterations left to skip
-    fewest = PROBES + (MIN_SKIPPED_VALUES if rt.value_replay else 0)
-    known = None if rt.value_replay or key is None else rt.replay_evidence.get(key)
+    if not rt.value_replay:
+        skip = 0
+    elif rt.probes:   # an enclosing loop is probing (with values)
+        skip = MIN_SKIPPED_PROBING
+    else:
+        skip = MIN_SKIPPED_KNOWN if known is not None else MIN_SKIPPED_VALUES
+    fewest = (PROBES - 1 if known is not None else PROBES) + skip
     while pos < n:
         if isinstance(site, str) or n - pos <= fewest:
             for i in values[pos:]:
@@ -256,8 +276,8 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
                     if reason:
                         probe.fail(reason)
             if len(marks) == 3 and known is not None and probe.reason is None:
-                # trace-only, and an earlier instance of this loop established the step: two probes that show
-                # it suffice (an enclosing probing loop sees the same either way: see _extrapolate's trim)
+                # an earlier instance of this loop established the step (with values, its calls too): two probes
+                # that show it suffice (an enclosing probing loop sees the same either way: see _extrapolate's trim)
                 done = _extrapolate(rt, frame, values, pos, probe, marks, probe.events, probe.keys, heads[1],
                                     known) or None
             if done is None and len(marks) > PROBES and probe.reason is None:
@@ -332,8 +352,11 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
         return None
     program = None
     if rt.value_replay:   # checked first: cheaper than flattening the records, and it fails more often
-        program = effects.agreed(probe, PROBES)
+        program = effects.agreed(probe, n_probes)
         if program is None:
+            return None
+        if known is not None and (known.effects is None or not _same_effects(program, known.effects)):
+            probe.mismatch = "values: iterations differ from the established step"
             return None
     flats = [records.flatten(rt, marks[j], marks[j + 1]) for j in range(n_probes)]
     sig, last, flat = flats[-1]
@@ -365,7 +388,8 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
         return 0
     _emit(rt, frame, values, pos, last, delta, count, steps[0], flat)
     if known is None and n_probes == PROBES:
-        probe.evidence = Evidence(sig, delta, steps[0], [(op, dl, dr) for op, _, dl, _, dr, _ in comparisons], key_step)
+        probe.evidence = Evidence(sig, delta, steps[0], [(op, dl, dr) for op, _, dl, _, dr, _ in comparisons], key_step,
+                                  None if program is None else (tuple(program[0].sigs), program[2]))
     # an enclosing probing loop must also see this loop's mask outcomes and index bounds over its whole range:
     # its first probe's and the far corner's (each is linear in both loops' variables, so the corners decide
     # the whole rectangle). The later probes' are dropped, so it sees the same however many probes ran.
@@ -376,6 +400,15 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
         p.events[-1].extend((op, lhs + count * dl, rhs + count * dr, res) for op, lhs, dl, rhs, dr, res in comparisons)
         p.keys[-1] += bounds(count)
     return count
+
+
+def _same_effects(program: tuple, known: tuple) -> bool:
+    """Whether two probes' agreed calls (``effects.agreed``) are the ones ``Evidence.effects`` holds."""
+    log, _, delta = program
+    try:
+        return np.array_equal(delta, known[1]) and tuple(log.sigs) == known[0]
+    except Exception:  # noqa: BLE001 - a constant whose == is not a truth value
+        return False
 
 
 def _mask_limit(probe: Probe, ev: list[list[tuple]], count: int,
