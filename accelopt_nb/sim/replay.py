@@ -72,13 +72,15 @@ MIN_GAIN = 8
 # every other baseline replaying the same instructions, measured side by side in one process)
 MIN_GAIN_VALUES = 8
 # ... and with at least this many iterations left to extrapolate after its probes: a loop's first instance
-# MIN_SKIPPED_VALUES, a later one whose first two probes show the step the first established (Evidence) one;
-# MIN_SKIPPED_PROBING inside a loop that is itself probing with values, so that short nested loops run its probe
-# iterations in Python and it can still replay as a whole (replayed calls past MAX_CALLS refuse it: the paper's
-# bmm replays 81% of its instructions through its 16-iteration outer loop, 75% with 2 here, 13% slower). Measured
-# against 8 everywhere and no evidence with values, the paper's baselines side by side: rmsnorm_matmul -20%,
-# swiglu -18%, transpose_matmul -7%, the others within noise, outputs bit-equal
-MIN_SKIPPED_VALUES = 2
+# MIN_SKIPPED_VALUES (8-iteration loops probe, the paper's short-loop kernels; with 2, arange_mask's 6-tile ragged
+# row probed and replayed 2 tiles, slower than running them), a later one whose first two probes show the calls and
+# step the first established (Evidence) MIN_SKIPPED_KNOWN; MIN_SKIPPED_PROBING inside a loop that is itself probing
+# with values, so that short nested loops run its probe iterations in Python and it can still replay as a whole
+# (replayed calls past MAX_CALLS refuse it: the paper's bmm replays 81% of its instructions through its 16-iteration
+# outer loop, 75% without this bar, 13% slower). Measured against 8 everywhere and no evidence with values (the
+# paper's baselines, two alternations): rmsnorm_matmul, swiglu, bmm_softmax -15 to -20%, transpose_matmul, gqa_full,
+# matmul -5 to -16%, the others within noise
+MIN_SKIPPED_VALUES = 4
 MIN_SKIPPED_KNOWN = 1
 MIN_SKIPPED_PROBING = 8
 _OTHER_STATE = "runtime state other than the trace changed in the loop body"   # see _mark
