@@ -489,21 +489,24 @@ def _source(node: Any, it: Any, cit: Any, slot: int, ns: dict[str, Any]) -> tupl
     return const(next(cit)), slot   # "m", "o"
 
 
-def agreed(probe: Any, probes: int) -> tuple[Log, np.ndarray, np.ndarray] | None:
+def agreed(probe: Any, probes: int, established: tuple[list, np.ndarray] | None = None
+           ) -> tuple[Log, np.ndarray, np.ndarray] | None:
     """The last probe iteration's log, its numbers and their step if the last ``probes`` agree and their
     numbers move by a constant step (then ``Program(*agreed)`` replays it); None (``probe.mismatch``
-    says why) otherwise."""
+    says why) otherwise. ``established``: the signatures and step an earlier instance's probes agreed on
+    (``replay.Evidence.effects``), which these must show too."""
     logs = probe.logs[-probes:]
     broken = next((log.broken for log in logs if log.broken is not None), None)
     if broken is not None:
         probe.mismatch = broken
         return None
     sigs = logs[-1].sigs
+    others = [log.sigs for log in logs[:-1]] + ([established[0]] if established is not None else [])
     if any(len(log.sigs) != len(sigs) or len(log.ints) != len(logs[-1].ints) for log in logs):
         probe.mismatch = "values: iterations differ in their effects"
         return None
     try:
-        same = all(log.sigs == sigs for log in logs[:-1])
+        same = all(other == sigs for other in others)
     except Exception:  # noqa: BLE001 - a constant whose == is not a truth value
         same = False
     if not same:
@@ -511,7 +514,7 @@ def agreed(probe: Any, probes: int) -> tuple[Log, np.ndarray, np.ndarray] | None
         return None
     ints = np.array([log.ints for log in logs], dtype=np.int64)
     deltas = np.diff(ints, axis=0)
-    if (deltas != deltas[0]).any():
+    if (deltas != deltas[0]).any() or (established is not None and not np.array_equal(deltas[0], established[1])):
         probe.mismatch = "values: an effect's number does not change by a constant step"
         return None
     return logs[-1], ints[-1], deltas[0]
