@@ -382,6 +382,32 @@ def test_write_log_buckets_the_tiles_of_a_2d_tensor(rng):
     assert rows is not None and len(rows) < len(log.boxes) // 2   # its cell and the wide rows, not every row
 
 
+@pytest.mark.parametrize("tiled", [False, True])
+def test_write_log_of_a_batched_hbm_output_buckets_its_tiles(rng, tiled):
+    """An HBM output (B, M, N) written tile by tile, one batch at a time: its first box has a single element on
+    the batch axis. As an HBM tensor's log (tiled) its tiles are cells, so a tile finds only its own cell's rows;
+    bucketed by the batch axis alone (an on-chip buffer's rule) it finds its whole batch's. Both answer as the
+    per-element stamps do, with unaligned boxes mixed in."""
+    shape = (3, 32, 36)
+    log = WriteLog(3, tiled)
+    for epoch in range(1, 150):
+        b = int(rng.integers(0, 3))
+        if epoch == 1 or rng.random() < 0.9:
+            r, c = int(rng.integers(0, 4)) * 8, int(rng.integers(0, 3)) * 12
+            key = (b, slice(r, r + 8, 1), slice(c, c + 12, 1))
+        else:
+            r0, c0 = int(rng.integers(0, 31)), int(rng.integers(0, 35))
+            key = (b, slice(r0, int(rng.integers(r0 + 1, 33)), 1), slice(c0, int(rng.integers(c0 + 1, 37)), 1))
+        box = box_of(key)
+        since = int(rng.integers(0, epoch))
+        brute = {int(e) for e in np.unique(_touched(log, shape, since, key))}
+        assert set(log.meeting_epochs(box, since).tolist()) == brute
+        log.add(box, epoch)
+    rows = log.index.candidates(box_of((1, slice(8, 16, 1), slice(12, 24, 1))))
+    per_batch = sum(1 for bx in log.boxes if bx[0][0] == 1)
+    assert rows is not None and (len(rows) < per_batch / 2 if tiled else len(rows) == per_batch)
+
+
 def _touched(log, shape, since, key):
     """Epochs >= since of logged boxes that share an element with key, by painting each box."""
     hit = np.zeros(shape, bool)

@@ -146,7 +146,7 @@ def _register(rt: Runtime, log: Log, result: Any) -> Any:
         # not kept alive (dead temporaries are freed, as running the body frees them): forgotten when freed,
         # so a new array at the same address is not taken for it
         weakref.finalize(base, log.regs.pop, id(base), None)
-        return ("reg", n)
+        return ("reg", n, base.shape, base.strides, base.dtype)   # its layout: see lanes._register
     if isinstance(result, LoopFrame):
         log.regs[id(result)] = n = log.count
         log.count += 1
@@ -289,12 +289,21 @@ class Program:
                 if len(rt.programs) >= PROGRAMS_KEPT:
                     rt.programs.clear()
                 rt.programs[key] = compiled
-        self.calls, self.checks, guards = compiled
+        self.calls, self.checks, guards = compiled[:3]
         self.guards = _needed_guards(guards, last, delta)
+        self._compiled, self._log = compiled, log
+
+    def lanes(self) -> Any:
+        """The program's plan for running its replayed iterations as lanes (``lanes.plan``), made once per launch."""
+        if self._compiled[3] is None:
+            from accelopt_nb.sim import lanes
+            self._compiled[3] = lanes.plan(self._log)
+        return self._compiled[3]
 
     @staticmethod
-    def _compile(log: Log) -> tuple[list[tuple], list[tuple], list[tuple]]:
-        """The calls, checks and guards of an iteration's log (the guards before :func:`_needed_guards`).
+    def _compile(log: Log) -> list:
+        """The calls, checks and guards of an iteration's log (the guards before :func:`_needed_guards`), and a
+        place for its lane plan (:meth:`lanes`).
 
         Calls: (fn, builder of its arguments, register tag, registers freed after it), but for the guards'
         own calls, which do nothing (the guards are evaluated before each iteration instead). Guards: (fn, tensor key,
@@ -339,7 +348,7 @@ class Program:
                 guards.append((fn, ("reg", sig[1][1]) if fresh else id(consts[0]), None if fresh else consts[0],
                                _compiled(f"lambda row: {exprs[1]}", ns),
                                consts[-1] if fn is guard_local else None, spans[1]))
-        return calls, checks, guards
+        return [calls, checks, guards, None]   # the last: the lane plan, made on first use (lanes)
 
     def calls_for(self, count: int) -> list[tuple[Callable, Callable, Any, tuple[int, ...]]]:
         """The calls for iterations 1..``count``, each check of a tensor's writes replaced by its bookkeeping

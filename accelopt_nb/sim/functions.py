@@ -105,6 +105,9 @@ ALU: dict[str, Callable[[Any, Any], Any]] = {
     "bypass": lambda a, b: a,
 }
 
+# the tables' functions, each elementwise (an element of the result depends on the same element of each operand)
+ELEMENTWISE = frozenset(ACTIVATIONS.values()) | frozenset(ALU.values())
+
 BITWISE = {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"}
 COMPARISON = {"equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
               "logical_and", "logical_or", "logical_xor"}

@@ -39,7 +39,8 @@ probes it ran). Mask outcomes and bounds are linear in each loop variable, so ch
 all of it.
 ``Trace.replayed`` counts extrapolated instructions. With values, the probes also record their effects on
 memory (:mod:`accelopt_nb.sim.effects`) and the extrapolated iterations re-run them; a loop whose effects
-cannot be recorded runs every iteration. ``SimOptions(loop_replay=False)`` runs every iteration. Where checking would cost more than it saves, a loop runs every iteration without probing
+cannot be recorded runs every iteration. Where the replayed iterations cannot affect each other through memory, their
+calls run once each over all of them (:mod:`accelopt_nb.sim.lanes`). ``SimOptions(loop_replay=False)`` runs every iteration. Where checking would cost more than it saves, a loop runs every iteration without probing
 further: fewer than :data:`MIN_GAIN` records left to extrapolate after its first iteration, or nothing
 extrapolated in its last :data:`MISSES` instances (``Runtime.replay_misses``); with values, fewer
 iterations left after its probes than :data:`MIN_SKIPPED_VALUES` (:data:`MIN_SKIPPED_KNOWN` for a later
@@ -56,7 +57,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from accelopt_nb.sim import effects, loopcheck
+from accelopt_nb.sim import effects, lanes, loopcheck
 from accelopt_nb.sim import replay_records as records
 from accelopt_nb.sim.runtime import LoopFrame, Runtime, active
 from accelopt_nb.sim.taint import SIM_DIR, ProbeIndex
@@ -380,7 +381,9 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
         probe.fail("a region of the records cannot be checked against its tensor")
         return None
     if count > 0 and program is not None:   # memory as running them would leave it: their effects, re-run
-        count = effects.replay(rt, frame, values, pos, effects.Program(*program), count)
+        compiled = effects.Program(*program)
+        done = lanes.replay(rt, frame, values, pos, compiled, count)
+        count = effects.replay(rt, frame, values, pos, compiled, count) if done is None else done
     if count <= 0:
         return 0
     _emit(rt, frame, values, pos, last, delta, count, steps[0], flat)

@@ -1531,7 +1531,7 @@ def _basic_shape(basic: tuple) -> tuple[int, ...]:
 def _box_conflict_check(rt: Runtime, t: Tensor, box: Box, frames: list, api: str) -> None:
     """The same check on a tensor whose writes so far were all boxes (see ``conflicts``)."""
     if t._stamps is None:
-        t._stamps = WriteLog(len(t.shape))
+        t._stamps = WriteLog(len(t.shape), not t.on_chip)
     epochs = t._stamps.meeting_epochs(box, frames[0].inst_epoch)
     if epochs.size:
         for f in frames:
@@ -1544,7 +1544,7 @@ def _box_conflict_check(rt: Runtime, t: Tensor, box: Box, frames: list, api: str
 def _box_logged(t: Tensor, box: Box, api: str, where: tuple) -> None:
     """``_box_conflict_replayed`` where value replay proved the check passes: the write is only logged."""
     if t._stamps is None:
-        t._stamps = WriteLog(len(t.shape))
+        t._stamps = WriteLog(len(t.shape), not t.on_chip)
     t._stamps.add(box, current().epoch)
 
 

@@ -1,0 +1,447 @@
+"""Lane replay: a loop's replayed iterations as one NumPy call per recorded call.
+
+Value replay (:mod:`accelopt_nb.sim.effects`) re-runs an iteration's recorded calls once per replayed iteration,
+about 40 µs of Python per call: most of a paper-shape run of a short-loop kernel (our bmm: 1.3 of 1.5 s). Where it
+provably leaves memory the same, the iterations run instead as *lanes*: first the calls that only keep the
+runtime's books (loop frames, validity covers, the write log) and the guards, iteration by iteration as before;
+then every call that computes on memory once for all lanes, each array argument a view whose leading axis steps
+through the iterations (its stride the argument's byte step), each register one array holding every lane's result
+side by side, each lane laid out as the iteration's own.
+
+Running call k for every lane before call k+1 reorders the iterations' memory accesses. It is exact where no
+access of one iteration meets an access of another that it would be reordered with, one of them a write
+(:func:`_independent`): registers are each lane's own; on a tensor's storage, each pair of accesses is checked
+over every pair of lanes (a shared step: one access against the other's later lanes; steps that differ: their
+whole sweeps), and a write's own lanes must be apart.
+
+A program runs as lanes when each computing call is in the table (:func:`_table`): elementwise functions, whose
+arrays are padded to one rank behind the lane axis exactly as broadcasting aligns them, and matmuls and
+transposes, on their trailing axes. The ints they take must not move, and no enclosing loop may be probing (it
+records calls iteration by iteration). Anything else replays iteration by iteration.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from accelopt_nb.sim import effects
+from accelopt_nb.sim.runtime import LoopFrame, Runtime
+
+# lanes per NumPy call: at most this many bytes in a call's largest array (a paper-shape bmm tile is 256 KiB)
+LANE_BYTES = 4 << 20
+MAX_EXACT = 64        # exact checks of access pairs past which checking would cost more than lanes save
+SHARES_WORK = 20000   # bound on np.shares_memory's exact search; past it the accesses count as meeting
+
+
+@dataclass(frozen=True)
+class Lane:
+    """How one recorded function runs over lanes."""
+
+    impl: Callable[..., Any] | None = None          # None: the function itself (elementwise)
+    writes: int | None = None                        # the argument it writes in place, when given
+    accepts: Callable[[list], bool] | None = None    # on its arguments (arrays as _Array): whether lanes are exact
+
+
+@dataclass(frozen=True)
+class _Array:
+    rank: int
+
+
+def _elementwise(fn: Any) -> bool:
+    return (type(fn) is np.ufunc and fn.signature is None) or fn in _ELEMENTWISE
+
+
+def _ufunc_ok(args: list) -> bool:
+    fn = args[1]
+    if type(fn) is not np.ufunc:
+        return False
+    if fn.signature is None:
+        return True
+    return fn is np.matmul and all(a.rank >= 2 for a in args[2:] if isinstance(a, _Array))
+
+
+def _transposed(x: np.ndarray) -> np.ndarray:
+    return np.swapaxes(x, -1, -2).copy()
+
+
+def _transposed_cast(x: np.ndarray, dtype: Any) -> np.ndarray:
+    from accelopt_nb.sim import dtypes
+    return dtypes.cast(np.swapaxes(x, -1, -2).astype(np.float32), dtype).astype(np.float32)
+
+
+def _pe_matmul(st: np.ndarray, mv: np.ndarray, rows: int) -> np.ndarray:
+    from accelopt_nb.sim.isa import _pe_matmul as one
+    if rows == 2:   # einsum's order of summation over lanes is not promised to be the one of a lane alone
+        return np.stack([one(s, m, rows) for s, m in zip(*np.broadcast_arrays(st, mv))])
+    st, mv = st.astype(np.float32, copy=False), mv.astype(np.float32, copy=False)
+    return np.matmul(np.swapaxes(st, -1, -2), mv)
+
+
+def _rank2(args: list) -> bool:
+    return args[0].rank == 2
+
+
+_TABLE: dict[Callable, Lane] | None = None
+_ELEMENTWISE: frozenset[Callable] = frozenset()   # elementwise functions that are not ufuncs (filled with _TABLE)
+
+
+def _table() -> dict[Callable, Lane]:
+    """The recorded functions that run over lanes (built on first use: they live in modules that import this one's
+    importers)."""
+    global _TABLE, _ELEMENTWISE
+    if _TABLE is None:
+        from accelopt_nb.sim import isa, language, ops, tensor
+        from accelopt_nb.sim.functions import ELEMENTWISE
+        _ELEMENTWISE = ELEMENTWISE | {ops.identity, ops.reciprocal_of, language._select}
+        _TABLE = {
+            ops.ufunc_into: Lane(writes=0, accepts=_ufunc_ok),
+            ops._eager: Lane(accepts=lambda a: _elementwise(a[0])),
+            np.copy: Lane(),
+            tensor.copy_of: Lane(writes=0),
+            tensor._assign: Lane(writes=0),
+            tensor._copy_where: Lane(writes=0),
+            tensor._add_into: Lane(writes=0),
+            tensor._accumulate_cast: Lane(writes=0),
+            tensor._masked_copy: Lane(),
+            tensor._where_written: Lane(),
+            tensor._upcast: Lane(),
+            language._loaded: Lane(),
+            language._transposed_cast: Lane(impl=_transposed_cast, accepts=_rank2),
+            isa._transposed: Lane(impl=_transposed, accepts=_rank2),
+            isa._pe_matmul: Lane(impl=_pe_matmul),
+            isa._activation_into: Lane(writes=0, accepts=lambda a: _elementwise(a[1])),
+            isa._activation_eager: Lane(accepts=lambda a: _elementwise(a[0])),
+            isa._tensor_scalar_into: Lane(writes=0, accepts=lambda a: _elementwise(a[2]) and (
+                a[5] is None or _elementwise(a[5]))),
+            isa._tensor_scalar_eager: Lane(accepts=lambda a: _elementwise(a[1]) and (a[4] is None or _elementwise(a[4]))),
+        }
+    return _TABLE
+
+
+# calls that change no memory, only the runtime's books: run iteration by iteration, before the lanes
+_BOOKS: frozenset[Callable] | None = None
+
+
+def _books() -> frozenset[Callable]:
+    global _BOOKS
+    if _BOOKS is None:
+        from accelopt_nb.sim import tensor
+        _BOOKS = frozenset({effects.loop_begin, effects.loop_iteration, effects.loop_end, effects.cover_add,
+                            tensor._box_conflict_replayed, tensor._box_logged})
+    return _BOOKS
+
+
+@dataclass
+class _Access:
+    call: int              # index among the plan's computing calls
+    base: Any              # the tensor storage it views
+    slot: int              # the number holding its byte offset
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    itemsize: int
+    written: bool
+
+    def __post_init__(self) -> None:   # its byte span from its offset, and its size
+        self.lo = sum(min(0, (k - 1) * s) for k, s in zip(self.shape, self.strides))
+        self.hi = sum(max(0, (k - 1) * s) for k, s in zip(self.shape, self.strides)) + self.itemsize
+        self.size = math.prod(self.shape)
+
+
+@dataclass
+class Plan:
+    """A program's calls split for lanes: its bookkeeping calls (indices into ``Program.calls``), its computing
+    calls (call index, builder, result tag, registers freed after it), the memory they access, the number slots
+    that must not move, and the lanes per NumPy call."""
+
+    books: list[int]
+    compute: list[tuple[int, Callable, Any, Callable, tuple[int, ...]]]
+    accesses: list[_Access]
+    fixed: list[int]
+    chunk: int
+    registers: int
+
+
+_END = object()
+
+
+def plan(log: effects.Log) -> Plan | str:
+    """The lane plan of an iteration's log, or why its calls cannot run as lanes."""
+    table, books = _table(), _books()
+    ns: dict[str, Any] = {"_nd": np.ndarray}
+    slot = 0
+    book_calls: list[int] = []
+    compute: list[tuple] = []
+    accesses: list[_Access] = []
+    fixed: list[int] = []
+    largest = [1]   # bytes of the largest array a call takes or makes
+    uses: dict[int, int] = {}   # register -> index in compute of its last use
+    index = -1   # in Program.calls (the guards' own calls are not there)
+    for sig, consts in zip(log.sigs, log.consts):
+        fn = sig[0]
+        nodes = sig[1:-1]
+        if fn is effects.guard_covered or fn is effects.guard_local:
+            slot = _skip(nodes, slot)
+            continue
+        index += 1
+        if fn in books:
+            if any(type(n) is tuple and n and n[0] == "a" for n in nodes):
+                return f"a bookkeeping call takes an array ({getattr(fn, '__qualname__', fn)})"
+            if type(sig[-1]) is tuple and sig[-1][0] not in ("frame",):
+                return "a bookkeeping call returns memory"
+            book_calls.append(index)
+            slot = _skip(nodes, slot)
+            continue
+        lane = table.get(fn)
+        name = getattr(fn, "__qualname__", repr(fn))
+        if lane is None:
+            return f"no lane form for {name}"
+        tag = sig[-1]
+        if type(tag) is tuple and tag[0] != "reg":
+            return f"{name} allocates a tensor"
+        described = _describe(nodes, consts)
+        if described is None:
+            return f"{name} takes an argument lanes cannot step"
+        if lane.accepts is not None and not lane.accepts(described):
+            return f"{name} with these arguments has no exact lane form"
+        rank = max([a.rank for a in described if isinstance(a, _Array)]
+                   + [np.ndim(a) for a in described if isinstance(a, np.ndarray)] + [0])
+        if lane.writes is not None and described[lane.writes] is not None and not isinstance(described[lane.writes], _Array):
+            return f"{name} writes memory that is not a stepped view"
+        it, cit = iter(nodes), iter(consts)
+        exprs = []
+        position = 0
+        while (node := next(it, _END)) is not _END:
+            first = slot
+            expr, slot = _source(node, it, cit, slot, ns, rank, accesses, len(compute), position == lane.writes,
+                                 uses, largest)
+            exprs.append(expr)
+            position += 1
+            if node == 0 or (type(node) is tuple and node[0] in ("I", "B", "t", "s")):
+                fixed.extend(range(first, slot))
+        if type(tag) is tuple:
+            largest[0] = max(largest[0], math.prod(tag[2]) * np.dtype(tag[4]).itemsize)
+        build = effects._compiled(f"lambda row, step, regs, n: ({''.join(e + ', ' for e in exprs)})", ns)
+        compute.append((index, lane.impl or fn, tag, build, ()))
+    if not compute:
+        return "no call computes on memory"
+    frees: dict[int, list[int]] = {}
+    for reg, last in uses.items():
+        frees.setdefault(last, []).append(reg)
+    compute = [c[:4] + (tuple(frees.get(k, ())),) for k, c in enumerate(compute)]
+    return Plan(book_calls, compute, accesses, fixed, max(1, LANE_BYTES // largest[0]), log.count)
+
+
+def _skip(nodes: tuple, slot: int) -> int:
+    """The next number slot after a call's arguments."""
+    for node in nodes:
+        if node == 0:
+            slot += 1
+        elif type(node) is tuple and node:
+            kind = node[0]
+            if kind == "I":
+                slot += node[1]
+            elif kind == "B":
+                slot += 3 * node[1]
+            elif kind == "a":
+                slot += 1
+    return slot
+
+
+def _describe(nodes: tuple, consts: list) -> list | None:
+    """Per argument: an _Array (a stepped view), its value (a constant), or 0 (ints); None for an argument lanes
+    do not take (a container, a loop frame, a tensor allocated in the iteration)."""
+    out: list[Any] = []
+    cit = iter(consts)
+    for node in nodes:
+        if node == 0 or node[0] in ("I", "B"):
+            out.append(0)
+        elif node[0] == "a":
+            if node[1] == "b":
+                next(cit)
+            out.append(_Array(len(node[4])))
+        elif node[0] == "v":
+            out.append(node[2])
+        elif node[0] in ("m", "o"):
+            out.append(next(cit))
+        else:
+            return None
+    return out
+
+
+def _source(node: Any, it: Any, cit: Any, slot: int, ns: dict[str, Any], rank: int, accesses: list[_Access],
+            call: int, written: bool, uses: dict[int, int], largest: list[int]) -> tuple[str, int]:
+    """Python source building one argument over lanes (``effects._source``'s counterpart), and the next slot."""
+    def const(value: Any) -> str:
+        name = f"c{len(ns)}"
+        ns[name] = value
+        return name
+
+    if node == 0:
+        return f"row[{slot}]", slot + 1
+    kind = node[0]
+    if kind == "I":
+        return f"({''.join(f'row[{slot + i}], ' for i in range(node[1]))})", slot + node[1]
+    if kind == "B":
+        axes = "".join(f"(row[{slot + 3 * i}], row[{slot + 3 * i + 1}], row[{slot + 3 * i + 2}]), "
+                       for i in range(node[1]))
+        return f"({axes})", slot + 3 * node[1]
+    if kind == "a":
+        _, where, *ident = node[:-3]
+        shape, strides, dtype = node[-3:]
+        pad = rank - len(shape)
+        lane_shape, lane_strides = (1,) * pad + tuple(shape), (0,) * pad + tuple(strides)
+        dtype = np.dtype(dtype)
+        largest[0] = max(largest[0], math.prod(shape) * dtype.itemsize)
+        if where == "b":
+            base = next(cit)
+            accesses.append(_Access(call, base, slot, tuple(shape), tuple(strides), dtype.itemsize, written))
+            return (f"_nd((n,) + {lane_shape!r}, {const(dtype)}, buffer={const(base)}, offset=row[{slot}], "
+                    f"strides=(step[{slot}],) + {lane_strides!r})"), slot + 1
+        reg = ident[0]
+        uses[reg] = call
+        return (f"_nd((n,) + {lane_shape!r}, {const(dtype)}, buffer=regs[{reg}][0], offset=row[{slot}], "
+                f"strides=(regs[{reg}][1],) + {lane_strides!r})"), slot + 1
+    if kind == "v":
+        return const(node[2]), slot
+    return const(next(cit)), slot   # "m", "o": constants, broadcast over the lanes as over the iteration
+
+
+# ---- the check ----------------------------------------------------------------------------------------
+def _fits(p: Plan, first: np.ndarray, step: np.ndarray, n: int) -> bool:
+    """Whether lanes are exact for iterations first, first + step, ... (``n`` of them)."""
+    if p.fixed and step[p.fixed].any():
+        return False
+    return _independent(p.accesses, first, step, n)
+
+
+def _independent(accesses: list[_Access], first: np.ndarray, step: np.ndarray, n: int) -> bool:
+    """Whether no access of one lane meets one of another lane that lanes reorder it with, one of them a write.
+
+    Lanes run call by call, so the pairs reordered are (call x at lane i, call y at lane j) with i < j and x at or
+    after y in the iteration. Per tensor, each write against each access, by their byte spans first (the lane
+    distances at which two spans moving by one step overlap form a range), then, for the pairs whose spans can
+    overlap, exactly (:func:`_meet`). Steps must be non-negative (views are built from the first lane up)."""
+    by_base: dict[int, list[_Access]] = {}
+    for a in accesses:
+        if step[a.slot] < 0:
+            return False
+        if a.size:
+            by_base.setdefault(id(a.base), []).append(a)
+    exact = 0
+    for group in by_base.values():
+        writes = [a for a in group if a.written]
+        if not writes:
+            continue
+        lo = np.array([first[a.slot] + a.lo for a in group], dtype=np.int64)
+        hi = np.array([first[a.slot] + a.hi for a in group], dtype=np.int64)
+        d = np.array([step[a.slot] for a in group], dtype=np.int64)
+        w = np.array([k for k, a in enumerate(group) if a.written])
+        # per (write, access): lane distances k (access at lane i, write at lane i + k) where their spans overlap
+        lw, hw, dw = lo[w][:, None], hi[w][:, None], d[w][:, None]
+        same = dw == d[None, :]
+        step_ = np.where(same & (dw > 0), dw, 1)
+        k_lo = np.floor_divide(lo[None, :] - hw, step_) + 1
+        k_hi = -np.floor_divide(lw - hi[None, :], step_) - 1
+        moving = same & (dw > 0)
+        near = moving & (((k_lo <= -1) & (k_hi >= -(n - 1))) | ((k_lo <= n - 1) & (k_hi >= 1)))
+        overlap = (lw < hi[None, :]) & (lo[None, :] < hw)
+        still = same & (dw == 0) & overlap   # neither moves: they meet at every pair of lanes
+        sweep = ~same & (lw + np.minimum(0, (n - 1) * dw) < hi[None, :] + np.maximum(0, (n - 1) * d[None, :])) & (
+            lo[None, :] + np.minimum(0, (n - 1) * d[None, :]) < hw + np.maximum(0, (n - 1) * dw))
+        if still.any():
+            return False
+        for i, j in zip(*np.nonzero(near | sweep)):
+            x, y = group[w[i]], group[j]
+            exact += 1
+            if exact > MAX_EXACT:
+                return False
+            if (x.call >= y.call and _meet(x, y, first, step, n)) or (y.call >= x.call and _meet(y, x, first, step, n)):
+                return False
+    return True
+
+
+def _meet(x: _Access, y: _Access, first: np.ndarray, step: np.ndarray, n: int) -> bool:
+    """Whether x at some lane i meets y at a lane j > i (steps that differ: at any two lanes)."""
+    if n < 2:
+        return False
+    dx, dy = int(step[x.slot]), int(step[y.slot])
+    if dx == dy:   # meeting is invariant under moving both: x at the first lane against y's later ones
+        xs, ys = _lanes(x, int(first[x.slot]), dx, 1), _lanes(y, int(first[y.slot]) + dy, dy, n - 1)
+    else:
+        xs, ys = _lanes(x, int(first[x.slot]), dx, n), _lanes(y, int(first[y.slot]), dy, n)
+    try:
+        return bool(np.shares_memory(xs, ys, max_work=SHARES_WORK))
+    except Exception:  # noqa: BLE001 - TooHardError: not decided within the bound, so not proven apart
+        return True
+
+
+def _lanes(a: _Access, offset: int, step: int, n: int) -> np.ndarray:
+    return np.ndarray((n,) + a.shape, np.uint8 if a.itemsize == 1 else np.dtype(f"V{a.itemsize}"), buffer=a.base,
+                      offset=offset, strides=(step,) + a.strides)
+
+
+# ---- the run ------------------------------------------------------------------------------------------
+def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: effects.Program,
+           count: int) -> int | None:
+    """``effects.replay`` as lanes: the number of iterations run, or None (nothing done) where lanes are not exact."""
+    if rt.probes or count < 2:
+        return None
+    p = program.lanes()
+    first = program.last + program.delta
+    if isinstance(p, str) or not _fits(p, first, program.delta, count):
+        return None
+    calls = program.calls_for(count)
+    saved = (rt.epoch, frame.iteration, frame.iter_epoch, frame.inst_epoch, len(rt.loops), rt.loop_key)
+    done = 0
+    try:
+        books = [calls[i] for i in p.books]
+        for m in range(1, count + 1):
+            row = (program.last + m * program.delta).tolist()
+            if program.guards and not effects._guards_hold(program, row):
+                break
+            effects.loop_iteration(frame, values[pos + m - 1])
+            regs: list[Any] = [None] * p.registers
+            for fn, build, reg, _ in books:
+                result = fn(*build(row, regs))
+                if reg is not None:
+                    regs[reg[1]] = result
+            done = m
+    finally:
+        rt.epoch, frame.iteration, frame.iter_epoch, frame.inst_epoch = saved[:4]
+        del rt.loops[saved[4]:]
+        rt.loop_key = saved[5]
+    step = program.delta.tolist()
+    with np.errstate(all="ignore"):   # as effects.replay: NumPy's warnings are no kernel's
+        for start in range(0, done, p.chunk):
+            n = min(p.chunk, done - start)
+            row = (first + start * program.delta).tolist()
+            regs = [None] * p.registers
+            for _, fn, tag, build, frees in p.compute:
+                result = fn(*build(row, step, regs, n))
+                if tag is not None:
+                    regs[tag[1]] = _register(result, n, tag)
+                del result
+                for k in frees:
+                    regs[k] = None
+    return done
+
+
+def _register(result: Any, n: int, tag: tuple) -> tuple[np.ndarray, int]:
+    """A computing call's new memory over ``n`` lanes as (buffer, bytes per lane), each lane laid out as the
+    iteration's own result was (``tag``: its shape, strides and dtype), so recorded offsets and strides hold."""
+    shape, strides, dtype = tag[2], tag[3], np.dtype(tag[4])
+    result = np.asarray(result)
+    size = math.prod(shape) * dtype.itemsize
+    if result.shape == tuple(shape):   # computed from constants only: the same in every lane
+        result = np.broadcast_to(result, (n,) + result.shape)
+    if result.shape != (n,) + tuple(shape) or result.dtype != dtype:
+        raise RuntimeError(f"lane replay: a result of shape {result.shape} {result.dtype}, expected "
+                           f"{(n,) + tuple(shape)} {dtype}")
+    if result.flags.c_contiguous and result.strides[1:] == tuple(strides) and (n == 1 or result.strides[0] == size):
+        return result, size
+    buffer = np.empty(n * size, np.uint8)
+    np.ndarray((n,) + tuple(shape), dtype, buffer=buffer, strides=(size,) + tuple(strides))[...] = result
+    return buffer, size

@@ -1,0 +1,126 @@
+"""Lane replay (``accelopt_nb.sim.lanes``) leaves memory as running every iteration does, or is not used.
+
+Each kernel runs with values three ways: loop replay with lanes (the default), loop replay iteration by iteration
+(lanes switched off), and every iteration in Python (``loop_replay=False``). Outputs must be bit-equal and traces
+equal; the count of iterations run as lanes shows which path ran. The kernels whose iterations depend on each other
+through memory (a tile reused, an accumulator, a recurrence through HBM) must not run as lanes.
+"""
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from accelopt_nb.sim import SimOptions, lanes, load_kernel, simulate
+from accelopt_nb.sim.replay import trace_fields
+
+HEADER = ("import numpy as np\nimport neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\n"
+          "import neuronxcc.nki.isa as nisa\n\n")
+
+
+def run_three(monkeypatch, source: str, *inputs) -> int:
+    """Iterations run as lanes; asserts the three runs agree."""
+    kernel = load_kernel(source=HEADER + textwrap.dedent(source))
+    ran = [0]
+    real = lanes.replay
+
+    def spy(*args):
+        done = real(*args)
+        ran[0] += done or 0
+        return done
+
+    monkeypatch.setattr(lanes, "replay", spy)
+    with_lanes = simulate(kernel, *inputs)
+    monkeypatch.setattr(lanes, "replay", lambda *args: None)
+    without = simulate(kernel, *inputs)
+    every = simulate(kernel, *inputs, options=SimOptions(loop_replay=False))
+    assert with_lanes.trace.replayed > 0 and without.trace.replayed == with_lanes.trace.replayed
+    for other in (without, every):
+        assert trace_fields(with_lanes.trace) == trace_fields(other.trace)
+        for a, b in zip(with_lanes.outputs, other.outputs):
+            assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
+    return ran[0]
+
+
+def data(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+
+
+def test_independent_row_tiles_run_as_lanes(monkeypatch):
+    src = """
+    @nki.jit
+    def kernel(a, b):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(a.shape[0] // 128):
+            x = nl.load(a[i * 128:(i + 1) * 128, :])
+            y = nl.load(b[i * 128:(i + 1) * 128, :])
+            nl.store(out[i * 128:(i + 1) * 128, :], value=nl.add(nl.exp(x), nl.multiply(y, 3.0)))
+        return out
+    """
+    assert run_three(monkeypatch, src, data(128 * 24, 64), data(128 * 24, 64, seed=1)) == 21   # 3 probes run
+
+
+def test_column_tiles_whose_spans_overlap_are_proven_apart_exactly(monkeypatch):
+    # each tile's byte span covers all 128 rows, so the spans of neighbouring lanes overlap: the exact check
+    # (np.shares_memory) finds the tiles apart
+    src = """
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        for j in nl.affine_range(a.shape[1] // 64):
+            x = nl.load(a[:, j * 64:(j + 1) * 64])
+            nl.store(out[:, j * 64:(j + 1) * 64], value=nl.tanh(x))
+        return out
+    """
+    meets = []
+    real = lanes._meet
+    monkeypatch.setattr(lanes, "_meet", lambda *args: meets.append(1) or real(*args))
+    assert run_three(monkeypatch, src, data(128, 64 * 16)) == 13
+    assert meets
+
+
+def test_transpose_and_matmul_in_the_body_run_as_lanes(monkeypatch):
+    src = """
+    @nki.jit
+    def kernel(a, w):
+        out = nl.ndarray((a.shape[0], w.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+        wt = nl.load(w)
+        for i in nl.affine_range(a.shape[0] // 128):
+            block = nl.load(a[i * 128:(i + 1) * 128, :])
+            block_t = nl.copy(nisa.nc_transpose(block))
+            nl.store(out[i * 128:(i + 1) * 128, :], value=nl.copy(nisa.nc_matmul(block_t, wt)))
+        return out
+    """
+    assert run_three(monkeypatch, src, data(128 * 12, 64), data(64, 256, seed=1)) == 8   # 4 probes: the first reads wt anew
+
+
+SEQUENTIAL = """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    BODY
+    return out
+"""
+
+
+@pytest.mark.parametrize("body", [
+    # one SBUF tile written and read again by every iteration
+    """buf = nl.ndarray((nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+    for i in nl.sequential_range(a.shape[0] // 128):
+        buf[...] = nl.load(a[i * 128:(i + 1) * 128, :])
+        nl.store(out[i * 128:(i + 1) * 128, :], value=nl.exp(buf))""",
+    # an accumulator: each iteration reads what the one before wrote
+    """acc = nl.zeros((nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+    for i in nl.sequential_range(a.shape[0] // 128):
+        acc[...] = nl.add(acc, nl.load(a[i * 128:(i + 1) * 128, :]))
+        nl.store(out[i * 128:(i + 1) * 128, :], value=acc)""",
+    # a recurrence through HBM: iteration i reads the rows iteration i - 1 stored
+    """nl.store(out[0:128, :], value=nl.load(a[0:128, :]))
+    for i in nl.sequential_range(1, a.shape[0] // 128):
+        prev = nl.load(out[(i - 1) * 128:i * 128, :])
+        nl.store(out[i * 128:(i + 1) * 128, :], value=nl.add(prev, nl.load(a[i * 128:(i + 1) * 128, :])))""",
+], ids=["tile-reused", "accumulator", "hbm-recurrence"])
+def test_iterations_that_depend_on_each_other_through_memory_do_not_run_as_lanes(monkeypatch, body):
+    src = SEQUENTIAL.replace("BODY", textwrap.indent(body, "").replace("\n    ", "\n    "))
+    assert run_three(monkeypatch, src, data(128 * 16, 64)) == 0
