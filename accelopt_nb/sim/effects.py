@@ -52,7 +52,7 @@ PROGRAMS_KEPT = 512        # compiled programs a launch keeps for the next insta
 class Log:
     """One probe iteration's calls: per call a signature (everything but the numbers) and its numbers."""
 
-    __slots__ = ("sigs", "ints", "consts", "regs", "count", "keep", "broken", "replayed")
+    __slots__ = ("sigs", "ints", "consts", "regs", "count", "keep", "broken", "replayed", "together")
 
     def release(self) -> None:
         """Drop what only rebuilding this iteration's calls needs (a later probe's log replaces it)."""
@@ -67,6 +67,7 @@ class Log:
         self.keep: list[Any] = []            # named by identity without a weak reference: kept alive
         self.broken: str | None = None       # why a call of this iteration cannot be recorded
         self.replayed = 0                    # calls a nested loop's replay made (not run in Python)
+        self.together: list[tuple[int, int]] = []   # spans of ints that must move by one step (same_step)
 
 
 class Unsupported(Exception):
@@ -115,6 +116,7 @@ def _record(rt: Runtime, fn: Callable[..., Any], args: tuple, result: Any) -> No
             continue
         sig: list[Any] = [fn]
         consts: list[Any] = []
+        start = len(log.ints)
         try:
             for a in args:
                 _flatten(rt, log, a, sig, consts)
@@ -132,6 +134,8 @@ def _record(rt: Runtime, fn: Callable[..., Any], args: tuple, result: Any) -> No
         sig.append(reg)
         log.sigs.append(tuple(sig))
         log.consts.append(consts)
+        if fn is same_step:
+            log.together.append((start, len(log.ints)))
 
 
 def _register(rt: Runtime, log: Log, result: Any) -> Any:
@@ -526,6 +530,9 @@ def agreed(probe: Any, probes: int, established: tuple[list, np.ndarray] | None 
     if (deltas != deltas[0]).any() or (established is not None and not np.array_equal(deltas[0], established[1])):
         probe.mismatch = "values: an effect's number does not change by a constant step"
         return None
+    if any((deltas[0][a:b] != deltas[0][a]).any() for a, b in logs[-1].together):
+        probe.mismatch = "values: a nested loop's lanes would meet at another iteration (same_step)"
+        return None
     return logs[-1], ints[-1], deltas[0]
 
 
@@ -612,6 +619,12 @@ def guard_local(t: Any, box: tuple, local: np.ndarray) -> None:
 
 def cover_add(t: Any, box: tuple) -> None:
     t._cover.add(box)
+
+
+def same_step(*offsets: int) -> None:
+    """Recorded by a nested loop that ran as lanes (``lanes``): the byte offsets of its accesses to one written
+    tensor, which an enclosing loop's iterations must all move by one step (:func:`agreed`), so that its lanes'
+    accesses keep the distances that were proven apart."""
 
 
 def loop_begin(kind: str, start: int, step: int, count: int) -> LoopFrame:

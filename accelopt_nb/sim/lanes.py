@@ -75,7 +75,9 @@ def _transposed_cast(x: np.ndarray, dtype: Any) -> np.ndarray:
 def _pe_matmul(st: np.ndarray, mv: np.ndarray, rows: int) -> np.ndarray:
     from accelopt_nb.sim.isa import _pe_matmul as one
     if rows == 2:   # einsum's order of summation over lanes is not promised to be the one of a lane alone
-        return np.stack([one(s, m, rows) for s, m in zip(*np.broadcast_arrays(st, mv))])
+        lead = np.broadcast_shapes(st.shape[:-3], mv.shape[:-3])
+        st, mv = np.broadcast_to(st, lead + st.shape[-3:]), np.broadcast_to(mv, lead + mv.shape[-3:])
+        return np.stack([one(st[i], mv[i], rows) for i in np.ndindex(lead)]).reshape(lead + (st.shape[-1], mv.shape[-1]))
     st, mv = st.astype(np.float32, copy=False), mv.astype(np.float32, copy=False)
     return np.matmul(np.swapaxes(st, -1, -2), mv)
 
@@ -117,6 +119,10 @@ def _table() -> dict[Callable, Lane]:
             isa._tensor_scalar_into: Lane(writes=0, accepts=lambda a: _elementwise(a[2]) and (
                 a[5] is None or _elementwise(a[5]))),
             isa._tensor_scalar_eager: Lane(accepts=lambda a: _elementwise(a[1]) and (a[4] is None or _elementwise(a[4]))),
+            # a nested loop's lane calls, recorded by an enclosing loop (they take lanes on their leading axes)
+            _transposed: Lane(),
+            _transposed_cast: Lane(),
+            _pe_matmul: Lane(),
         }
     return _TABLE
 
@@ -130,7 +136,7 @@ def _books() -> frozenset[Callable]:
     if _BOOKS is None:
         from accelopt_nb.sim import tensor
         _BOOKS = frozenset({effects.loop_begin, effects.loop_iteration, effects.loop_end, effects.cover_add,
-                            tensor._box_conflict_replayed, tensor._box_logged})
+                            effects.same_step, tensor._box_conflict_replayed, tensor._box_logged})
     return _BOOKS
 
 
@@ -162,6 +168,17 @@ class Plan:
     fixed: list[int]
     chunk: int
     registers: int
+
+    def __post_init__(self) -> None:   # per written tensor accessed at several offsets: their number slots
+        by_base: dict[int, list[_Access]] = {}
+        for a in self.accesses:
+            by_base.setdefault(id(a.base), []).append(a)
+        self.groups = [s for s in (sorted({a.slot for a in g}) for g in by_base.values() if any(a.written for a in g))
+                       if len(s) > 1]
+
+    def together(self, row: list[int]) -> list[list[int]]:
+        """Per written tensor, its accesses' offsets at ``row`` (see effects.same_step)."""
+        return [[row[s] for s in slots] for slots in self.groups]
 
 
 _END = object()
@@ -386,14 +403,22 @@ def _lanes(a: _Access, offset: int, step: int, n: int) -> np.ndarray:
 # ---- the run ------------------------------------------------------------------------------------------
 def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: effects.Program,
            count: int) -> int | None:
-    """``effects.replay`` as lanes: the number of iterations run, or None (nothing done) where lanes are not exact."""
-    if rt.probes or count < 2:
+    """``effects.replay`` as lanes: the number of iterations run, or None (nothing done) where lanes are not exact.
+
+    Inside a loop that is probing with values, every call is recorded as ``effects.replay`` records them (the lane
+    calls with their lane views), and so is, per written tensor, :func:`effects.same_step` of its accesses'
+    offsets: the enclosing loop replays them only where they all move by one step, which keeps the distances
+    proven apart here."""
+    if count < 2:
         return None
     p = program.lanes()
     first = program.last + program.delta
     if isinstance(p, str) or not _fits(p, first, program.delta, count):
         return None
-    calls = program.calls_for(count)
+    recorded = bool(rt.probes)
+    call = effects.run if recorded else _direct
+    calls = program.calls if recorded else program.calls_for(count)
+    logs = [q.logs[-1] for q in rt.probes if q.logs]
     saved = (rt.epoch, frame.iteration, frame.iter_epoch, frame.inst_epoch, len(rt.loops), rt.loop_key)
     done = 0
     try:
@@ -402,10 +427,12 @@ def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: effe
             row = (program.last + m * program.delta).tolist()
             if program.guards and not effects._guards_hold(program, row):
                 break
-            effects.loop_iteration(frame, values[pos + m - 1])
+            for log in logs:   # calls not run in Python (see effects.MAX_CALLS)
+                log.replayed += len(books) + 1
+            call(effects.loop_iteration, frame, values[pos + m - 1])
             regs: list[Any] = [None] * p.registers
             for fn, build, reg, _ in books:
-                result = fn(*build(row, regs))
+                result = call(fn, *build(row, regs))
                 if reg is not None:
                     regs[reg[1]] = result
             done = m
@@ -415,33 +442,49 @@ def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: effe
         rt.loop_key = saved[5]
     step = program.delta.tolist()
     with np.errstate(all="ignore"):   # as effects.replay: NumPy's warnings are no kernel's
-        for start in range(0, done, p.chunk):
-            n = min(p.chunk, done - start)
-            row = (first + start * program.delta).tolist()
+        for begin in range(0, done, p.chunk):
+            n = min(p.chunk, done - begin)
+            row = (first + begin * program.delta).tolist()
             regs = [None] * p.registers
+            for log in logs:
+                log.replayed += len(p.compute)
             for _, fn, tag, build, frees in p.compute:
-                result = fn(*build(row, step, regs, n))
+                result = call(fn, *build(row, step, regs, n))
                 if tag is not None:
-                    regs[tag[1]] = _register(result, n, tag)
+                    regs[tag[1]] = _register(result, n, tag, call)
                 del result
                 for k in frees:
                     regs[k] = None
+            if recorded:
+                for offsets in p.together(row):
+                    effects.note(effects.same_step, *offsets)
     return done
 
 
-def _register(result: Any, n: int, tag: tuple) -> tuple[np.ndarray, int]:
+def _direct(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
+
+
+def _register(result: Any, n: int, tag: tuple, call: Callable[..., Any]) -> tuple[np.ndarray, int]:
     """A computing call's new memory over ``n`` lanes as (buffer, bytes per lane), each lane laid out as the
     iteration's own result was (``tag``: its shape, strides and dtype), so recorded offsets and strides hold."""
-    shape, strides, dtype = tag[2], tag[3], np.dtype(tag[4])
+    shape, strides, dtype = tuple(tag[2]), tuple(tag[3]), np.dtype(tag[4])
     result = np.asarray(result)
     size = math.prod(shape) * dtype.itemsize
-    if result.shape == tuple(shape):   # computed from constants only: the same in every lane
-        result = np.broadcast_to(result, (n,) + result.shape)
-    if result.shape != (n,) + tuple(shape) or result.dtype != dtype:
-        raise RuntimeError(f"lane replay: a result of shape {result.shape} {result.dtype}, expected "
-                           f"{(n,) + tuple(shape)} {dtype}")
-    if result.flags.c_contiguous and result.strides[1:] == tuple(strides) and (n == 1 or result.strides[0] == size):
+    if result.shape == shape:   # computed from constants only: the same in every lane
+        result = np.broadcast_to(result, (n,) + shape)
+    if result.shape != (n,) + shape or result.dtype != dtype:
+        raise RuntimeError(f"lane replay: a result of shape {result.shape} {result.dtype}, expected {(n,) + shape} {dtype}")
+    if result.flags.c_contiguous and result.strides[1:] == strides and (n == 1 or result.strides[0] == size):
         return result, size
+    return call(_laid_out, result, n, shape, strides, dtype), size
+
+
+def _laid_out(result: np.ndarray, n: int, shape: tuple[int, ...], strides: tuple[int, ...],
+              dtype: np.dtype) -> np.ndarray:
+    """``result``'s lanes copied into a new buffer, each lane ``shape`` with ``strides`` (a recorded call, so an
+    enclosing probing loop sees the buffer as a register)."""
+    size = math.prod(shape) * dtype.itemsize
     buffer = np.empty(n * size, np.uint8)
-    np.ndarray((n,) + tuple(shape), dtype, buffer=buffer, strides=(size,) + tuple(strides))[...] = result
-    return buffer, size
+    np.ndarray((n,) + shape, dtype, buffer=buffer, strides=(size,) + strides)[...] = result
+    return buffer
