@@ -173,3 +173,20 @@ def test_nested_lanes_whose_distances_change_with_the_outer_loop_are_not_extrapo
     wrong = simulate(kernel, a).outputs[0]
     right = simulate(kernel, a, options=SimOptions(loop_replay=False)).outputs[0]
     assert not np.array_equal(wrong, right)
+
+
+def test_reductions_in_the_body_run_as_lanes(monkeypatch):
+    # each lane reduces over its own axes (shifted behind the lane axis), in the order one iteration reduces
+    src = """
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray((a.shape[0], 2), dtype=a.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(a.shape[0] // 128):
+            x = nl.load(a[i * 128:(i + 1) * 128, :])
+            total = nl.sum(nl.multiply(x, x), axis=1, keepdims=True)
+            peak = nisa.tensor_reduce(np.max, x, axis=(1,), keepdims=True)
+            nl.store(out[i * 128:(i + 1) * 128, 0:1], value=total)
+            nl.store(out[i * 128:(i + 1) * 128, 1:2], value=peak)
+        return out
+    """
+    assert run_three(monkeypatch, src, data(128 * 12, 1000)) == 9

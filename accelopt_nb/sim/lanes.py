@@ -86,6 +86,29 @@ def _rank2(args: list) -> bool:
     return args[0].rank == 2
 
 
+def _lane_axes(axes: Any) -> Any:
+    """Reduction axes of an iteration's array as axes of its lanes (behind the lane axis)."""
+    return tuple(a + 1 if a >= 0 else a for a in axes) if isinstance(axes, tuple) else axes + 1 if axes >= 0 else axes
+
+
+def _reduced(rfn: Any, data: np.ndarray, axes: Any, keepdims: bool, to_fp32: bool) -> np.ndarray:
+    from accelopt_nb.sim.language import _reduced as one
+    return one(rfn, data, _lane_axes(axes), keepdims, to_fp32)
+
+
+def _tensor_reduced(name: str, vals: np.ndarray, keep: Any, axes: Any, keepdims: bool, negate: bool) -> np.ndarray:
+    from accelopt_nb.sim.isa import _tensor_reduced as one
+    return one(name, vals, keep, _lane_axes(axes), keepdims, negate)
+
+
+def _reduces_by_axes(axes_at: int) -> Callable[[list], bool]:
+    """Reductions over given axes of arrays of one rank (so no padding shifts them); axes None reduce everything."""
+    def accepts(args: list) -> bool:
+        ranks = {a.rank if isinstance(a, _Array) else np.ndim(a) for a in args if isinstance(a, (_Array, np.ndarray))}
+        return args[axes_at] is not None and len(ranks) == 1
+    return accepts
+
+
 _TABLE: dict[Callable, Lane] | None = None
 _ELEMENTWISE: frozenset[Callable] = frozenset()   # elementwise functions that are not ufuncs (filled with _TABLE)
 
@@ -119,6 +142,8 @@ def _table() -> dict[Callable, Lane]:
             isa._tensor_scalar_into: Lane(writes=0, accepts=lambda a: _elementwise(a[2]) and (
                 a[5] is None or _elementwise(a[5]))),
             isa._tensor_scalar_eager: Lane(accepts=lambda a: _elementwise(a[1]) and (a[4] is None or _elementwise(a[4]))),
+            language._reduced: Lane(impl=_reduced, accepts=_reduces_by_axes(2)),
+            isa._tensor_reduced: Lane(impl=_tensor_reduced, accepts=_reduces_by_axes(3)),
             # a nested loop's lane calls, recorded by an enclosing loop (they take lanes on their leading axes)
             _transposed: Lane(),
             _transposed_cast: Lane(),
