@@ -190,3 +190,34 @@ def test_reductions_in_the_body_run_as_lanes(monkeypatch):
         return out
     """
     assert run_three(monkeypatch, src, data(128 * 12, 1000)) == 9
+
+
+def test_an_accumulator_that_stays_put_is_summed_into_lane_after_lane(monkeypatch):
+    # a PSUM accumulator over a contraction loop: the products of all lanes at once, then added in the
+    # iterations' order, so the sums round as running every iteration does
+    src = """
+    @nki.jit
+    def kernel(a, b):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+        for k in nl.affine_range(a.shape[0] // 128):
+            acc += nisa.nc_matmul(nl.load(a[k * 128:(k + 1) * 128, :]), nl.load(b[k * 128:(k + 1) * 128, :]))
+        nl.store(out, value=nl.copy(acc))
+        return out
+    """
+    assert run_three(monkeypatch, src, data(128 * 16, 128), data(128 * 16, 512, seed=1)) == 13
+
+
+def test_an_accumulator_read_in_its_own_loop_does_not_run_as_lanes(monkeypatch):
+    # each iteration also stores the running sum: a lane's read would see later lanes' additions
+    src = """
+    @nki.jit
+    def kernel(a, b):
+        out = nl.ndarray((a.shape[0], 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+        for k in nl.sequential_range(a.shape[0] // 128):
+            acc += nisa.nc_matmul(nl.load(a[k * 128:(k + 1) * 128, :]), nl.load(b[k * 128:(k + 1) * 128, :]))
+            nl.store(out[k * 128:(k + 1) * 128, :], value=nl.copy(acc))
+        return out
+    """
+    assert run_three(monkeypatch, src, data(128 * 16, 128), data(128 * 16, 512, seed=1)) == 0

@@ -12,12 +12,15 @@ Running call k for every lane before call k+1 reorders the iterations' memory ac
 access of one iteration meets an access of another that it would be reordered with, one of them a write
 (:func:`_independent`): registers are each lane's own; on a tensor's storage, each pair of accesses is checked
 over every pair of lanes (a shared step: one access against the other's later lanes; steps that differ: their
-whole sweeps), and a write's own lanes must be apart.
+whole sweeps), and a write's own lanes must be apart, but for an accumulator that stays put (PSUM over a
+contraction loop), which is summed into lane after lane and must meet nothing else.
 
 A program runs as lanes when each computing call is in the table (:func:`_table`): elementwise functions, whose
-arrays are padded to one rank behind the lane axis exactly as broadcasting aligns them, and matmuls and
-transposes, on their trailing axes. The ints they take must not move, and no enclosing loop may be probing (it
-records calls iteration by iteration). Anything else replays iteration by iteration.
+arrays are padded to one rank behind the lane axis exactly as broadcasting aligns them, matmuls and transposes on
+their trailing axes, reductions over given axes. The ints they take must not move. Anything else replays iteration
+by iteration. Inside a loop that is probing with values the lane calls are recorded like any others, with a note per
+written tensor that the enclosing loop may only replay them where their offsets all move by one step
+(:func:`effects.same_step`): the distances proven apart here stay as they were.
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ class Lane:
     impl: Callable[..., Any] | None = None          # None: the function itself (elementwise)
     writes: int | None = None                        # the argument it writes in place, when given
     accepts: Callable[[list], bool] | None = None    # on its arguments (arrays as _Array): whether lanes are exact
+    accumulates: bool = False                        # writes dst + vals: into a place that stays, lane after lane
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,16 @@ def _pe_matmul(st: np.ndarray, mv: np.ndarray, rows: int) -> np.ndarray:
 
 def _rank2(args: list) -> bool:
     return args[0].rank == 2
+
+
+def _add_into(dst: np.ndarray, vals: np.ndarray) -> None:
+    """``dst += vals`` lane after lane where the destination stays put (a PSUM accumulator over a contraction loop:
+    each lane adds in the order its iteration did, so the sums round as they did), else all lanes at once."""
+    if dst.strides[0] == 0:
+        for lane in np.broadcast_to(vals, dst.shape):
+            np.add(dst[0], lane, out=dst[0])
+    else:
+        np.add(dst, vals, out=dst)
 
 
 def _lane_axes(axes: Any) -> Any:
@@ -128,7 +142,7 @@ def _table() -> dict[Callable, Lane]:
             tensor.copy_of: Lane(writes=0),
             tensor._assign: Lane(writes=0),
             tensor._copy_where: Lane(writes=0),
-            tensor._add_into: Lane(writes=0),
+            tensor._add_into: Lane(impl=_add_into, writes=0, accumulates=True),
             tensor._accumulate_cast: Lane(writes=0),
             tensor._masked_copy: Lane(),
             tensor._where_written: Lane(),
@@ -174,6 +188,7 @@ class _Access:
     strides: tuple[int, ...]
     itemsize: int
     written: bool
+    accumulates: bool = False   # the destination of an accumulating call (Lane.accumulates)
 
     def __post_init__(self) -> None:   # its byte span from its offset, and its size
         self.lo = sum(min(0, (k - 1) * s) for k, s in zip(self.shape, self.strides))
@@ -258,7 +273,7 @@ def plan(log: effects.Log) -> Plan | str:
         while (node := next(it, _END)) is not _END:
             first = slot
             expr, slot = _source(node, it, cit, slot, ns, rank, accesses, len(compute), position == lane.writes,
-                                 uses, largest)
+                                 uses, largest, lane.accumulates)
             exprs.append(expr)
             position += 1
             if node == 0 or (type(node) is tuple and node[0] in ("I", "B", "t", "s")):
@@ -314,7 +329,7 @@ def _describe(nodes: tuple, consts: list) -> list | None:
 
 
 def _source(node: Any, it: Any, cit: Any, slot: int, ns: dict[str, Any], rank: int, accesses: list[_Access],
-            call: int, written: bool, uses: dict[int, int], largest: list[int]) -> tuple[str, int]:
+            call: int, written: bool, uses: dict[int, int], largest: list[int], accumulates: bool) -> tuple[str, int]:
     """Python source building one argument over lanes (``effects._source``'s counterpart), and the next slot."""
     def const(value: Any) -> str:
         name = f"c{len(ns)}"
@@ -339,7 +354,8 @@ def _source(node: Any, it: Any, cit: Any, slot: int, ns: dict[str, Any], rank: i
         largest[0] = max(largest[0], math.prod(shape) * dtype.itemsize)
         if where == "b":
             base = next(cit)
-            accesses.append(_Access(call, base, slot, tuple(shape), tuple(strides), dtype.itemsize, written))
+            accesses.append(_Access(call, base, slot, tuple(shape), tuple(strides), dtype.itemsize, written,
+                                    written and accumulates))
             return (f"_nd((n,) + {lane_shape!r}, {const(dtype)}, buffer={const(base)}, offset=row[{slot}], "
                     f"strides=(step[{slot}],) + {lane_strides!r})"), slot + 1
         reg = ident[0]
@@ -365,7 +381,9 @@ def _independent(accesses: list[_Access], first: np.ndarray, step: np.ndarray, n
     Lanes run call by call, so the pairs reordered are (call x at lane i, call y at lane j) with i < j and x at or
     after y in the iteration. Per tensor, each write against each access, by their byte spans first (the lane
     distances at which two spans moving by one step overlap form a range), then, for the pairs whose spans can
-    overlap, exactly (:func:`_meet`). Steps must be non-negative (views are built from the first lane up)."""
+    overlap, exactly (:func:`_meet`). Steps must be non-negative (views are built from the first lane up). An
+    accumulator that stays put (``Lane.accumulates``, step 0) is summed into lane after lane in the iterations'
+    order, so it only must meet no other access at any lane."""
     by_base: dict[int, list[_Access]] = {}
     for a in accesses:
         if step[a.slot] < 0:
@@ -374,6 +392,18 @@ def _independent(accesses: list[_Access], first: np.ndarray, step: np.ndarray, n
             by_base.setdefault(id(a.base), []).append(a)
     exact = 0
     for group in by_base.values():
+        staying = [a for a in group if a.accumulates and step[a.slot] == 0]
+        if staying:
+            # an accumulator that stays put is summed into lane after lane (_add_into): exact while no other
+            # access meets it at any lane
+            for acc in staying:
+                lo_acc, hi_acc = first[acc.slot] + acc.lo, first[acc.slot] + acc.hi
+                for b in group:
+                    reach = (n - 1) * int(step[b.slot])
+                    if b is not acc and first[b.slot] + b.lo + min(0, reach) < hi_acc and \
+                            lo_acc < first[b.slot] + b.hi + max(0, reach):
+                        return False
+            group = [a for a in group if not any(a is acc for acc in staying)]
         writes = [a for a in group if a.written]
         if not writes:
             continue
