@@ -221,3 +221,19 @@ def test_an_accumulator_read_in_its_own_loop_does_not_run_as_lanes(monkeypatch):
         return out
     """
     assert run_three(monkeypatch, src, data(128 * 16, 128), data(128 * 16, 512, seed=1)) == 0
+
+
+def test_a_tile_of_the_iteration_read_at_an_offset_that_moves_runs_as_lanes(monkeypatch):
+    # u is each iteration's own tile (a register) and the columns read from it move with i: a lane's view starts
+    # one lane's bytes plus one offset step after the previous lane's (with the step left out, every lane read
+    # the first lane's columns and the outputs differed)
+    src = """
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray((a.shape[0], 4), dtype=a.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(a.shape[0] // 128):
+            u = nl.exp(nl.load(a[i * 128:(i + 1) * 128, :]))
+            nl.store(out[i * 128:(i + 1) * 128, :], value=nl.copy(u[:, i:i + 4]))
+        return out
+    """
+    assert run_three(monkeypatch, src, data(128 * 16, 64)) == 13

@@ -362,8 +362,9 @@ def _source(node: Any, it: Any, cit: Any, slot: int, ns: dict[str, Any], rank: i
                     f"strides=(step[{slot}],) + {lane_strides!r})"), slot + 1
         reg = ident[0]
         uses[reg] = call
+        # lane k's view starts k lanes' bytes further, plus k steps of its offset within the iteration's own array
         return (f"_nd((n,) + {lane_shape!r}, {const(dtype)}, buffer=regs[{reg}][0], offset=row[{slot}], "
-                f"strides=(regs[{reg}][1],) + {lane_strides!r})"), slot + 1
+                f"strides=(regs[{reg}][1] + step[{slot}],) + {lane_strides!r})"), slot + 1
     if kind == "v":
         return const(node[2]), slot
     return const(next(cit)), slot   # "m", "o": constants, broadcast over the lanes as over the iteration
