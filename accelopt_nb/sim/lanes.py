@@ -57,12 +57,12 @@ class _Array:
 
 
 def _elementwise(fn: Any) -> bool:
-    return (type(fn) is np.ufunc and fn.signature is None) or fn in _ELEMENTWISE
+    return (type(fn) is np.ufunc and fn.signature is None and fn.nout == 1) or fn in _ELEMENTWISE
 
 
 def _ufunc_ok(args: list) -> bool:
     fn = args[1]
-    if type(fn) is not np.ufunc:
+    if type(fn) is not np.ufunc or fn.nout != 1:
         return False
     if fn.signature is None:
         return True
