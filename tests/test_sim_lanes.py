@@ -14,9 +14,8 @@ import pytest
 
 from accelopt_nb.sim import SimOptions, lanes, load_kernel, simulate
 from accelopt_nb.sim.replay import trace_fields
+from tests.conftest import HEADER
 
-HEADER = ("import numpy as np\nimport neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\n"
-          "import neuronxcc.nki.isa as nisa\n\n")
 
 
 def run_three(monkeypatch, source: str, *inputs) -> int:

@@ -296,6 +296,7 @@ class Program:
         self.calls, self.checks, guards = compiled[:3]
         self.guards = _needed_guards(guards, last, delta)
         self._compiled, self._log = compiled, log
+        self.registers = log.count
 
     def lanes(self) -> Any:
         """The program's plan for running its replayed iterations as lanes (``lanes.plan``), made once per launch."""
@@ -536,16 +537,19 @@ def agreed(probe: Any, probes: int, established: tuple[list, np.ndarray] | None 
     return logs[-1], ints[-1], deltas[0]
 
 
-def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: Program, count: int) -> int:
-    """Run iterations ``values[pos:pos+count]`` as the program's calls; stops before the first iteration
-    whose guards would not hold. Returns the number run. The runtime's counters and the frame come back
-    as they were (trace replay advances them)."""
+def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: Program, count: int,
+           only: list[int] | None = None) -> int:
+    """Run iterations ``values[pos:pos+count]`` as the program's calls (``only``: just the calls at these indices,
+    as lanes runs the bookkeeping); stops before the first iteration whose guards would not hold. Returns the
+    number run. The runtime's counters and the frame come back as they were (trace replay advances them)."""
     saved = (rt.epoch, frame.iteration, frame.iter_epoch, frame.inst_epoch, len(rt.loops), rt.loop_key)
     done = 0
     # an enclosing probing loop records these calls too (and proves its own program's checks, if it can), counted
     # as calls not run in Python (see MAX_CALLS)
     recorded = bool(rt.probes)
     calls = program.calls if rt.probes else program.calls_for(count)
+    if only is not None:
+        calls = [calls[i] for i in only]
     logs = [p.logs[-1] for p in rt.probes if p.logs]
     try:
         with np.errstate(all="ignore"):   # NumPy's warnings are no kernel's (deferred results computed under it)
@@ -559,13 +563,13 @@ def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: Prog
                     run(loop_iteration, frame, values[pos + m - 1])
                 else:
                     loop_iteration(frame, values[pos + m - 1])
-                regs: list[Any] = []
+                regs: list[Any] = [None] * program.registers
                 for fn, build, reg, frees in calls:
                     result = run(fn, *build(row, regs)) if recorded else fn(*build(row, regs))
                     if reg is not None:
-                        regs.append(root(result) if reg[0] == "reg" else result)
+                        regs[reg[1]] = root(result) if reg[0] == "reg" else result
                         if reg[0] == "tensor":
-                            regs.append(root(result._array))
+                            regs[reg[1] + 1] = root(result._array)
                     del result
                     for k in frees:
                         regs[k] = None

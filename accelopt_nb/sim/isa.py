@@ -201,13 +201,23 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
 
 
 def _pe_matmul(st: np.ndarray, mv: np.ndarray, rows: int) -> np.ndarray:
-    """``st.T @ mv`` in fp32 (two rows of K per pass: ``[K, 2, M] x [K, 2, N]``)."""
+    """``st.T @ mv`` in fp32 (two rows of K per pass: ``[K, 2, M] x [K, 2, N]``), over any leading axes (the
+    lanes of ``lanes``: one call for many iterations' tiles)."""
     st, mv = st.astype(np.float32, copy=False), mv.astype(np.float32, copy=False)
-    return np.einsum("kim,kin->mn", st, mv) if rows == 2 else np.matmul(st.T, mv)
+    if rows != 2:
+        return np.matmul(np.swapaxes(st, -1, -2), mv)
+    if st.ndim == 3 and mv.ndim == 3:
+        return np.einsum("kim,kin->mn", st, mv)
+    # einsum over leading axes is not promised to sum in one tile's order: tile by tile
+    lead = np.broadcast_shapes(st.shape[:-3], mv.shape[:-3])
+    st, mv = np.broadcast_to(st, lead + st.shape[-3:]), np.broadcast_to(mv, lead + mv.shape[-3:])
+    return np.stack([_pe_matmul(st[i], mv[i], rows) for i in np.ndindex(lead)]).reshape(
+        lead + (st.shape[-1], mv.shape[-1]))
 
 
 def _transposed(x: np.ndarray) -> np.ndarray:
-    return x.T.copy()
+    """A tile's transpose, over any leading axes (lanes)."""
+    return np.swapaxes(x, -1, -2).copy()
 
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=None, _api: str = "nisa.nc_transpose", **kwargs) -> Tensor:

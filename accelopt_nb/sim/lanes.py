@@ -69,29 +69,6 @@ def _ufunc_ok(args: list) -> bool:
     return fn is np.matmul and all(a.rank >= 2 for a in args[2:] if isinstance(a, _Array))
 
 
-def _transposed(x: np.ndarray) -> np.ndarray:
-    return np.swapaxes(x, -1, -2).copy()
-
-
-def _transposed_cast(x: np.ndarray, dtype: Any) -> np.ndarray:
-    from accelopt_nb.sim import dtypes
-    return dtypes.cast(np.swapaxes(x, -1, -2).astype(np.float32), dtype).astype(np.float32)
-
-
-def _pe_matmul(st: np.ndarray, mv: np.ndarray, rows: int) -> np.ndarray:
-    from accelopt_nb.sim.isa import _pe_matmul as one
-    if rows == 2:   # einsum's order of summation over lanes is not promised to be the one of a lane alone
-        lead = np.broadcast_shapes(st.shape[:-3], mv.shape[:-3])
-        st, mv = np.broadcast_to(st, lead + st.shape[-3:]), np.broadcast_to(mv, lead + mv.shape[-3:])
-        return np.stack([one(st[i], mv[i], rows) for i in np.ndindex(lead)]).reshape(lead + (st.shape[-1], mv.shape[-1]))
-    st, mv = st.astype(np.float32, copy=False), mv.astype(np.float32, copy=False)
-    return np.matmul(np.swapaxes(st, -1, -2), mv)
-
-
-def _rank2(args: list) -> bool:
-    return args[0].rank == 2
-
-
 def _add_into(dst: np.ndarray, vals: np.ndarray) -> None:
     """``dst += vals`` lane after lane where the destination stays put (a PSUM accumulator over a contraction loop:
     each lane adds in the order its iteration did, so the sums round as they did), else all lanes at once."""
@@ -150,9 +127,9 @@ def _table() -> dict[Callable, Lane]:
             tensor._where_written: Lane(),
             tensor._upcast: Lane(),
             language._loaded: Lane(),
-            language._transposed_cast: Lane(impl=_transposed_cast, accepts=_rank2),
-            isa._transposed: Lane(impl=_transposed, accepts=_rank2),
-            isa._pe_matmul: Lane(impl=_pe_matmul),
+            language._transposed_cast: Lane(),   # these three take lanes on their leading axes
+            isa._transposed: Lane(),
+            isa._pe_matmul: Lane(),
             isa._activation_into: Lane(writes=0, accepts=lambda a: _elementwise(a[1])),
             isa._activation_eager: Lane(accepts=lambda a: _elementwise(a[0])),
             isa._tensor_scalar_into: Lane(writes=0, accepts=lambda a: _elementwise(a[2]) and (
@@ -160,10 +137,6 @@ def _table() -> dict[Callable, Lane]:
             isa._tensor_scalar_eager: Lane(accepts=lambda a: _elementwise(a[1]) and (a[4] is None or _elementwise(a[4]))),
             language._reduced: Lane(impl=_reduced, accepts=_reduces_by_axes(2)),
             isa._tensor_reduced: Lane(impl=_tensor_reduced, accepts=_reduces_by_axes(3)),
-            # a nested loop's lane calls, recorded by an enclosing loop (they take lanes on their leading axes)
-            _transposed: Lane(),
-            _transposed_cast: Lane(),
-            _pe_matmul: Lane(),
         }
     return _TABLE
 
@@ -209,7 +182,6 @@ class Plan:
     accesses: list[_Access]
     fixed: list[int]
     chunk: int
-    registers: int
 
     def __post_init__(self) -> None:   # per written tensor accessed at several offsets: their number slots
         by_base: dict[int, list[_Access]] = {}
@@ -221,9 +193,6 @@ class Plan:
     def together(self, row: list[int]) -> list[list[int]]:
         """Per written tensor, its accesses' offsets at ``row`` (see effects.same_step)."""
         return [[row[s] for s in slots] for slots in self.groups]
-
-
-_END = object()
 
 
 def plan(log: effects.Log) -> Plan | str:
@@ -242,7 +211,7 @@ def plan(log: effects.Log) -> Plan | str:
         fn = sig[0]
         nodes = sig[1:-1]
         if fn is effects.guard_covered or fn is effects.guard_local:
-            slot = _skip(nodes, slot)
+            slot = _skip(nodes, consts, slot)
             continue
         index += 1
         if fn in books:
@@ -251,7 +220,7 @@ def plan(log: effects.Log) -> Plan | str:
             if type(sig[-1]) is tuple and sig[-1][0] not in ("frame",):
                 return "a bookkeeping call returns memory"
             book_calls.append(index)
-            slot = _skip(nodes, slot)
+            slot = _skip(nodes, consts, slot)
             continue
         lane = table.get(fn)
         name = getattr(fn, "__qualname__", repr(fn))
@@ -272,7 +241,7 @@ def plan(log: effects.Log) -> Plan | str:
         it, cit = iter(nodes), iter(consts)
         exprs = []
         position = 0
-        while (node := next(it, _END)) is not _END:
+        while (node := next(it, effects._END)) is not effects._END:
             first = slot
             expr, slot = _source(node, it, cit, slot, ns, rank, accesses, len(compute), position == lane.writes,
                                  uses, largest, lane.accumulates)
@@ -290,22 +259,14 @@ def plan(log: effects.Log) -> Plan | str:
     for reg, last in uses.items():
         frees.setdefault(last, []).append(reg)
     compute = [c[:4] + (tuple(frees.get(k, ())),) for k, c in enumerate(compute)]
-    return Plan(book_calls, compute, accesses, fixed, max(1, LANE_BYTES // largest[0]), log.count)
+    return Plan(book_calls, compute, accesses, fixed, max(1, LANE_BYTES // largest[0]))
 
 
-def _skip(nodes: tuple, slot: int) -> int:
-    """The next number slot after a call's arguments."""
-    for node in nodes:
-        if node == 0:
-            slot += 1
-        elif type(node) is tuple and node:
-            kind = node[0]
-            if kind == "I":
-                slot += node[1]
-            elif kind == "B":
-                slot += 3 * node[1]
-            elif kind == "a":
-                slot += 1
+def _skip(nodes: tuple, consts: list, slot: int) -> int:
+    """The next number slot after a call's arguments (walked as ``effects._source`` reads them)."""
+    it, cit, scratch = iter(nodes), iter(consts), {}
+    while (node := next(it, effects._END)) is not effects._END:
+        _, slot = effects._source(node, it, cit, slot, scratch)
     return slot
 
 
@@ -332,42 +293,33 @@ def _describe(nodes: tuple, consts: list) -> list | None:
 
 def _source(node: Any, it: Any, cit: Any, slot: int, ns: dict[str, Any], rank: int, accesses: list[_Access],
             call: int, written: bool, uses: dict[int, int], largest: list[int], accumulates: bool) -> tuple[str, int]:
-    """Python source building one argument over lanes (``effects._source``'s counterpart), and the next slot."""
+    """Python source building one argument over lanes, and the next slot: an array as a view with a lane axis, any
+    other argument as ``effects._source`` rebuilds it for one iteration (ints do not move, constants broadcast)."""
+    if type(node) is not tuple or node[0] != "a":
+        return effects._source(node, it, cit, slot, ns)
+
     def const(value: Any) -> str:
         name = f"c{len(ns)}"
         ns[name] = value
         return name
 
-    if node == 0:
-        return f"row[{slot}]", slot + 1
-    kind = node[0]
-    if kind == "I":
-        return f"({''.join(f'row[{slot + i}], ' for i in range(node[1]))})", slot + node[1]
-    if kind == "B":
-        axes = "".join(f"(row[{slot + 3 * i}], row[{slot + 3 * i + 1}], row[{slot + 3 * i + 2}]), "
-                       for i in range(node[1]))
-        return f"({axes})", slot + 3 * node[1]
-    if kind == "a":
-        _, where, *ident = node[:-3]
-        shape, strides, dtype = node[-3:]
-        pad = rank - len(shape)
-        lane_shape, lane_strides = (1,) * pad + tuple(shape), (0,) * pad + tuple(strides)
-        dtype = np.dtype(dtype)
-        largest[0] = max(largest[0], math.prod(shape) * dtype.itemsize)
-        if where == "b":
-            base = next(cit)
-            accesses.append(_Access(call, base, slot, tuple(shape), tuple(strides), dtype.itemsize, written,
-                                    written and accumulates))
-            return (f"_nd((n,) + {lane_shape!r}, {const(dtype)}, buffer={const(base)}, offset=row[{slot}], "
-                    f"strides=(step[{slot}],) + {lane_strides!r})"), slot + 1
-        reg = ident[0]
-        uses[reg] = call
-        # lane k's view starts k lanes' bytes further, plus k steps of its offset within the iteration's own array
-        return (f"_nd((n,) + {lane_shape!r}, {const(dtype)}, buffer=regs[{reg}][0], offset=row[{slot}], "
-                f"strides=(regs[{reg}][1] + step[{slot}],) + {lane_strides!r})"), slot + 1
-    if kind == "v":
-        return const(node[2]), slot
-    return const(next(cit)), slot   # "m", "o": constants, broadcast over the lanes as over the iteration
+    _, where, *ident = node[:-3]
+    shape, strides, dtype = node[-3:]
+    pad = rank - len(shape)
+    lane_shape, lane_strides = (1,) * pad + tuple(shape), (0,) * pad + tuple(strides)
+    dtype = np.dtype(dtype)
+    largest[0] = max(largest[0], math.prod(shape) * dtype.itemsize)
+    if where == "b":
+        base = next(cit)
+        accesses.append(_Access(call, base, slot, tuple(shape), tuple(strides), dtype.itemsize, written,
+                                written and accumulates))
+        return (f"_nd((n,) + {lane_shape!r}, {const(dtype)}, buffer={const(base)}, offset=row[{slot}], "
+                f"strides=(step[{slot}],) + {lane_strides!r})"), slot + 1
+    reg = ident[0]
+    uses[reg] = call
+    # lane k's view starts k lanes' bytes further, plus k steps of its offset within the iteration's own array
+    return (f"_nd((n,) + {lane_shape!r}, {const(dtype)}, buffer=regs[{reg}][0], offset=row[{slot}], "
+            f"strides=(regs[{reg}][1] + step[{slot}],) + {lane_strides!r})"), slot + 1
 
 
 # ---- the check ----------------------------------------------------------------------------------------
@@ -473,37 +425,17 @@ def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: effe
     first = program.last + program.delta
     if isinstance(p, str) or not _fits(p, first, program.delta, count):
         return None
+    # the bookkeeping and the guards, iteration by iteration (recorded as effects.replay records them)
+    done = effects.replay(rt, frame, values, pos, program, count, only=p.books)
     recorded = bool(rt.probes)
     call = effects.run if recorded else _direct
-    calls = program.calls if recorded else program.calls_for(count)
     logs = [q.logs[-1] for q in rt.probes if q.logs]
-    saved = (rt.epoch, frame.iteration, frame.iter_epoch, frame.inst_epoch, len(rt.loops), rt.loop_key)
-    done = 0
-    try:
-        books = [calls[i] for i in p.books]
-        for m in range(1, count + 1):
-            row = (program.last + m * program.delta).tolist()
-            if program.guards and not effects._guards_hold(program, row):
-                break
-            for log in logs:   # calls not run in Python (see effects.MAX_CALLS)
-                log.replayed += len(books) + 1
-            call(effects.loop_iteration, frame, values[pos + m - 1])
-            regs: list[Any] = [None] * p.registers
-            for fn, build, reg, _ in books:
-                result = call(fn, *build(row, regs))
-                if reg is not None:
-                    regs[reg[1]] = result
-            done = m
-    finally:
-        rt.epoch, frame.iteration, frame.iter_epoch, frame.inst_epoch = saved[:4]
-        del rt.loops[saved[4]:]
-        rt.loop_key = saved[5]
     step = program.delta.tolist()
     with np.errstate(all="ignore"):   # as effects.replay: NumPy's warnings are no kernel's
         for begin in range(0, done, p.chunk):
             n = min(p.chunk, done - begin)
             row = (first + begin * program.delta).tolist()
-            regs = [None] * p.registers
+            regs: list[Any] = [None] * program.registers
             for log in logs:
                 log.replayed += len(p.compute)
             for _, fn, tag, build, frees in p.compute:

@@ -291,7 +291,8 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
 
 
 def _transposed_cast(data: np.ndarray, dtype: Any) -> np.ndarray:
-    return _dt.cast(data.T.astype(np.float32), dtype).astype(np.float32)
+    """A 2-D tile's transpose in ``dtype``'s values, over any leading axes (lanes)."""
+    return _dt.cast(np.swapaxes(data, -1, -2).astype(np.float32), dtype).astype(np.float32)
 
 
 def load_transpose2d(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
