@@ -330,3 +330,35 @@ def kernel(x, row):
     with pytest.raises(NKIRuleError, match="partition axis") as exc:
         run_kernel(body, np.ones((16, 8), np.float32), np.ones((1, 8), np.float32))
     assert exc.value.line == 12
+
+
+RAND_KERNEL = """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    r = nl.rand((128, 4))
+    nl.store(out, value=nl.add(nl.dropout(x, 0.5), r))
+    return out
+"""
+
+
+def test_rand_and_dropout_depend_on_the_launch_alone(tmp_path):
+    """nl.rand / nl.dropout draw from a generator seeded per launch: the same kernel on the same input gives one
+    answer however many launches ran before it (a generator kept per id(runtime) continued an earlier launch's
+    whenever a new runtime took a freed one's address), and nl.random_seed reseeds the launch's own."""
+    from conftest import HEADER
+
+    from accelopt_nb.sim import load_kernel, simulate
+    path = tmp_path / "rand.py"
+    path.write_text(HEADER + RAND_KERNEL)
+    kern = load_kernel(path)
+    a = np.ones((128, 4), np.float32)
+    first = simulate(kern, a).output
+    assert len(np.unique(first)) > 8                      # random values, not a constant
+    differ = sum(not np.array_equal(simulate(kern, a).output, first) for _ in range(300))
+    assert differ == 0
+    seeded = tmp_path / "seeded.py"
+    seeded.write_text(HEADER + RAND_KERNEL.replace("    x = nl.load(a)", "    nl.random_seed(7)\n    x = nl.load(a)"))
+    runs = [simulate(load_kernel(seeded), a).output for _ in range(2)]
+    assert np.array_equal(runs[0], runs[1]) and not np.array_equal(runs[0], first)

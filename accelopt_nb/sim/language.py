@@ -736,17 +736,18 @@ def rms_norm(x, w, axis=-1, n=None, epsilon: float = 1e-6, *, dtype=None, mask=N
     return multiply(normed, w, dtype=dtype, mask=mask)
 
 
-_rng_state: dict[int, np.random.Generator] = {}
-
-
 def random_seed(seed, **kwargs) -> None:
     rt = current()
-    _rng_state[id(rt)] = np.random.default_rng(int(seed) if not isinstance(seed, (Tensor, View)) else 0)
+    rt.rng = np.random.default_rng(int(seed) if not isinstance(seed, (Tensor, View)) else 0)
 
 
-def _rng():
+def _rng() -> np.random.Generator:
+    """The launch's generator (``Runtime.rng``): seeded with 0 at its first use unless ``nl.random_seed`` set it, so
+    a launch's random values depend on the launch alone, not on what ran before it in the process."""
     rt = current()
-    return _rng_state.setdefault(id(rt), np.random.default_rng(0))
+    if rt.rng is None:
+        rt.rng = np.random.default_rng(0)
+    return rt.rng
 
 
 def rand(shape, dtype=float32, **kwargs):

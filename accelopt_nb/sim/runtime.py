@@ -99,6 +99,7 @@ class Runtime:
         self.loop_reduce_state: dict[tuple, Any] = {}   # nl.loop_reduce accumulators by call site and loop nest
         self.pending_reduction: Any = None   # (result, how to reduce it into a destination) of the last loop_reduce
         self.deferred: Any = None            # the result tile whose values are not computed yet (tensor.defer)
+        self.rng: Any = None                 # nl.rand / nl.dropout's generator (seeded per launch: language._rng)
         self.probes: list[Any] = []          # replay probes of the loops whose probe iterations are running
         self.programs: dict[tuple, Any] = {}  # value replay's compiled programs by their calls' signatures
         self.region_shapes: dict[int, tuple[int, ...]] = {}   # id(Region) -> its view's shape, while probing
