@@ -13,6 +13,7 @@ import sys
 from typing import Sequence
 
 from accelopt_nb import commands as _commands_pkg
+from accelopt_nb.commands import stdout_for_json_only
 from accelopt_nb.errors import AccelOptError
 
 
@@ -40,7 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args._run(args) or 0)
+        # with --json, stdout carries the JSON only: a kernel's own prints go to stderr
+        with stdout_for_json_only(bool(getattr(args, "json", False))):
+            return int(args._run(args) or 0)
     except AccelOptError as exc:
         print(f"accelopt {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -7,8 +7,9 @@ paper preset on seed 42 only (``--seeds`` overrides), or not at all with ``--tra
 from __future__ import annotations
 
 import argparse
-import json
 import time
+
+from accelopt_nb.commands import emit_json
 
 NAME = "bench"
 HELP = "benchmark the NKIBench baselines (or your kernels): correctness, latency, % of peak, chart"
@@ -69,8 +70,7 @@ def run(args: argparse.Namespace) -> int:
     paths = write_outputs(df, args.out, meta={"command": "accelopt bench", "wall_s": wall,
                                               "trace_only": args.trace_only, "sandbox": args.sandbox})
     if args.json:
-        print(json.dumps({**df.attrs["summary"], "wall_s": wall, "files": {k: str(v) for k, v in paths.items()}},
-                         indent=2))
+        emit_json({**df.attrs["summary"], "wall_s": wall, "files": {k: str(v) for k, v in paths.items()}}, indent=2)
     else:
         print(format_table(df))
         print(f"wall time {wall:.1f} s; wrote {paths['csv']}, {paths['json']}, {paths['png']}")

@@ -6,9 +6,9 @@ Exit status: 0 when every kernel is correct, 1 when some kernel is not (rejected
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from accelopt_nb.commands import emit_json
 from accelopt_nb.errors import ConfigError
 from accelopt_nb.evaluation.api import evaluate, make_job
 from accelopt_nb.evaluation.job import BACKENDS, FIDELITIES, HARDWARE, EvalOptions
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
     for r in results:
         if args.json:
-            print(json.dumps(r.to_dict()))
+            emit_json(r.to_dict())
         else:
             print(f"== {r.label}")
             print(r.summary())

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from accelopt_nb.commands import emit_json
+
 NAME = "optimize"
 HELP = "optimize an NKIBench problem with the AccelOpt agents (beam search + optimization memory)"
 
@@ -120,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     report_path = run_dir / f"report-{report.run_id}.json"
     report_path.write_text(json.dumps(report.to_dict(), indent=2, default=str))
     if args.json:
-        print(json.dumps(report.to_dict(), default=str))
+        emit_json(report.to_dict(), default=str)
     else:
         print(report.to_text())
         print(f"  best kernel: {best_path}\n  report: {report_path}\n  run store: {session.store.path} "

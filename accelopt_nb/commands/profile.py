@@ -9,10 +9,11 @@ simulator in-process to get the instruction stream only, for fast profiling of l
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from accelopt_nb.commands import emit_json
 
 NAME = "profile"
 HELP = "simulate a kernel against an NKIBench task and print its estimated Trainium profile"
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if args.trace_only:
         result = profile_kernel(args.kernel, args.task, hw=args.hw, kernel_name=args.kernel_name)
         if args.json:
-            print(json.dumps(result.to_dict(), indent=2))
+            emit_json(result.to_dict(), indent=2)
         else:
             print(format_run(result))
         return 0
@@ -101,7 +102,7 @@ def _run_service(args: argparse.Namespace) -> int:
     result = evaluate_task_file(args.kernel, args.task, backend=args.backend, hw=args.hw, options=options,
                                 cache=not args.no_cache)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        emit_json(result.to_dict(), indent=2)
     else:
         print(f"kernel   {args.kernel}\ntask     {args.task}")
         print(result.summary())

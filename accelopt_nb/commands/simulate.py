@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numpy as np
 
+from accelopt_nb.commands import emit_json
 from accelopt_nb.errors import KernelError
 from accelopt_nb.sim import load_kernel, simulate
 from accelopt_nb.taskfile import as_output_tuple, l2_relative_error, load_task
@@ -65,7 +65,7 @@ def run_simulation(kernel_path: str, task_path: str, *, seed: int = 42, rtol: fl
 def run(args: argparse.Namespace) -> int:
     report = run_simulation(args.kernel, args.task, seed=args.seed, rtol=args.rtol, name=args.name)
     if args.json:
-        print(json.dumps(report, indent=2, default=float))
+        emit_json(report, indent=2, default=float)
     else:
         if report["status"] == "error":
             e = report["error"]
