@@ -11,7 +11,7 @@ import operator
 from typing import Mapping
 
 from accelopt_nb.errors import ProblemError
-from accelopt_nb.pyast import parse
+from accelopt_nb.pyutil import parse
 
 _BINOPS = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,

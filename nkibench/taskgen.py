@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import Mapping
 
 from accelopt_nb.errors import ProblemError
-from accelopt_nb.pyast import parse
+from accelopt_nb.pyutil import parse
 from accelopt_nb.taskfile import REQUIRED, TaskModule
 
 

@@ -16,7 +16,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from accelopt_nb.pyast import parse
+from accelopt_nb.pyutil import parse
 
 # Info strings of blocks that may hold the kernel. An untagged block counts as Python.
 PYTHON_TAGS = frozenset({"", "python", "py", "python3", "py3", "nki", "ipython", "python-nki"})

@@ -207,7 +207,7 @@ def reference_for_agents(source: str, show_adversarial: bool = False) -> str:
         return source
     import ast
 
-    from accelopt_nb.pyast import parse
+    from accelopt_nb.pyutil import parse
 
     try:
         tree = parse(source)

@@ -21,7 +21,7 @@ import ast
 import re
 
 from accelopt_nb.errors import KernelLoadError, KernelRejectedError
-from accelopt_nb.pyast import parse
+from accelopt_nb.pyutil import parse
 
 # Top-level modules a kernel may import (and their submodules). ``__future__`` is a compiler
 # directive, not a module with behaviour.
@@ -70,7 +70,7 @@ MAX_SOURCE_CHARS = 400_000
 
 _FORMAT_ESCAPE = re.compile(r"\{[^{}]*[.\[]\s*_")
 def parse_source(source: str, filename: str = "kernel.py") -> ast.Module:
-    """``ast.parse``, serialised across threads (see :mod:`accelopt_nb.pyast`)."""
+    """``ast.parse``, serialised across threads (see :mod:`accelopt_nb.pyutil`)."""
     return parse(source, filename=filename)
 
 

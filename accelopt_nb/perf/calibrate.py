@@ -25,7 +25,7 @@ import yaml
 from accelopt_nb.errors import ConfigError
 from accelopt_nb.perf.costs import compute_cost, placement_choices
 from accelopt_nb.perf.hardware import HWConfig, load_hw
-from accelopt_nb.sim.runtime import gc_paused
+from accelopt_nb.pyutil import gc_paused
 from accelopt_nb.perf.schedule import DEPENDENT_OVERHEAD_ENGINES, TraceAnalysis, analyse, schedule
 from accelopt_nb.sim.trace import Trace
 

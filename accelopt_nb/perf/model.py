@@ -7,7 +7,7 @@ from typing import Any, Mapping
 from accelopt_nb.perf.hardware import HWConfig, load_hw
 from accelopt_nb.perf.profile import Profile, build_profile
 from accelopt_nb.perf.schedule import schedule
-from accelopt_nb.sim.runtime import gc_paused
+from accelopt_nb.pyutil import gc_paused
 from accelopt_nb.sim.trace import Trace
 
 

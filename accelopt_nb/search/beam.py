@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from accelopt_nb.pyast import parse
+from accelopt_nb.pyutil import parse
 
 
 def source_hash(source: str) -> str:

@@ -3,10 +3,34 @@
 >>> from accelopt_nb.sim import load_kernel, simulate
 >>> kern = load_kernel("my_kernel.py")
 >>> result = simulate(kern, a, b)          # result.outputs, result.trace
-"""
-from accelopt_nb.sim.frontend import Kernel, SimResult, jit, load_kernel, simulate
-from accelopt_nb.sim.runtime import SimOptions
-from accelopt_nb.sim.trace import Instruction, Region, TensorInfo, Trace
 
-__all__ = ["Kernel", "SimResult", "SimOptions", "jit", "load_kernel", "simulate", "Instruction", "Region",
-           "TensorInfo", "Trace"]
+The names below load on first use (PEP 562), so ``import accelopt_nb.sim.trace`` (the performance model's one
+import from here) does not load the simulator.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Kernel": "accelopt_nb.sim.frontend", "SimResult": "accelopt_nb.sim.frontend", "jit": "accelopt_nb.sim.frontend",
+    "load_kernel": "accelopt_nb.sim.frontend", "simulate": "accelopt_nb.sim.frontend",
+    "SimOptions": "accelopt_nb.sim.runtime",
+    "Instruction": "accelopt_nb.sim.trace", "Region": "accelopt_nb.sim.trace", "TensorInfo": "accelopt_nb.sim.trace",
+    "Trace": "accelopt_nb.sim.trace",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

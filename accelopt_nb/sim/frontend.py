@@ -22,13 +22,14 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from accelopt_nb.errors import KernelError, KernelLoadError, SimulatorBugError, UnsupportedAPIError
+from accelopt_nb.pyutil import gc_paused
 from accelopt_nb.sim import api_guard, failures, onchip
 from accelopt_nb.sim import compiler as _compiler
 from accelopt_nb.sim import dtypes as _dt
 from accelopt_nb.sim import isa as _isa
 from accelopt_nb.sim import language as _nl
 from accelopt_nb.sim.launch import Grid, parse_grid, run_grid
-from accelopt_nb.sim.runtime import Runtime, SimOptions, active, gc_paused, running
+from accelopt_nb.sim.runtime import Runtime, SimOptions, active, running
 from accelopt_nb.sim.tensor import Tensor, paint_unwritten
 from accelopt_nb.sim.trace import Trace
 

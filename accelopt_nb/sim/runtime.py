@@ -6,7 +6,6 @@ raise a clear error instead of silently doing NumPy math.
 from __future__ import annotations
 
 import contextlib
-import gc
 import sys
 import threading
 import warnings
@@ -238,31 +237,6 @@ class Runtime:
                           attrs=attrs or {}, loops=self.loop_key, file=file, line=line)
         self.trace.instructions.append(ins)
         return ins
-
-
-@contextlib.contextmanager
-def gc_paused(pause: bool = True, keeps: bool = False) -> Iterator[None]:
-    """Pause the cyclic garbage collector (when ``pause``).
-
-    A simulation allocates a large, acyclic trace (it leaves a handful of cyclic objects, measured);
-    the collector rescanned it over and over, half of a replayed run's time (gqa_full at paper shapes:
-    4.1 s with it, 2.0 s without) and about 10% of a run with values (bmm). Tensors and their views
-    form no reference cycles (``Tensor.full_view``), so a paused collector keeps no tile data alive.
-    ``keeps``: what the block allocated mostly outlives it (the trace), so it moves to the oldest generation
-    without the young-generation scan that re-enabling would start at once (10-20% of a replayed run:
-    paper rope 6.5 of 32 ms); unless something else froze objects, whose freeze ``gc.unfreeze`` would undo.
-    """
-    was_enabled = gc.isenabled()
-    if pause:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if pause and was_enabled:
-            if keeps and gc.get_freeze_count() == 0:
-                gc.freeze()
-                gc.unfreeze()
-            gc.enable()
 
 
 _state = threading.local()
