@@ -1,13 +1,20 @@
-"""Real NKI kernels, unchanged, on the simulator: how many run and match NumPy.
+"""Real NKI kernels, unchanged, on the simulator: how many run and match NumPy, in both front-end styles.
 
 The kernels are read from local checkouts of the public repositories (nothing of theirs is copied
-here): ``aws-neuron/nki-samples`` (tutorials and contributed kernels) and, optionally,
-``zhang677/AccelOpt`` (its hand-optimized samples, checked against its own NKIBench reference files).
-Each kernel gets a small NumPy harness written for this benchmark: inputs, the kernel's arguments,
-and the expected result. Prints one line per kernel (pass / FAIL = wrong values / ERROR = the
-simulator stopped, with the error) and the counts.
+here). The NKI 0.1 style (``neuronxcc.nki``): ``aws-neuron/nki-samples`` (tutorials and contributed
+kernels) and, optionally, ``zhang677/AccelOpt`` (its hand-optimized samples, checked against its own
+NKIBench reference files). Today's standalone ``nki`` style: ``aws-neuron/nki-library`` (the NKI
+library's production kernels, modules of a Python package) and ``aws-neuron/neuronx-distributed-inference``
+(model kernels); their cases are in ``real_kernels_nki.py``. Each kernel gets a small NumPy harness
+written for this benchmark: inputs, the kernel's arguments, and the expected result.
+
+Each kernel runs in two modes: with values (compared with NumPy: pass / FAIL = wrong values) and
+trace-only (the instruction stream and the performance model's latency, as ``accelopt profile
+--trace-only`` makes it: ok with the estimated latency). ERROR = the simulator stopped, with the error.
+The closing lines count each outcome per style and mode.
 
     python benchmarks/real_kernels.py --nki-samples DIR [--nki-samples OLD_DIR ...] [--accelopt-repo DIR]
+                                      [--nki-library DIR] [--nxdi DIR] [--mode values|trace|both] [--json OUT]
 
 Several ``--nki-samples`` checkouts may be given (e.g. HEAD and a commit from before the reference
 kernels were removed): each kernel is looked up in each. A kernel whose file is in none of them is
@@ -16,6 +23,7 @@ listed as absent. Without any checkout the benchmark skips.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 import traceback
@@ -26,7 +34,7 @@ from typing import Any, Callable
 import numpy as np
 
 from accelopt_nb.errors import AccelOptError
-from accelopt_nb.sim import load_kernel, simulate
+from accelopt_nb.sim import Kernel, SimOptions, load_kernel, simulate
 
 # the import header the AccelOpt repository's own profiling scripts put in front of its bare samples
 NKI_HEADER = ("import numpy as np\nimport neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\n"
@@ -34,9 +42,12 @@ NKI_HEADER = ("import numpy as np\nimport neuronxcc.nki as nki\nimport neuronxcc
               "from neuronxcc.nki import trace\nfrom neuronxcc.nki.language import par_dim\n\n")
 
 
+STYLES = {"nki-samples": "neuronxcc.nki", "accelopt": "neuronxcc.nki", "nki-library": "nki", "nxdi": "nki"}
+
+
 @dataclass
 class Case:
-    repo: str                      # "nki-samples" | "accelopt"
+    repo: str                      # "nki-samples" | "accelopt" | "nki-library" | "nxdi"
     path: str                      # inside the checkout
     name: str                      # the function to run
     harness: Callable[[np.random.Generator], tuple[list, dict, Any]]
@@ -47,10 +58,17 @@ class Case:
     header: bool = False           # the file has no imports of its own
     grid: tuple = ()               # launch grid, as the repository's own tests launch the kernel
     needs_module: bool = False     # the harness builds arguments from the kernel module (e.g. a config class)
+    jit: bool = False              # a sub-kernel without @nki.jit, launched as the library's tests do: nki.jit(fn)
+    launch: tuple = ()             # host code reached as ``obj[launch]`` (a launcher object, e.g. topk[lnc])
+    check: Callable[[tuple, Any], tuple[bool, str]] | None = None   # own comparison instead of allclose
 
     @property
     def title(self) -> str:
         return self.label or f"{Path(self.path).stem}:{self.name}"
+
+    @property
+    def style(self) -> str:
+        return STYLES[self.repo]
 
 
 # ---- NumPy harnesses (ours) ------------------------------------------------------------------------
@@ -286,13 +304,28 @@ CASES: list[Case] = [
 
 
 # ---- running -----------------------------------------------------------------------------------------
+MODES = ("values", "trace")
+
+
 @dataclass
 class Outcome:
     case: Case
-    status: str                    # pass | FAIL | ERROR | absent
+    status: str                    # pass | FAIL | ok (trace-only ran) | ERROR | absent
     detail: str = ""
     seconds: float = 0.0
     where: str = ""
+    mode: str = "values"
+
+    def to_dict(self) -> dict:
+        return {"repo": self.case.repo, "style": self.case.style, "kernel": self.case.title, "mode": self.mode,
+                "status": self.status, "detail": self.detail, "seconds": round(self.seconds, 3)}
+
+
+def all_cases() -> list[Case]:
+    """The NKI 0.1 cases above, then today's-style cases (``real_kernels_nki.py``)."""
+    sys.modules.setdefault("real_kernels", sys.modules[__name__])   # one Case class when run as a script
+    import real_kernels_nki
+    return CASES + real_kernels_nki.CASES
 
 
 def _locate(case: Case, roots: dict[str, list[Path]]) -> Path | None:
@@ -304,9 +337,12 @@ def _locate(case: Case, roots: dict[str, list[Path]]) -> Path | None:
 
 
 def _load(case: Case, path: Path):
-    if not case.header:
-        return load_kernel(path, name=case.name)
-    return load_kernel(source=NKI_HEADER + path.read_text(), name=case.name, filename=str(path))
+    if case.header:
+        return load_kernel(source=NKI_HEADER + path.read_text(), name=case.name, filename=str(path))
+    kern = load_kernel(path, name=case.name)
+    if case.launch:
+        return kern.fn[case.launch]      # host code: a plain function, run as host code by simulate
+    return Kernel(kern.fn) if case.jit and kern.host else kern
 
 
 def _accelopt_task(case: Case, path: Path, rng):
@@ -318,33 +354,58 @@ def _accelopt_task(case: Case, path: Path, rng):
     return task, inputs, ref, l2_relative_error
 
 
-def run_case(case: Case, path: Path, seed: int) -> Outcome:
+def _compare(case: Case, outputs: tuple, want: Any) -> tuple[bool, str]:
+    if case.check is not None:
+        return case.check(outputs, want)
+    wants = want if isinstance(want, tuple) else (want,)
+    if len(outputs) < len(wants):
+        return False, f"{len(outputs)} outputs, {len(wants)} expected"
+    for i, (o, w) in enumerate(zip(outputs, wants)):
+        w = np.asarray(w, dtype=np.float32)
+        if np.size(o) != w.size:
+            return False, f"output {i} has {np.size(o)} elements, {w.size} expected"
+        got = np.asarray(o).astype(np.float32).reshape(w.shape)
+        if not np.allclose(got, w, rtol=case.rtol, atol=case.atol, equal_nan=True):
+            unwritten = int(np.count_nonzero(np.isnan(got) & ~np.isnan(w)))
+            where = f"output {i}: " if len(wants) > 1 else ""
+            return False, where + (f"{unwritten} elements never written" if unwritten else
+                                   f"max |err| {np.nanmax(np.abs(got - w)):.1e}")
+    return True, ""
+
+
+def run_case(case: Case, path: Path, seed: int, mode: str = "values", hw: str = "trn1") -> Outcome:
+    """One kernel in one mode: ``values`` compares with NumPy, ``trace`` estimates the latency."""
     rng = np.random.default_rng(seed)
+    options = SimOptions(trace_only=(mode == "trace"))
     try:
         kern = _load(case, path)
         t0 = time.perf_counter()
         if case.task is not None:
             task, inputs, ref, l2 = _accelopt_task(case, path, rng)
-            res = simulate(kern, *task.to_nki(inputs))
+            res = simulate(kern, *task.to_nki(inputs), options=options)
+        else:
+            module = getattr(getattr(kern, "fn", kern), "__globals__", {})
+            args, kwargs, want = case.harness(rng, module) if case.needs_module else case.harness(rng)
+            res = simulate(kern, *args, grid=case.grid or None, options=options, **kwargs)
+        seconds = time.perf_counter() - t0
+        if mode == "trace":
+            from accelopt_nb.perf import estimate
+            latency = estimate(res.trace, hw=hw).latency * 1e3   # ms -> us
+            return Outcome(case, "ok", f"{len(res.trace)} instructions, {latency:.1f} us ({hw})", seconds,
+                           str(path), mode)
+        if case.task is not None:
             outs = task.from_nki(res.outputs[0] if len(res.outputs) == 1 else tuple(res.outputs), ref)
             err = max(l2(o, r) for o, r in zip(outs, ref if isinstance(ref, tuple) else (ref,)))
-            ok = err <= case.rtol
-            detail = f"L2 {err:.1e}"
+            ok, detail = err <= case.rtol, f"L2 {err:.1e}"
         else:
-            args, kwargs, want = case.harness(rng, kern.fn.__globals__) if case.needs_module else case.harness(rng)
-            res = simulate(kern, *args, grid=case.grid or None, **kwargs)
-            got = res.outputs[0].astype(np.float32).reshape(np.shape(want))
-            ok = bool(np.allclose(got, want, rtol=case.rtol, atol=case.atol, equal_nan=True))
-            unwritten = int(np.count_nonzero(np.isnan(got) & ~np.isnan(want)))
-            detail = "" if ok else (f"{unwritten} output elements never written" if unwritten else
-                                    f"max |err| {np.nanmax(np.abs(got - want)):.1e}")
-        return Outcome(case, "pass" if ok else "FAIL", detail, time.perf_counter() - t0, str(path))
+            ok, detail = _compare(case, res.outputs, want)
+        return Outcome(case, "pass" if ok else "FAIL", detail, seconds, str(path), mode)
     except AccelOptError as exc:
-        return Outcome(case, "ERROR", f"{type(exc).__name__}: {exc}", where=str(path))
+        return Outcome(case, "ERROR", f"{type(exc).__name__}: {exc}", where=str(path), mode=mode)
     except Exception as exc:  # a simulator bug must not stop the survey
         tb = traceback.extract_tb(exc.__traceback__)[-1]
         return Outcome(case, "ERROR", f"(crash) {type(exc).__name__}: {exc} at {Path(tb.filename).name}:{tb.lineno}",
-                       where=str(path))
+                       where=str(path), mode=mode)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -352,26 +413,45 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nki-samples", type=Path, action="append", default=[],
                     help="a checkout of github.com/aws-neuron/nki-samples (repeatable)")
     ap.add_argument("--accelopt-repo", type=Path, help="a checkout of github.com/zhang677/AccelOpt")
+    ap.add_argument("--nki-library", type=Path, help="a checkout of github.com/aws-neuron/nki-library")
+    ap.add_argument("--nxdi", type=Path, help="a checkout of github.com/aws-neuron/neuronx-distributed-inference")
+    ap.add_argument("--mode", choices=("values", "trace", "both"), default="both",
+                    help="with values (compared with NumPy), trace-only (estimated latency), or both (default)")
+    ap.add_argument("--hw", default="trn1", help="hardware of the trace-only estimate (default trn1)")
     ap.add_argument("--only", help="comma-separated substrings of kernel titles")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path, help="also write every outcome to this JSON file")
     args = ap.parse_args(argv)
-    roots = {"nki-samples": args.nki_samples, "accelopt": [args.accelopt_repo] if args.accelopt_repo else []}
+    roots = {"nki-samples": args.nki_samples, "accelopt": [args.accelopt_repo] if args.accelopt_repo else [],
+             "nki-library": [args.nki_library] if args.nki_library else [], "nxdi": [args.nxdi] if args.nxdi else []}
     if not any(roots.values()):
-        print("skipped: pass --nki-samples DIR (a checkout of github.com/aws-neuron/nki-samples) and/or "
-              "--accelopt-repo DIR (github.com/zhang677/AccelOpt)")
+        print("skipped: pass --nki-samples DIR (github.com/aws-neuron/nki-samples), --accelopt-repo DIR "
+              "(github.com/zhang677/AccelOpt), --nki-library DIR (github.com/aws-neuron/nki-library) and/or "
+              "--nxdi DIR (github.com/aws-neuron/neuronx-distributed-inference)")
         return 0
-    cases = [c for c in CASES if args.only is None or any(s in c.title for s in args.only.split(","))]
-    outcomes = []
+    modes = MODES if args.mode == "both" else (args.mode,)
+    cases = [c for c in all_cases() if any(roots.get(c.repo))
+             and (args.only is None or any(s in c.title for s in args.only.split(",")))]
+    outcomes: list[Outcome] = []
     for case in cases:
         path = _locate(case, roots)
-        out = Outcome(case, "absent") if path is None else run_case(case, path, args.seed)
-        outcomes.append(out)
-        msg = f"  {out.detail[:300]}" if out.detail else ""
-        print(f"{out.status:6s} {case.repo:11s} {case.title:60s} {out.seconds:6.2f} s{msg}", flush=True)
-    counts = {s: sum(o.status == s for o in outcomes) for s in ("pass", "FAIL", "ERROR", "absent")}
-    ran = len(outcomes) - counts["absent"]
-    print(f"\n{counts['pass']}/{ran} run unchanged and match NumPy; {counts['FAIL']} wrong values, "
-          f"{counts['ERROR']} stopped with an error" + (f"; {counts['absent']} absent" if counts["absent"] else ""))
+        for mode in modes:
+            out = Outcome(case, "absent", mode=mode) if path is None else run_case(case, path, args.seed, mode, args.hw)
+            outcomes.append(out)
+            msg = f"  {out.detail[:300]}" if out.detail else ""
+            print(f"{out.status:6s} {mode:6s} {case.repo:11s} {case.title:60s} {out.seconds:6.2f} s{msg}", flush=True)
+    print()
+    for style in dict.fromkeys(c.style for c in cases):
+        for mode in modes:
+            mine = [o for o in outcomes if o.case.style == style and o.mode == mode]
+            n = {s: sum(o.status == s for o in mine) for s in ("pass", "FAIL", "ok", "ERROR", "absent")}
+            ran = len(mine) - n["absent"]
+            head = (f"{n['pass']}/{ran} run unchanged and match NumPy; {n['FAIL']} wrong values" if mode == "values"
+                    else f"{n['ok']}/{ran} run trace-only")
+            print(f"{style:14s} {mode:6s}: {head}, {n['ERROR']} stopped with an error"
+                  + (f"; {n['absent']} absent" if n["absent"] else ""))
+    if args.json:
+        args.json.write_text(json.dumps([o.to_dict() for o in outcomes], indent=1))
     return 0
 
 
