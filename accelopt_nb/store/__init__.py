@@ -1,4 +1,5 @@
-"""The run store: SQLite, one file per experiment directory, crash-safe and resumable.
+"""The run store: crash-safe and resumable; SQLite (one file per experiment directory, the
+default) or PostgreSQL (one database a team shares: ``RunStore("postgresql://host/db")``).
 
 ::
 
@@ -11,7 +12,9 @@
         st.add_kernel(problem_id="softmax", source=src, iteration=it)
     store.kernels_df("run-1")
 
-See :mod:`accelopt_nb.store.runstore` for the crash-safety design.
+See :mod:`accelopt_nb.store.runstore` for the crash-safety design, :mod:`.backends` for the seam
+between the store and a database, :mod:`.queries` for best kernels, lineage and memory across runs,
+and :mod:`.transfer` for moving runs between stores.
 """
 from accelopt_nb.store.rows import sha256_text
 from accelopt_nb.store.runstore import DEFAULT_FILENAME, RunStore

@@ -98,15 +98,19 @@ def evaluation_row(run_id: str, *, kernel_id: str, backend: str, status: str,
                    sha256: str | None = None, correct: bool | None = None,
                    latency_us: float | None = None, pct_peak: float | None = None,
                    result: Mapping[str, Any] | None = None, attempt: int = 0,
-                   eval_id: str | None = None) -> dict[str, Any]:
+                   eval_id: str | None = None, hw: str | None = None,
+                   fidelity: str | None = None) -> dict[str, Any]:
+    """An evaluation row; ``hw`` and ``fidelity`` default to the result's own."""
     _require(kernel_id, "kernel_id")
     _require(backend, "backend")
     _require(status, "status")
+    result_map = result if isinstance(result, Mapping) else {}
     return {"run_id": run_id, "eval_id": eval_id or f"{kernel_id}:{backend}:{int(attempt)}",
             "kernel_id": kernel_id, "sha256": sha256, "backend": backend, "attempt": int(attempt),
             "status": status, "correct": None if correct is None else int(bool(correct)),
             "latency_us": _real(latency_us), "pct_peak": _real(pct_peak),
-            "result_json": to_json(result), "created_at": now_iso()}
+            "result_json": to_json(result), "created_at": now_iso(),
+            "hw": hw or result_map.get("hw"), "fidelity": fidelity or result_map.get("fidelity")}
 
 
 def memory_item_row(run_id: str, *, problem_id: str, iteration: int, summary: str,

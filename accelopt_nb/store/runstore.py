@@ -1,9 +1,10 @@
-"""The run store: one SQLite file per experiment directory.
+"""The run store: one SQLite file per experiment directory, or one PostgreSQL database a team shares.
 
 Crash safety comes from three choices:
 
-* every write is a short transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``) in WAL mode with
-  ``synchronous=FULL``, so a killed process loses nothing that was committed;
+* every write is a short transaction that holds the database's write lock (SQLite:
+  ``BEGIN IMMEDIATE`` in WAL mode with ``synchronous=FULL``; PostgreSQL: one advisory lock),
+  so a killed process loses nothing that was committed and concurrent writers never interleave;
 * a step's outputs are buffered and committed together with the step's ``done`` marker
   (:meth:`RunStore.step`), so a step is either fully recorded or not at all, and a
   resumed run re-runs exactly the steps without a marker (:meth:`RunStore.resume_point`);
@@ -11,12 +12,12 @@ Crash safety comes from three choices:
   error), so resuming never duplicates rows.
 
 LLM calls are recorded immediately, outside any step: money spent on a step that was killed
-before it finished is still accounted for.
+before it finished is still accounted for. What differs between SQLite and PostgreSQL is in
+:mod:`accelopt_nb.store.backends`; everything here is written once for both.
 """
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from accelopt_nb.errors import StoreError
 from accelopt_nb.store import rows as R
+from accelopt_nb.store.backends import DEFAULT_FILENAME, Backend, is_database_url, open_backend
 from accelopt_nb.store.schema import ADDED_COLUMNS, COLUMNS, DDL, KEYS, SCHEMA_VERSION, VOLATILE
 
 if TYPE_CHECKING:
@@ -33,43 +35,45 @@ if TYPE_CHECKING:
 
 __all__ = ["RunStore", "DEFAULT_FILENAME"]
 
-DEFAULT_FILENAME = "accelopt.sqlite"
-
 _TIME_COLUMNS = ("created_at", "updated_at", "started_at", "finished_at")
 _BOOL_COLUMNS = ("correct", "replayed")
+# Columns added after release, per table: NULL in a row written before them means "not recorded".
+_ADDED = {}
+for _table, _column, _type in ADDED_COLUMNS:
+    _ADDED.setdefault(_table, set()).add(_column)
 
 
 class RunStore:
     """Runs, problems, kernels, evaluations, plans, memory items, LLM calls and steps.
 
-    ``RunStore(path)`` opens (creating if needed) a store file, or the default file
-    ``accelopt.sqlite`` inside ``path`` when it is a directory. Thread-safe.
+    ``RunStore(target)`` opens (creating if needed) a store: a SQLite file, the default file
+    ``accelopt.sqlite`` inside a directory, or a PostgreSQL database given as a
+    ``postgresql://user@host:port/db`` URL. Thread-safe; several processes may write at once.
     """
 
     def __init__(self, path: str | Path) -> None:
-        path = Path(path)
-        if path.is_dir() or (not path.exists() and path.suffix == ""):
-            path.mkdir(parents=True, exist_ok=True)
-            path = path / DEFAULT_FILENAME
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
+        self.backend: Backend = open_backend(path)
+        # A Path for SQLite (callers put files next to it); the redacted URL for a server.
+        self.path: Path | str = getattr(self.backend, "path", self.backend.location)
         self._lock = threading.RLock()
         try:
-            # isolation_level=None: we issue BEGIN/COMMIT ourselves (no implicit transactions).
-            self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False,
-                                         timeout=30.0)
-            self._conn.row_factory = sqlite3.Row
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=FULL")
-            self._conn.execute("PRAGMA foreign_keys=ON")
-            self._conn.executescript(DDL)
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open run store {path}: {exc}") from exc
+            self._conn = self.backend.connect()
+            self.backend.create_schema(self._conn, DDL)
+        except self.backend.database_errors as exc:
+            raise StoreError(f"cannot open run store {self.backend.location}: {exc}") from exc
+        self._types: dict[str, dict[str, str]] = {}
         self._check_version()
+
+    @property
+    def location(self) -> str:
+        """Where the store lives: a file path, or the database URL without its password."""
+        return self.backend.location
 
     @classmethod
     def open(cls, experiment_dir: str | Path) -> "RunStore":
-        """The store of an experiment directory (created if missing)."""
+        """The store of an experiment directory (created if missing), or of a database URL."""
+        if is_database_url(experiment_dir):
+            return cls(experiment_dir)
         path = Path(experiment_dir)
         path.mkdir(parents=True, exist_ok=True)
         return cls(path / DEFAULT_FILENAME)
@@ -81,19 +85,18 @@ class RunStore:
                 conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)",
                              (str(SCHEMA_VERSION),))
             elif int(row["value"]) > SCHEMA_VERSION:
-                raise StoreError(f"run store {self.path} has schema version {row['value']}, newer than "
+                raise StoreError(f"run store {self.location} has schema version {row['value']}, newer than "
                                  f"this accelopt_nb ({SCHEMA_VERSION}); upgrade accelopt_nb")
             for table, column, sql_type in ADDED_COLUMNS:
-                present = {r["name"] for r in conn.execute(f"PRAGMA table_info({table})")}
-                if column not in present:
-                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
+                if column not in self.backend.declared_types(conn, table):
+                    self.backend.add_column(conn, table, column, sql_type)
 
     # -- transactions ------------------------------------------------------------------
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _tx(self) -> Iterator[Any]:
         with self._lock:
             conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
+            self.backend.begin_write(conn)
             try:
                 yield conn
             except BaseException:
@@ -101,25 +104,29 @@ class RunStore:
                 raise
             conn.execute("COMMIT")
 
-    def _insert(self, conn: sqlite3.Connection, table: str, row: Mapping[str, Any]) -> bool:
+    def _insert(self, conn: Any, table: str, row: Mapping[str, Any]) -> bool:
         """Insert ``row`` unless its key exists; True if inserted.
 
         An existing row with the same key must hold the same content, otherwise the write
         is a conflict (two different things given one id) and raises StoreError.
         """
         cols = COLUMNS[table]
-        placeholders = ", ".join("?" for _ in cols)
         try:
-            cur = conn.execute(f"INSERT OR IGNORE INTO {table} ({', '.join(cols)}) VALUES ({placeholders})",
-                               [row.get(c) for c in cols])
-        except sqlite3.IntegrityError as exc:
-            raise StoreError(f"cannot write {table} row {self._key_text(table, row)}: {exc}") from exc
+            cur = conn.execute(self.backend.insert_ignore(table, cols), [row.get(c) for c in cols])
+        except self.backend.integrity_errors as exc:
+            reason = str(exc).splitlines()[0]
+            if "foreign key" in reason.lower():  # SQLite and PostgreSQL word it differently
+                reason = f"FOREIGN KEY: no run {row.get('run_id')!r} in this store (create_run first)"
+            raise StoreError(f"cannot write {table} row {self._key_text(table, row)}: {reason}") from exc
         if cur.rowcount == 1:
             return True
         keys = KEYS[table]
-        existing = conn.execute(f"SELECT * FROM {table} WHERE " + " AND ".join(f"{k}=?" for k in keys),
-                                [row.get(k) for k in keys]).fetchone()
-        differing = [c for c in cols if c not in VOLATILE and existing[c] != row.get(c)]
+        existing = conn.execute(f"SELECT {', '.join(cols)} FROM {table} WHERE "
+                                + " AND ".join(f"{k}=?" for k in keys), [row.get(k) for k in keys]).fetchone()
+        added = _ADDED.get(table, ())
+        # A column added after the row was written holds NULL there: not a conflict.
+        differing = [c for c in cols if c not in VOLATILE and existing[c] != row.get(c)
+                     and not (c in added and existing[c] is None)]
         if differing:
             raise StoreError(f"conflicting write to {table} {self._key_text(table, row)}: "
                              f"already stored with different {', '.join(differing)}")
@@ -158,7 +165,7 @@ class RunStore:
             existing = conn.execute("SELECT config_json FROM runs WHERE run_id=?", (run_id,)).fetchone()
             if existing is not None:
                 if existing["config_json"] != config_json:
-                    raise StoreError(f"run {run_id!r} already exists in {self.path} with a different "
+                    raise StoreError(f"run {run_id!r} already exists in {self.location} with a different "
                                      "config; use a new run id or the original config to resume")
                 return False
             now = R.now_iso()
@@ -172,14 +179,15 @@ class RunStore:
             cur = conn.execute("UPDATE runs SET status=?, updated_at=? WHERE run_id=?",
                                (status, R.now_iso(), run_id))
             if cur.rowcount == 0:
-                raise StoreError(f"no run {run_id!r} in {self.path}")
+                raise StoreError(f"no run {run_id!r} in {self.location}")
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         """A run's record with ``config`` and ``prices`` decoded."""
         with self._lock:
-            row = self._conn.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            row = self._conn.execute(f"SELECT {self._select('runs')} FROM runs WHERE run_id=?",
+                                     (run_id,)).fetchone()
         if row is None:
-            raise StoreError(f"no run {run_id!r} in {self.path}")
+            raise StoreError(f"no run {run_id!r} in {self.location}")
         out = dict(row)
         out["config"] = json.loads(out.pop("config_json"))
         prices = out.pop("prices_json")
@@ -235,7 +243,7 @@ class RunStore:
 
     def get_kernel(self, run_id: str, kernel_id: str) -> dict[str, Any]:
         with self._lock:
-            row = self._conn.execute("SELECT * FROM kernels WHERE run_id=? AND kernel_id=?",
+            row = self._conn.execute(f"SELECT {self._select('kernels')} FROM kernels WHERE run_id=? AND kernel_id=?",
                                      (run_id, kernel_id)).fetchone()
         if row is None:
             raise StoreError(f"no kernel {kernel_id!r} in run {run_id!r}")
@@ -246,17 +254,17 @@ class RunStore:
         lets an evaluator skip re-measuring a duplicate kernel."""
         with self._lock:
             row = self._conn.execute(
-                "SELECT * FROM evaluations WHERE sha256=? AND backend=? ORDER BY created_at DESC LIMIT 1",
+                f"SELECT {self._select('evaluations')} FROM evaluations WHERE sha256=? AND backend=? "
+                "ORDER BY created_at DESC LIMIT 1",
                 (sha256, backend)).fetchone()
         return dict(row) if row is not None else None
 
     # -- steps -------------------------------------------------------------------------
-    def _step_row(self, conn: sqlite3.Connection, run_id: str, scope: str, iteration: int,
-                  step: str) -> sqlite3.Row | None:
-        return conn.execute("SELECT * FROM steps WHERE run_id=? AND scope=? AND iteration=? AND step=?",
+    def _step_row(self, conn: Any, run_id: str, scope: str, iteration: int, step: str) -> Any:
+        return conn.execute(f"SELECT {self._select('steps')} FROM steps WHERE run_id=? AND scope=? AND iteration=? AND step=?",
                             (run_id, scope, iteration, step)).fetchone()
 
-    def _set_step(self, conn: sqlite3.Connection, *, run_id: str, scope: str, iteration: int,
+    def _set_step(self, conn: Any, *, run_id: str, scope: str, iteration: int,
                   step: str, status: str, info: Mapping[str, Any] | None = None) -> None:
         now = R.now_iso()
         existing = self._step_row(conn, run_id, scope, iteration, step)
@@ -269,7 +277,7 @@ class RunStore:
                              "finished_at, info_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                              (run_id, scope, iteration, step, status, now,
                               None if status == "started" else now, R.to_json(info)))
-            except sqlite3.IntegrityError as exc:
+            except self.backend.integrity_errors as exc:
                 raise StoreError(f"cannot record step {step!r} for run {run_id!r}: {exc} "
                                  "(was the run created with create_run?)") from exc
         elif status == "started":
@@ -307,7 +315,7 @@ class RunStore:
         with self._lock:
             rows = self._conn.execute(
                 "SELECT iteration, step FROM steps WHERE run_id=? AND scope=? AND status='done' "
-                "ORDER BY finished_at, rowid", (run_id, scope)).fetchall()
+                f"ORDER BY finished_at, {self.backend.order_column}", (run_id, scope)).fetchall()
         return [(r["iteration"], r["step"]) for r in rows]
 
     def resume_point(self, run_id: str, steps: Sequence[str], *, scope: str = "",
@@ -327,29 +335,51 @@ class RunStore:
         return it + 1, steps[0]
 
     # -- plain rows --------------------------------------------------------------------
-    def rows(self, table: str, run_id: str | None = None) -> list[dict[str, Any]]:
+    def _declared(self, table: str) -> dict[str, str]:
+        """Column -> SQLite type name of a table, as the database has it (cached)."""
+        if table not in self._types:
+            with self._lock:
+                self._types[table] = self.backend.declared_types(self._conn, table)
+        return self._types[table]
+
+    def _select(self, table: str) -> str:
+        """The column list of ``SELECT`` (not ``*``: a backend may add its own columns)."""
+        return ", ".join(self._declared(table))
+
+    def rows(self, table: str, run_id: str | None = None, *, decode_json: bool = True) -> list[dict[str, Any]]:
         """Rows of a table as dicts in insertion order, ``*_json`` columns decoded (into a
-        key without the suffix), NULL as None: for code that wants no pandas."""
+        key without the suffix; ``decode_json=False`` keeps the stored text), NULL as None:
+        for code that wants no pandas."""
         if table not in COLUMNS:
             raise StoreError(f"unknown store table {table!r}; tables: {', '.join(COLUMNS)}")
-        sql = f"SELECT * FROM {table}"
+        sql = f"SELECT {self._select(table)} FROM {table}"
         params: tuple = ()
         if run_id is not None:
             sql += " WHERE run_id=?"
             params = (run_id,)
         with self._lock:
-            fetched = self._conn.execute(sql + " ORDER BY rowid", params).fetchall()
+            fetched = self._conn.execute(sql + f" ORDER BY {self.backend.order_column}", params).fetchall()
         out = []
         for r in fetched:
             d = dict(r)
+            if not decode_json:
+                out.append(d)
+                continue
             for col in [c for c in d if c.endswith("_json")]:
                 v = d.pop(col)
                 d[col[: -len("_json")]] = json.loads(v) if v is not None else None
             out.append(d)
         return out
 
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """A read-only SQL query (``?`` placeholders, SQL both SQLite and PostgreSQL run) as dicts."""
+        if not sql.lstrip().upper().startswith(("SELECT", "WITH")):
+            raise StoreError("RunStore.query runs SELECT (or WITH ... SELECT) statements only")
+        with self._lock:
+            return [dict(r) for r in self._conn.execute(sql, tuple(params)).fetchall()]
+
     # -- pandas accessors --------------------------------------------------------------
-    def _frame(self, table: str, run_id: str | None, order: str) -> "pd.DataFrame":
+    def _frame(self, table: str, run_id: str | None, order: str | None = None) -> "pd.DataFrame":
         """A table as a DataFrame with predictable dtypes on pandas 2 and 3.
 
         Text stays ``object`` with ``None`` for missing values (pandas 3 would otherwise make
@@ -359,14 +389,14 @@ class RunStore:
         """
         import pandas as pd
 
-        sql = f"SELECT * FROM {table}"
+        declared = self._declared(table)
+        sql = f"SELECT {self._select(table)} FROM {table}"
         params: tuple = ()
         if run_id is not None:
             sql += " WHERE run_id=?"
             params = (run_id,)
         with self._lock:
-            declared = {r["name"]: r["type"].upper() for r in self._conn.execute(f"PRAGMA table_info({table})")}
-            cur = self._conn.execute(sql + f" ORDER BY {order}", params)
+            cur = self._conn.execute(sql + f" ORDER BY {order or self.backend.order_column}", params)
             data = [tuple(r) for r in cur.fetchall()]
             columns = [d[0] for d in cur.description]
         raw = {c: [row[i] for row in data] for i, c in enumerate(columns)}
@@ -392,25 +422,25 @@ class RunStore:
         return self._frame("runs", None, "created_at, run_id")
 
     def problems_df(self, run_id: str | None = None) -> "pd.DataFrame":
-        return self._frame("problems", run_id, "rowid")
+        return self._frame("problems", run_id)
 
     def kernels_df(self, run_id: str | None = None) -> "pd.DataFrame":
-        return self._frame("kernels", run_id, "rowid")
+        return self._frame("kernels", run_id)
 
     def evaluations_df(self, run_id: str | None = None) -> "pd.DataFrame":
-        return self._frame("evaluations", run_id, "rowid")
+        return self._frame("evaluations", run_id)
 
     def plans_df(self, run_id: str | None = None) -> "pd.DataFrame":
-        return self._frame("plans", run_id, "rowid")
+        return self._frame("plans", run_id)
 
     def memory_items_df(self, run_id: str | None = None) -> "pd.DataFrame":
-        return self._frame("memory_items", run_id, "rowid")
+        return self._frame("memory_items", run_id)
 
     def llm_calls_df(self, run_id: str | None = None) -> "pd.DataFrame":
-        return self._frame("llm_calls", run_id, "rowid")
+        return self._frame("llm_calls", run_id)
 
     def steps_df(self, run_id: str | None = None) -> "pd.DataFrame":
-        return self._frame("steps", run_id, "rowid")
+        return self._frame("steps", run_id)
 
     def table_counts(self, run_id: str | None = None) -> dict[str, int]:
         """Row counts per table (handy in notebooks and tests)."""
@@ -437,4 +467,4 @@ class RunStore:
         self.close()
 
     def __repr__(self) -> str:
-        return f"RunStore({str(self.path)!r})"
+        return f"RunStore({self.location!r})"

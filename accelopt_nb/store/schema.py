@@ -1,4 +1,4 @@
-"""SQLite schema of the run store.
+"""Schema of the run store, in SQLite's dialect (``backends.postgres_ddl`` derives PostgreSQL's).
 
 Every table keys its rows by stable ids (content hashes or caller ids), so writing the same
 row twice is a no-op: a resumed run can never duplicate what an earlier process recorded.
@@ -15,7 +15,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "kernels": ("run_id", "kernel_id", "problem_id", "iteration", "sha256", "source", "parent_id",
                 "plan_id", "origin", "data_json", "created_at"),
     "evaluations": ("run_id", "eval_id", "kernel_id", "sha256", "backend", "attempt", "status",
-                    "correct", "latency_us", "pct_peak", "result_json", "created_at"),
+                    "correct", "latency_us", "pct_peak", "result_json", "created_at", "hw", "fidelity"),
     "plans": ("run_id", "plan_id", "problem_id", "iteration", "parent_kernel_id", "text",
               "data_json", "created_at"),
     "memory_items": ("run_id", "item_id", "problem_id", "iteration", "slow_kernel_id",
@@ -33,6 +33,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 # before them gets them on open (NULL in old rows), so old stores still load and take new rows.
 ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("llm_calls", "finish_reason", "TEXT"),
+    # The hardware and fidelity an evaluation ran at (also inside result_json): queried by a shared store.
+    ("evaluations", "hw", "TEXT"),
+    ("evaluations", "fidelity", "TEXT"),
 )
 
 # Primary key of each table: what makes a write idempotent.
@@ -100,6 +103,8 @@ CREATE TABLE IF NOT EXISTS evaluations (
     pct_peak    REAL,
     result_json TEXT,
     created_at  TEXT NOT NULL,
+    hw          TEXT,
+    fidelity    TEXT,
     PRIMARY KEY (run_id, eval_id)
 );
 CREATE INDEX IF NOT EXISTS evaluations_by_kernel ON evaluations (run_id, kernel_id);
