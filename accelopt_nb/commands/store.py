@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from accelopt_nb.commands import emit_json
     from accelopt_nb.errors import ConfigError
     from accelopt_nb.store import RunStore
     from accelopt_nb.store.backends import is_database_url
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     with RunStore(target) as store:
         out = _ACTIONS[args.store_command](store, args)
     if args.json:
-        print(json.dumps(out, indent=2, default=str))
+        emit_json(out, indent=2, default=str)
     else:
         print(_text(args.store_command, out, store.location))
     return 0
