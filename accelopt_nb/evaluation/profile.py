@@ -5,7 +5,9 @@ fields with ``latency`` in ms, or neuron-profile's summary-json plus the measure
 :func:`profile_record` turns it into a :class:`ProfileRecord`, whose ``to_dict()`` is what
 ``EvalResult.profile`` holds: the latency in milliseconds under the one key ``latency_ms`` (no
 other latency key survives), the producer (``source``), the hardware, the bound, the model's own
-error estimate when it gives one (``model_error``, as the perf model names it), and every other metric under its producer's
+error estimate when it gives one (``model_error``, as the perf model names it), the model's error bar
+(``uncertainty``: kernel class, multiplicative latency interval, coverage and basis, see
+``accelopt_nb.perf.uncertainty.LatencyUncertainty``; None for a measured profile), and every other metric under its producer's
 name (``hbm_read_bytes``, ``*_percent`` fractions in [0, 1], ...). ``EvalResult.latency_ms`` is the
 same number.
 """
@@ -21,7 +23,7 @@ LATENCY_KEYS: tuple[tuple[str, float], ...] = (
     ("latency_ms", 1.0), ("latency", 1.0), ("total_time_ms", 1.0), ("latency_us", 1e-3),
     ("total_time_us", 1e-3), ("latency_s", 1e3), ("total_time", 1e3))
 _DROPPED = frozenset({"latency", "latency_us", "latency_s", "total_time_ms", "total_time_us"})
-_TYPED = ("latency_ms", "source", "hw", "bound", "model_error")
+_TYPED = ("latency_ms", "source", "hw", "bound", "model_error", "uncertainty")
 
 
 @dataclass
@@ -33,11 +35,22 @@ class ProfileRecord:
     hw: str                                 # "trn1" | "trn2"
     bound: str | None = None                # what limits the kernel (perf model / roofline), if known
     model_error: float | None = None        # the perf model's expected relative latency error, if it gives one
+    # the perf model's error bar (LatencyUncertainty.to_dict(): kernel_class, low, high, coverage, n,
+    # sources, basis): the measured latency lies in [latency_ms * low, latency_ms * high] for `coverage`
+    # of held-out kernels of that class. None for a measured profile.
+    uncertainty: dict[str, Any] | None = None
     metrics: dict[str, Any] = field(default_factory=dict)  # every other field, producer's names
+
+    @property
+    def latency_interval_ms(self) -> tuple[float, float] | None:
+        """(low, high) ms the model's held-out error bar gives, or None (measured, or no latency)."""
+        if self.uncertainty is None or self.latency_ms is None:
+            return None
+        return self.latency_ms * float(self.uncertainty["low"]), self.latency_ms * float(self.uncertainty["high"])
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.metrics, "latency_ms": self.latency_ms, "source": self.source,
-                "hw": self.hw, "bound": self.bound, "model_error": self.model_error}
+                "hw": self.hw, "bound": self.bound, "model_error": self.model_error, "uncertainty": self.uncertainty}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ProfileRecord":
@@ -62,7 +75,9 @@ def profile_record(raw: Mapping[str, Any], *, source: str, hw: str) -> ProfileRe
     metrics = {str(k): v for k, v in raw.items() if k not in _DROPPED and k not in _TYPED}
     bound = raw.get("bound")
     err = raw.get("model_error")
+    unc = raw.get("uncertainty")
     return ProfileRecord(latency_ms=latency_ms_from_profile(raw), source=source, hw=hw,
                          bound=str(bound) if bound is not None else None,
                          model_error=float(err) if isinstance(err, (int, float)) else None,
+                         uncertainty=dict(unc) if isinstance(unc, Mapping) else None,
                          metrics=metrics)

@@ -14,6 +14,7 @@ import numpy as np
 
 from accelopt_nb.perf.costs import matmul_flops
 from accelopt_nb.perf.schedule import COMPUTE_ENGINES, Schedule
+from accelopt_nb.perf.uncertainty import ClassInputs, LatencyUncertainty, classify, lookup
 from accelopt_nb.sim.trace import Trace
 
 ENGINE_LABEL = {"tensor": "TensorE", "vector": "VectorE", "scalar": "ScalarE", "gpsimd": "GpSimdE", "dma": "DMA"}
@@ -64,8 +65,10 @@ class Profile:
     sbuf_peak_demand_bytes_per_partition: int
     psum_peak_demand_bytes_per_partition: int
     hbm_reload_elided_bytes: int            # redundant loads the toolchain keeps on chip (reuse.py)
-    model_error: float                      # expected latency error (fraction), HWConfig.model_error
-    estimate_note: str                      # "estimated (trn1 model, ±15%)": say it with every derived figure
+    model_error: float                      # the interval's larger side as a fraction: uncertainty.error_factor - 1
+    estimate_note: str                      # "estimated (trn1 model; matmul-bound: x0.85-x1.20 (80% of 9 held-out))"
+    # the error bar: kernel class, multiplicative interval on latency, coverage, basis (perf/uncertainty.py)
+    uncertainty: LatencyUncertainty
     schedule: Schedule | None = field(default=None, repr=False, compare=False)
     trace: Trace | None = field(default=None, repr=False, compare=False)
 
@@ -80,7 +83,7 @@ class Profile:
             if f.name in ("schedule", "trace"):
                 continue
             v = getattr(self, f.name)
-            out[f.name] = list(v) if isinstance(v, list) else v
+            out[f.name] = list(v) if isinstance(v, list) else v.to_dict() if isinstance(v, LatencyUncertainty) else v
         return out
 
     def summary_json(self) -> str:
@@ -91,6 +94,16 @@ class Profile:
         """Matplotlib timeline (one row per engine and DMA queue); see :func:`plot_timeline`."""
         from accelopt_nb.perf.timeline import plot_timeline
         return plot_timeline(self, **kwargs)
+
+    @property
+    def kernel_class(self) -> str:
+        """What bounds the kernel in the model (matmul, fused, elementwise, dma, overhead)."""
+        return self.uncertainty.kernel_class
+
+    @property
+    def latency_interval(self) -> tuple[float, float]:
+        """(low, high) latency in ms that held-out measurements of this kernel's class support."""
+        return self.uncertainty.interval_ms(self.latency)
 
     @property
     def engine_active(self) -> dict[str, float]:
@@ -114,9 +127,9 @@ def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     return float(np.sum(block_end - s[idx]))
 
 
-def estimate_note(hw_name: str, model_error: float) -> str:
+def estimate_note(hw_name: str, uncertainty: LatencyUncertainty) -> str:
     """How every figure derived from a model latency is labelled for people and agents."""
-    return f"estimated ({hw_name} model, ±{100 * model_error:.0f}%)"
+    return f"estimated ({hw_name} model; {uncertainty.describe()})"
 
 
 def note_of(profile: "Profile | Mapping[str, Any] | None") -> str | None:
@@ -217,6 +230,7 @@ def build_profile(trace: Trace, sched: Schedule) -> Profile:
     mfu = model_flops / (hw.profiler_peak_flops * total) if total > 0 else 0.0
     mbu = hbm_total / total / hw.profiler_hbm_bandwidth if total > 0 else 0.0
 
+    unc = lookup(hw.name, classify(_class_inputs(sched, total, engine_time, dma_active)), prior_error=hw.model_error)
     plan = sched.memory
     bound, why = _diagnose(trace, sched, total, active, dma_active, mbu, engine_time, tensor_tr_time, fp32_mm_time,
                            save + reload, sb_r + sb_w)
@@ -239,9 +253,23 @@ def build_profile(trace: Trace, sched: Schedule) -> Profile:
         bound=bound, bottleneck=why,
         sbuf_peak_demand_bytes_per_partition=plan.peak_demand["sbuf"],
         psum_peak_demand_bytes_per_partition=plan.peak_demand["psum"],
-        hbm_reload_elided_bytes=int(elided), model_error=hw.model_error,
-        estimate_note=estimate_note(hw.name, hw.model_error),
+        hbm_reload_elided_bytes=int(elided), model_error=unc.error_factor - 1,
+        estimate_note=estimate_note(hw.name, unc), uncertainty=unc,
         schedule=sched, trace=trace)
+
+
+def _class_inputs(sched: Schedule, total: float, engine_time: dict[str, float], dma_active: float) -> ClassInputs:
+    """What the kernel-class rule reads from a schedule (uncertainty.classify)."""
+    vec_engine = max(("vector", "scalar", "gpsimd"), key=lambda e: engine_time[e])
+    over = float(sched.overhead[sched.row == COMPUTE_ENGINES.index(vec_engine)].sum())
+    shapes = list(sched.transfer.values())
+    nbytes = sum(s.nbytes for s in shapes)
+    small = sum(s.nbytes for s in shapes if s.run_bytes < 512)
+    return ClassInputs(total=total, tensor_busy=engine_time["tensor"],
+                       vector_busy=engine_time[vec_engine], vector_overhead=over,
+                       dma_active=dma_active * total, dma_transfers=len(shapes) + len(sched.spill_events),
+                       dma_fixed_latency=sched.hw.dma_fixed_latency_s,
+                       dma_small_share=small / nbytes if nbytes else 0.0)
 
 
 def _diagnose(trace: Trace, sched: Schedule, total: float, active: dict[str, float], dma_active: float, mbu: float,

@@ -1,0 +1,197 @@
+"""Error bars on an estimated latency, taken from held-out residuals of the kernel's class.
+
+A single "±11%" hides that the model is good on some kinds of kernels and poor on others. Every
+:class:`~accelopt_nb.perf.profile.Profile` therefore carries a :class:`LatencyUncertainty`:
+
+* ``kernel_class`` — what bounds the kernel in the model's own schedule (:func:`classify`):
+  ``matmul`` (TensorE-bound), ``fused`` (TensorE and Vector/Scalar both substantial),
+  ``elementwise`` (Vector/Scalar/GpSimd-bound, no real matmul work), ``dma`` (data movement
+  bound), ``overhead`` (fixed per-instruction or per-DMA costs dominate: tiny instructions or
+  tiny transfers, where compiler fusion and overlap make the code as written a poor guide).
+* ``low``, ``high`` — a multiplicative interval on the latency: the measured latency lies in
+  ``[latency * low, latency * high]`` for a fraction ``coverage`` of the held-out kernels of that
+  class (a log-normal prediction interval over the residuals measured/model, see
+  :func:`interval_from_residuals`). It need not contain 1: a class the model is biased on says so.
+* ``n``, ``sources`` — how many held-out residuals the interval rests on and which corpus sources
+  they come from; ``basis`` says whether they are the class's own (``held-out``), all classes of
+  the hardware pooled because the class has too few (``pooled``), or no measurement at all
+  (``prior``: a wide stated interval).
+
+The numbers live in ``accelopt_nb/perf/data/uncertainty.yaml``, written by
+``benchmarks/perf_fidelity.py --write-uncertainty`` from residuals of kernels outside every fit
+(docs/perf_model.md, "Held-out protocol"). Refining the numbers never changes this record's shape.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import yaml
+
+DATA = Path(__file__).with_name("data") / "uncertainty.yaml"
+
+KERNEL_CLASSES: tuple[str, ...] = ("matmul", "fused", "elementwise", "dma", "overhead")
+CLASS_LABEL = {"matmul": "matmul-bound", "fused": "fused matmul+vector", "elementwise": "element-wise",
+               "dma": "DMA-bound", "overhead": "fixed-cost-bound"}
+COVERAGE = 0.8                 # the central share of held-out residuals the interval covers
+MIN_CLASS_RESIDUALS = 4        # fewer than this: pool every class of the hardware
+# no measurement of this hardware at all: say so with a wide interval rather than a number we do not have
+PRIOR_LOW, PRIOR_HIGH = 0.5, 2.0
+
+
+@dataclass(frozen=True)
+class LatencyUncertainty:
+    """The error bar of one estimated latency (see the module docstring)."""
+
+    kernel_class: str               # one of KERNEL_CLASSES
+    low: float                      # measured / model at the interval's lower end (e.g. 0.85)
+    high: float                     # ... and upper end (e.g. 1.20)
+    coverage: float                 # share of held-out kernels of the class inside [low, high] (0.8)
+    n: int                          # held-out residuals the interval rests on (0 for a prior)
+    sources: tuple[str, ...]        # corpus sources of those residuals
+    basis: str                      # "held-out" | "pooled" | "prior"
+
+    def interval_ms(self, latency_ms: float) -> tuple[float, float]:
+        """The latency interval in ms for an estimate of ``latency_ms``."""
+        return latency_ms * self.low, latency_ms * self.high
+
+    @property
+    def error_factor(self) -> float:
+        """The larger side of the interval as one factor (>= 1): max(high, 1/low)."""
+        return max(self.high, 1.0 / self.low, 1.0)
+
+    def describe(self) -> str:
+        """One phrase for people and agents, e.g. 'matmul-bound: x0.85-x1.20 (80% of 9 held-out)'."""
+        label = CLASS_LABEL.get(self.kernel_class, self.kernel_class)
+        span = f"x{self.low:.2f}-x{self.high:.2f}"
+        if self.basis == "prior":
+            return f"{label}: {span} (no held-out measurement on this hardware)"
+        pooled = ", all classes pooled" if self.basis == "pooled" else ""
+        return f"{label}: {span} ({100 * self.coverage:.0f}% of {self.n} held-out{pooled})"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["sources"] = list(self.sources)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "LatencyUncertainty":
+        return cls(kernel_class=str(d["kernel_class"]), low=float(d["low"]), high=float(d["high"]),
+                   coverage=float(d["coverage"]), n=int(d["n"]), sources=tuple(str(s) for s in d.get("sources", ())),
+                   basis=str(d["basis"]))
+
+
+# ---- the kernel's class, from the model's own schedule ---------------------------------------
+@dataclass(frozen=True)
+class ClassInputs:
+    """What :func:`classify` reads (all times in seconds)."""
+
+    total: float
+    tensor_busy: float               # TensorE instruction time (transposes included: they occupy it too)
+    vector_busy: float               # the busiest of VectorE / ScalarE / GpSimdE
+    vector_overhead: float           # fixed-overhead part of that engine's time
+    dma_active: float                # time with at least one DMA moving data
+    dma_transfers: int
+    dma_fixed_latency: float         # per transfer (hw.dma_fixed_latency_s)
+    dma_small_share: float           # share of DMA bytes moved in transfers under 512 B per partition
+
+
+def classify(x: ClassInputs) -> str:
+    """The kernel's class: which resource the model says bounds it (thresholds are shares of the latency).
+
+    ``overhead`` first: when the per-instruction overhead is most of the busiest vector-like
+    engine's time, or when the transfers' fixed ~1.3 us costs add up to more than twice the
+    latency (the model assumed they overlap), the result hinges on fixed costs and on what the
+    compiler merges, not on throughput formulas.
+    """
+    t = max(x.total, 1e-30)
+    if x.vector_busy > 0.3 * t and x.vector_overhead > 0.5 * x.vector_busy:
+        return "overhead"
+    if x.dma_transfers * x.dma_fixed_latency > 2.0 * t and x.dma_small_share > 0.5:
+        return "overhead"
+    pe, vec, dma = x.tensor_busy / t, x.vector_busy / t, x.dma_active / t
+    if pe >= 0.15:      # real TensorE work: fused when a vector-like engine carries a comparable share
+        return "fused" if vec >= max(0.25, 0.5 * pe) else "matmul"
+    return "elementwise" if vec >= dma else "dma"
+
+
+# ---- intervals from residuals --------------------------------------------------------------
+def interval_from_residuals(ratios: Sequence[float], coverage: float = COVERAGE) -> tuple[float, float]:
+    """Log-normal prediction interval for measured/model from held-out ``ratios`` (measured / model).
+
+    exp(mean ± t * sd * sqrt(1 + 1/n)) with Student's t at ``(1 + coverage) / 2`` and n - 1 degrees
+    of freedom: a new kernel of the class, not the mean of the class, is what a user asks about.
+    """
+    logs = np.log(np.asarray(ratios, dtype=float))
+    n = len(logs)
+    if n < 2:
+        raise ValueError("an interval needs at least 2 residuals")
+    mean, sd = float(logs.mean()), float(logs.std(ddof=1))
+    t = _student_t_quantile((1 + coverage) / 2, n - 1)
+    half = t * sd * math.sqrt(1 + 1 / n)
+    return math.exp(mean - half), math.exp(mean + half)
+
+
+def _student_t_quantile(p: float, dof: int) -> float:
+    """Quantile of Student's t for p > 0.5 (bisection on the CDF; the density integrated numerically)."""
+    c = math.exp(math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2)) / math.sqrt(dof * math.pi)
+
+    def cdf(x: float) -> float:
+        xs = np.linspace(0.0, x, 4001)
+        f = c * (1 + xs * xs / dof) ** (-(dof + 1) / 2)
+        return 0.5 + float(np.sum((f[1:] + f[:-1]) * np.diff(xs)) / 2)
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+# ---- the shipped table -----------------------------------------------------------------------
+@lru_cache(maxsize=8)
+def _table(path: str) -> dict[str, Any]:
+    p = Path(path)
+    return yaml.safe_load(p.read_text()) if p.is_file() else {}
+
+
+def lookup(hw_name: str, kernel_class: str, path: "str | Path" = DATA,
+           prior_error: float | None = None) -> LatencyUncertainty:
+    """The interval for a kernel of ``kernel_class`` on ``hw_name`` from the shipped table.
+
+    Falls back to the hardware's pooled entry when the class has too few residuals, and to a wide
+    prior when the hardware has no held-out measurement at all: at least x0.5-x2, wider if the
+    hardware file's own ``model_error`` says so.
+    """
+    table = _table(str(path))
+    hw = (table.get("hardware") or {}).get(hw_name) or {}
+    coverage = float(table.get("coverage", COVERAGE))
+    entry = (hw.get("classes") or {}).get(kernel_class)
+    basis = "held-out"
+    if not entry or int(entry.get("n", 0)) < MIN_CLASS_RESIDUALS:
+        entry, basis = hw.get("pooled"), "pooled"
+    if not entry:
+        e = float(prior_error or 0.0)
+        return LatencyUncertainty(kernel_class, min(PRIOR_LOW, 1 / (1 + e)), max(PRIOR_HIGH, 1 + e), coverage, 0, (),
+                                  "prior")
+    return LatencyUncertainty(kernel_class, float(entry["low"]), float(entry["high"]), coverage, int(entry["n"]),
+                              tuple(entry.get("sources", ())), basis)
+
+
+def table_entry(ratios: Sequence[float], sources: Sequence[str], coverage: float = COVERAGE) -> dict[str, Any]:
+    """One entry of uncertainty.yaml from held-out residuals (measured / model) and their sources."""
+    lo, hi = interval_from_residuals(ratios, coverage)
+    logs = np.log(np.asarray(ratios, dtype=float))
+    return {"n": len(ratios), "low": round(lo, 3), "high": round(hi, 3),
+            "geomean": round(float(np.exp(logs.mean())), 3), "log_sd": round(float(logs.std(ddof=1)), 3),
+            "sources": sorted(set(sources))}
+
+
+__all__ = ["CLASS_LABEL", "COVERAGE", "ClassInputs", "KERNEL_CLASSES", "LatencyUncertainty", "classify",
+           "interval_from_residuals", "lookup", "table_entry"]

@@ -1,0 +1,99 @@
+"""Error bars from held-out residuals of the kernel's class (perf/uncertainty.py)."""
+import math
+
+import numpy as np
+import pytest
+import yaml
+
+from accelopt_nb.perf import estimate, format_profile
+from accelopt_nb.perf.uncertainty import (ClassInputs, LatencyUncertainty, classify, interval_from_residuals, lookup,
+                                          table_entry)
+from perf_builders import TraceBuilder
+
+
+def _inputs(**kw) -> ClassInputs:
+    base = dict(total=1e-3, tensor_busy=0.0, vector_busy=0.0, vector_overhead=0.0, dma_active=0.0,
+                dma_transfers=10, dma_fixed_latency=1.3e-6, dma_small_share=0.0)
+    return ClassInputs(**{**base, **kw})
+
+
+def test_classes_follow_the_resource_that_bounds_the_schedule():
+    assert classify(_inputs(tensor_busy=0.9e-3, vector_busy=0.1e-3, dma_active=0.3e-3)) == "matmul"
+    assert classify(_inputs(tensor_busy=0.9e-3, vector_busy=0.4e-3, dma_active=1e-3)) == "matmul"
+    assert classify(_inputs(tensor_busy=0.4e-3, vector_busy=0.6e-3, dma_active=0.3e-3)) == "fused"
+    assert classify(_inputs(vector_busy=0.9e-3, dma_active=0.5e-3)) == "elementwise"
+    assert classify(_inputs(vector_busy=0.3e-3, dma_active=0.95e-3)) == "dma"
+    # most of the busiest vector engine's time is fixed per-instruction overhead
+    assert classify(_inputs(vector_busy=0.9e-3, vector_overhead=0.6e-3, dma_active=0.2e-3)) == "overhead"
+    # the transfers' fixed costs add up to far more than the latency, and they are tiny
+    assert classify(_inputs(dma_active=0.9e-3, dma_transfers=5000, dma_small_share=0.9)) == "overhead"
+    assert classify(_inputs(dma_active=0.9e-3, dma_transfers=5000, dma_small_share=0.1)) == "dma"
+
+
+def test_interval_is_a_lognormal_prediction_interval_of_the_residuals():
+    ratios = [0.9, 1.0, 1.1, 1.2, 0.95, 1.05]
+    lo, hi = interval_from_residuals(ratios, 0.8)
+    logs = np.log(ratios)
+    t = 1.4759                       # Student's t, 0.9 quantile, 5 degrees of freedom
+    half = t * logs.std(ddof=1) * math.sqrt(1 + 1 / 6)
+    assert lo == pytest.approx(math.exp(logs.mean() - half), rel=1e-3)
+    assert hi == pytest.approx(math.exp(logs.mean() + half), rel=1e-3)
+    # a biased class is not centred on 1: the model 2x too slow gives an interval below 1
+    lo2, hi2 = interval_from_residuals([0.48, 0.5, 0.52, 0.55], 0.8)
+    assert hi2 < 1
+    wider = interval_from_residuals(ratios, 0.95)
+    assert wider[0] < lo and wider[1] > hi
+
+
+def test_lookup_uses_the_class_then_the_pooled_entry_then_a_wide_prior(tmp_path):
+    table = {"coverage": 0.8, "hardware": {"trn1": {
+        "classes": {"matmul": table_entry([0.9, 1.0, 1.1, 1.05], ["a", "b", "a", "a"]),
+                    "dma": table_entry([1.0, 1.2], ["c", "c"])},
+        "pooled": table_entry([0.9, 1.0, 1.1, 1.05, 1.0, 1.2], ["a", "b", "c"])}}}
+    path = tmp_path / "u.yaml"
+    path.write_text(yaml.safe_dump(table))
+    mm = lookup("trn1", "matmul", path)
+    assert (mm.basis, mm.n, mm.sources) == ("held-out", 4, ("a", "b"))
+    assert mm.low < 1 < mm.high
+    dma = lookup("trn1", "dma", path)                 # 2 residuals: too few, the pooled entry speaks
+    assert (dma.basis, dma.n) == ("pooled", 6)
+    none = lookup("trn9", "matmul", path, prior_error=0.1)
+    assert (none.basis, none.n, none.low, none.high) == ("prior", 0, 0.5, 2.0)
+    assert lookup("trn9", "matmul", path, prior_error=3.0).high == 4.0
+
+
+def test_every_profile_carries_its_class_interval_and_basis():
+    b = TraceBuilder()
+    x, y = b.hbm("x", (128, 8192)), b.hbm("y", (128, 8192), kind="output")
+    t = b.tensor("t", (128, 8192))
+    b.dma(b.region(t), b.region(x))
+    b.dma(b.region(y), b.region(t))
+    p = estimate(b.trace)
+    u = p.uncertainty
+    assert isinstance(u, LatencyUncertainty) and u.kernel_class == p.kernel_class == "dma"
+    assert u.low < u.high and 0 < u.coverage < 1 and u.basis in ("held-out", "pooled", "prior")
+    assert p.latency_interval == pytest.approx((p.latency * u.low, p.latency * u.high))
+    assert p.model_error == pytest.approx(u.error_factor - 1)
+    d = p.to_dict()
+    assert LatencyUncertainty.from_dict(d["uncertainty"]) == u
+    assert p.estimate_note == f"estimated (trn1 model; {u.describe()})"
+    assert "±" not in format_profile(p)
+    assert p.estimate_note in format_profile(p).splitlines()[2]      # the latency line
+
+
+def test_the_profile_record_keeps_the_error_bar_typed():
+    from accelopt_nb.evaluation.profile import ProfileRecord, profile_record
+
+    b = TraceBuilder()
+    a = b.tensor("a", (128, 4096))
+    o = b.tensor("o", (128, 4096))
+    for _ in range(4):
+        b.vector("tensor_tensor", [b.region(a), b.region(a)], [b.region(o)], 4096, alu="add")
+    raw = estimate(b.trace).to_dict()
+    rec = profile_record(raw, source="simulator", hw="trn1")
+    assert rec.uncertainty == raw["uncertainty"] and "uncertainty" not in rec.metrics
+    lo, hi = rec.latency_interval_ms
+    assert lo == pytest.approx(raw["latency"] * raw["uncertainty"]["low"])
+    assert ProfileRecord.from_dict(rec.to_dict()).uncertainty == rec.uncertainty
+    measured = profile_record({"total_time": 0.002, "hbm_read_bytes": 10}, source="neuron", hw="trn1")
+    assert measured.uncertainty is None and measured.latency_interval_ms is None
