@@ -15,6 +15,7 @@ from real_kernels import Case, _f32, _softmax
 
 LIB = "src/nkilib_src/nkilib"
 QWEN = "contrib/models/Qwen3.5-2B/src/nki_kernels"
+CONTRIB = "contrib/models"
 
 
 def _bf16(x):
@@ -233,6 +234,34 @@ def deltanet_step(rng):
     return [q, k, v, g, beta, state], {}, (out, new_state)
 
 
+def mla_attention(rng):
+    """GLM's MLA decode step: scores over the compressed KV cache, softmax, then V absorption per head."""
+    b, h, s, d_rope, d_c, d_v, scale = 1, 2, 512, 64, 512, 256, 0.0625
+    q_pe, q_nope = _bf16(rng.standard_normal((b * h, d_rope))), _bf16(rng.standard_normal((b * h, d_c)) * 0.1)
+    kv = _bf16(rng.standard_normal((b, s, d_rope + d_c)) * 0.1)
+    v_abs = _bf16(rng.standard_normal((h, d_v, d_c)) / np.sqrt(d_c))
+    mask = (rng.random((b * h, s)) < 0.9).astype(np.uint8)
+    f = lambda a: a.astype(np.float32)                                     # noqa: E731
+    out = np.zeros((b * h, d_v), np.float32)
+    for bh in range(b * h):
+        k_pe, c_kv = f(kv[bh // h, :, :d_rope]), f(kv[bh // h, :, d_rope:])
+        sc = scale * (k_pe @ f(q_pe[bh]) + c_kv @ f(q_nope[bh])) + np.where(mask[bh] > 0, 0.0, -9984.0)
+        out[bh] = f(v_abs[bh % h]) @ (_softmax(sc) @ c_kv)
+    kwargs = {"softmax_scale": scale, "n_heads": h, "d_rope": d_rope, "d_c": d_c, "d_v": d_v, "seq_len": s}
+    return [q_pe, q_nope, kv, v_abs, mask], kwargs, out
+
+
+def cross_attention(rng):
+    """LTX-2's text cross-attention: softmax(q k^T + additive mask over K) v, q pre-scaled."""
+    bh, sq, sk, d = 1, 256, 1024, 128
+    q = _bf16(rng.standard_normal((bh, sq, d)) / np.sqrt(d))
+    k, v = _bf16(rng.standard_normal((bh, sk, d))), _bf16(rng.standard_normal((bh, sk, d)))
+    mask = np.where(rng.random((bh, sk)) < 0.8, 0.0, -10000.0).astype(np.float32)
+    f = lambda a: a.astype(np.float32)                                     # noqa: E731
+    want = np.stack([_softmax(f(q[i]) @ f(k[i]).T + mask[i]) @ f(v[i]) for i in range(bh)])
+    return [q, k, v, mask], {}, want
+
+
 CASES: list[Case] = [
     Case("nki-library", f"{LIB}/core/cumsum/cumsum.py", "cumsum", cumsum, rtol=1e-4, atol=1e-3),
     Case("nki-library", f"{LIB}/core/subkernels/rmsnorm_tkg.py", "rmsnorm_tkg", rmsnorm_tkg, jit=True,
@@ -265,4 +294,8 @@ CASES: list[Case] = [
          rtol=1e-4, atol=1e-4),
     Case("nxdi", f"{QWEN}/nki_deltanet.py", "_deltanet_recurrent_step_batched_kernel", deltanet_step,
          rtol=1e-4, atol=1e-4),
+    Case("nxdi", f"{CONTRIB}/GLM-5.2/src/mla_attention_nki_kernel.py", "mla_attention_tkg", mla_attention,
+         rtol=3e-2, atol=3e-2),
+    Case("nxdi", f"{CONTRIB}/ltx2-video-audio/src/nki_cross_attention_kernel.py", "cross_attn_kernel",
+         cross_attention, rtol=3e-2, atol=3e-2),
 ]
