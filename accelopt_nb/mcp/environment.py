@@ -40,7 +40,7 @@ PROFILE_FIELDS = (
     "peak_flops_bandwidth_ratio", "mm_arithmetic_intensity", "hfu_estimated_percent", "mbu_estimated_percent",
     "tensor_engine_active_time_percent", "vector_engine_active_time_percent", "scalar_engine_active_time_percent",
     "gpsimd_engine_active_time_percent", "dma_active_time_percent", "instruction_count", "bound", "bottleneck",
-    "estimate_note")
+    "estimate_note", "uncertainty")
 BASELINE_ID = "baseline"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}$")
 _FILENAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-]{0,63}\.py$")
