@@ -1,8 +1,10 @@
 """Batch experiments behind the paper's figures: run search *arms* over problems, collect curves, plot.
 
 An arm is one search configuration (beam search with memory, without memory, repeated sampling,
-another model...). Every run lives in its own run store under ``root/<arm>/<problem>``, so a killed
-batch resumes where it stopped, and the figures are drawn from the stores alone:
+another model...). Every run lives in its own run store under ``root/<arm folder>/<problem>``, so a
+killed batch resumes where it stopped, and the figures are drawn from the stores alone. The folder is
+the arm's name with anything but letters, digits, ``.``, ``-`` and ``_`` made ``_`` (``beam + memory``
+lives in ``beam_memory/``, easy to type in a shell); ``arm.json`` in it keeps the name.
 
 * :func:`collect_curves`: per arm, problem and iteration, the best speedup so far, its % of peak,
   and the cumulative LLM tokens and USD (from the ledger);
@@ -12,7 +14,9 @@ batch resumes where it stopped, and the figures are drawn from the stores alone:
 """
 from __future__ import annotations
 
+import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -23,6 +27,7 @@ import pandas as pd
 from accelopt_nb.errors import AccelOptError, ConfigError
 from accelopt_nb.search.launch import LaunchSpec, model_config, open_session, preflight, require_price
 
+ARM_FILE = "arm.json"   # in each arm's folder: the arm as written (its name may hold spaces and '+')
 CURVE_COLUMNS = ["arm", "problem", "run_id", "iteration", "best_speedup", "best_pct_peak", "cum_tokens",
                  "cum_cost_usd"]
 
@@ -43,6 +48,34 @@ class Arm:
             raise ConfigError(f"an arm needs 'name' and may have preset/overrides/model; got {sorted(d)}")
         return cls(name=str(d["name"]), preset=str(d.get("preset", "smoke")), overrides=dict(d.get("overrides") or {}),
                    model=dict(d.get("model") or {}))
+
+
+def arm_folder(name: str) -> str:
+    """The folder of an arm's run stores: its name with runs of other characters than letters, digits,
+    ``.``, ``-`` and ``_`` replaced by one ``_`` (no spaces, ``+`` or ``,`` in paths)."""
+    folder = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_.")
+    if not folder:
+        raise ConfigError(f"arm name {name!r} has no letter or digit to name its folder after")
+    return folder
+
+
+def arm_name(folder: str | Path) -> str:
+    """The name of the arm whose run stores are in ``folder`` (from its ``arm.json``; else the folder's name)."""
+    path = Path(folder) / ARM_FILE
+    if path.is_file():
+        try:
+            return str(json.loads(path.read_text())["name"])
+        except (ValueError, KeyError, TypeError):
+            pass
+    return Path(folder).name
+
+
+def _write_arm_file(root: Path, arm: "Arm") -> Path:
+    folder = root / arm_folder(arm.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / ARM_FILE).write_text(json.dumps({"name": arm.name, "preset": arm.preset, "overrides": arm.overrides,
+                                               "model": arm.model}, indent=2, default=str))
+    return folder
 
 
 @dataclass
@@ -75,13 +108,19 @@ def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], r
         raise ConfigError(f"parallel must be >= 1, got {parallel}")
     root = Path(root)
     arms = [a if isinstance(a, Arm) else Arm.from_dict(a) for a in arms]
+    folders: dict[str, str] = {}
+    for arm in arms:
+        other = folders.setdefault(arm_folder(arm.name), arm.name)
+        if other != arm.name:
+            raise ConfigError(f"arms {other!r} and {arm.name!r} would share the folder {arm_folder(arm.name)!r}; "
+                              "rename one")
     problems = list(problems)
     jobs = [(a, p) for a in arms for p in problems]
     # Fail in seconds, before any run starts, if an arm has no price (a cost experiment) or its
     # endpoint is down.
     checked: set[tuple[str | None, str]] = set()
     for arm in arms:
-        model = model_config(**_arm_model(arm, default_model))
+        model = model_config(**arm_model(arm, default_model))
         try:
             require_price(model, unpriced_ok)
         except ConfigError as exc:
@@ -92,6 +131,8 @@ def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], r
             except AccelOptError as exc:
                 raise type(exc)(f"arm {arm.name!r}: {exc}") from None
             checked.add((model.base_url, model.model))
+    for arm in arms:
+        _write_arm_file(root, arm)
     evaluator = _shared_evaluator(eval_workers, scheduler)
     bar = None
     if progress:
@@ -130,7 +171,8 @@ def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], r
     return outcomes
 
 
-def _arm_model(arm: Arm, default_model: Mapping[str, Any] | None) -> dict[str, Any]:
+def arm_model(arm: Arm, default_model: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The model settings an arm runs with."""
     # an arm naming its own model preset owns its endpoint; otherwise it refines the default model
     return dict(arm.model) if "model_preset" in arm.model else {**dict(default_model or {}), **arm.model}
 
@@ -138,7 +180,7 @@ def _arm_model(arm: Arm, default_model: Mapping[str, Any] | None) -> dict[str, A
 def _arm_spec(arm: Arm, problem: str, root: Path, default_model: Mapping[str, Any] | None, evaluator: Any,
               llm_concurrency: int | None, unpriced_ok: bool) -> LaunchSpec:
     # endpoints were checked once for the whole batch
-    return LaunchSpec(problem, run_dir=root / arm.name / problem, model=_arm_model(arm, default_model),
+    return LaunchSpec(problem, run_dir=root / arm_folder(arm.name) / problem, model=arm_model(arm, default_model),
                       preset=arm.preset, overrides=dict(arm.overrides), resume="auto", eval_executor=evaluator,
                       llm_concurrency=llm_concurrency, unpriced_ok=unpriced_ok, check_endpoint=False)
 
@@ -152,12 +194,12 @@ def _shared_evaluator(workers: int | None, scheduler: str | None) -> Any:
 
 
 def collect_curves(root: str | Path) -> pd.DataFrame:
-    """Read every run store under ``root/<arm>/<problem>`` into one tidy DataFrame (CURVE_COLUMNS)."""
+    """Read every run store under ``root/<arm folder>/<problem>`` into one tidy DataFrame (CURVE_COLUMNS)."""
     from accelopt_nb.store import DEFAULT_FILENAME, RunStore
 
     rows: list[dict[str, Any]] = []
     for db in sorted(Path(root).glob(f"*/*/{DEFAULT_FILENAME}")):
-        arm, problem = db.parent.parent.name, db.parent.name
+        arm, problem = arm_name(db.parent.parent), db.parent.name
         store = RunStore.open(db.parent)
         try:
             for run_id in store.run_ids():

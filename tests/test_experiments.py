@@ -9,6 +9,7 @@ from fakes.fake_nki_llm import FakeNKIModel, matmul_resident_rhs
 from fakes.fake_openai_server import FakeOpenAIServer
 
 from accelopt_nb.experiments import Arm, collect_curves, geomean_by_iteration, summary_table
+from accelopt_nb.reproduce.figures import read_manifest
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
@@ -61,9 +62,12 @@ def test_experiment_notebook_runs_arms_and_draws_the_figures(tmp_path, monkeypat
     assert (fig / "speedup_per_iteration.png").stat().st_size > 0 and (fig / "speedup_vs_cost.png").stat().st_size > 0
     curves = collect_curves(tmp_path / "runs")
     assert set(curves["arm"]) == {"beam + memory", "repeated sampling"}
+    # run directories a shell can type: no spaces, '+' or ','; the arm's name is kept beside its runs
+    assert {p.name for p in (tmp_path / "runs").iterdir()} == {"beam_memory", "repeated_sampling"}
     assert sorted(curves["iteration"].unique()) == [0, 1]
     assert (curves["best_speedup"] >= 1.0).all() and (curves["cum_cost_usd"] > 0).all()
-    assert pd.read_csv(fig / "summary.csv")["geomean_speedup"].max() > 1.0
+    assert pd.read_csv(fig / "speedup_vs_cost.csv")["geomean_speedup"].max() > 1.0
+    assert [f["name"] for f in read_manifest(fig)] == ["speedup_per_iteration", "speedup_vs_cost"]
 
 
 def test_arms_run_concurrently_and_a_failing_arm_is_reported_not_complete(tmp_path, monkeypatch):

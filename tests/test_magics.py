@@ -69,14 +69,35 @@ def test_library_objects_display_as_html_once_loaded(ip):
     result = evaluate("silu", nkibench.get_problem("silu").baseline_source(), preset="small", cache=False)
     fmt = ip.display_formatter.formatters["text/html"]
     assert "accelopt-result" in fmt(result) and "DMA active" in fmt(result)
-    assert Profile in fmt.type_printers
+    assert ("accelopt_nb.perf.profile", "Profile") in fmt.deferred_printers or Profile in fmt.type_printers
 
 
-def test_profile_reports_a_broken_cell_with_its_line(ip):
+def test_load_ext_imports_no_simulator_model_or_search():
+    """`%load_ext accelopt_nb` stays fast: the heavy layers load when a magic first needs them."""
+    import subprocess
+    import sys
+    code = ("import sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
+            "from traitlets.config import Config\nc = Config(); c.HistoryManager.enabled = False\n"
+            "InteractiveShell(config=c).run_line_magic('load_ext', 'accelopt_nb')\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('accelopt_nb', 'numpy', 'pandas', 'matplotlib', 'openai', 'nkibench'))))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert "accelopt_nb.notebook.magics" in loaded
+    heavy = [m for m in loaded if m.startswith(("accelopt_nb.sim", "accelopt_nb.perf", "accelopt_nb.search",
+                                                "accelopt_nb.evaluation", "numpy", "pandas", "matplotlib",
+                                                "openai", "nkibench"))]
+    assert heavy == []
+
+
+def test_profile_reports_a_broken_cell_with_its_line_counted_from_the_cell(ip):
     source = nkibench.get_problem("silu").baseline_source().replace("nl.add(e, 1.0)", "nl.add(e, 1.0")
     view = ip.run_cell_magic("accelopt", "profile --problem silu", source)
     assert view.result.status.value == "build_failed" and view.result.line is not None
-    assert "#b00020" in view._repr_html_() and f"line {view.result.line}" in view._repr_html_()
+    broken = next(i for i, line in enumerate(source.splitlines(), 1) if "nl.add(e, 1.0" in line)
+    assert view.result.line == broken                   # the kernel's own line number ...
+    cell_line = broken + 1                              # ... is one more in the cell, under the %%accelopt line
+    assert "#b00020" in view._repr_html_() and f"cell line {cell_line}" in view._repr_html_()
+    assert f"cell line {cell_line}" in repr(view)
 
 
 def test_help_docstring_and_usage_errors_are_one_line(ip, capsys):
@@ -122,6 +143,94 @@ def test_step_cell_settings_are_validated():
         StepSettings.from_yaml("phase: execute\nplans: [x]\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         StepSettings.from_yaml("phase: [plan\n")
+
+
+def test_endpoint_default_comes_from_the_line_then_config_then_environment():
+    from accelopt_nb.notebook.endpoint import resolve
+
+    env = {"ACCELOPT_BASE_URL": "http://env/v1", "ACCELOPT_MODEL": "env-model", "ACCELOPT_PRICE": "free"}
+    conf = {"base_url": "http://conf/v1", "model": "conf-model", "model_preset": None}
+    line = resolve({"model_preset": "gpt-oss-120b"}, conf, env)
+    assert line.settings == {"model_preset": "gpt-oss-120b"} and line.source == "the command line"
+    config = resolve({"price": "gpt-oss-120b@groq"}, conf, env)  # a price alone refines the default model
+    assert config.settings == {"base_url": "http://conf/v1", "model": "conf-model", "price": "gpt-oss-120b@groq"}
+    environment = resolve({}, {}, env)
+    assert environment.settings == {"base_url": "http://env/v1", "model": "env-model", "price": "free"}
+    assert "environment" in environment.source
+    half = resolve({}, {"base_url": "http://conf/v1"}, env)     # a half-set %config names no model: not mixed
+    assert half.settings["model"] == "env-model" and half.settings["base_url"] == "http://env/v1"
+    assert not resolve({}, {}, {}).names_a_model
+
+
+def test_live_progress_leaves_readable_text_for_static_viewers():
+    from accelopt_nb.notebook.progress import LiveProgress
+    from accelopt_nb.search.events import ProgressEvent
+
+    progress = LiveProgress(widgets=True)
+    progress(ProgressEvent("iteration", 0, "start", problem="matmul"))
+    progress(ProgressEvent("plan", 0, "start", total=2))
+    progress(ProgressEvent("plan", 0, "call_done", done=1, total=2, failed=1))
+    progress(ProgressEvent("plan", 0, "end", done=2, total=2, failed=1, message="1 plans, 1 failed"))
+    bundle = progress._bundle()
+    assert "application/vnd.jupyter.widget-view+json" in bundle            # live in JupyterLab ...
+    assert "HBox" not in bundle["text/plain"] and "IntProgress" not in bundle["text/plain"]
+    assert "[matmul] iteration 0" in bundle["text/plain"] and "1 plans, 1 failed" in bundle["text/plain"]
+    assert "1 plans, 1 failed" in bundle["text/html"] and "accelopt-progress" in bundle["text/html"]
+
+
+def test_fake_model_in_one_line_then_open_show_best_close(ip, tmp_path):
+    shown = ip.run_line_magic("accelopt", "fake-model")
+    assert "not a real LLM" in shown.text and shown.value.startswith("http://127.0.0.1:")
+    try:
+        check = ip.run_line_magic("accelopt", "llm check")                  # the default endpoint is the fake one
+        assert check.value.ok and "fake-nki" in check.text
+        opened = ip.run_line_magic("accelopt", f"open matmul --preset smoke --shape-preset small --run-dir {tmp_path / 'a'}")
+        session = ip.user_ns["accelopt_session"]
+        assert "from %config AccelOptMagics" in opened.text and session.clients["planner"].config.model == "fake-nki"
+        # a failed open (a typo in the URL) keeps the session you were working in
+        with pytest.raises(UsageError, match="cannot reach the LLM endpoint"):
+            _open(ip, f"http://127.0.0.1:{_free_port()}/v1", tmp_path / "b")
+        assert ip.user_ns["accelopt_session"] is session and _magics(ip).session is session
+        assert ip.run_line_magic("accelopt", "status").value is session
+        base = ip.run_line_magic("accelopt", "show baseline")
+        assert "status: correct" in base.text and "def kernel" in base.text and "<table>" in base.html
+        with pytest.raises(UsageError, match="no kernel 'nope'"):
+            ip.run_line_magic("accelopt", "show nope")
+        saved = ip.run_line_magic("accelopt", f"best --save {tmp_path}")
+        assert saved.value == tmp_path / f"best_kernel-{session.run_id}.py"
+        assert saved.value.read_text() == session.best.source
+        closed = ip.run_line_magic("accelopt", "close")
+        assert "--resume" in closed.text and "accelopt_session" not in ip.user_ns
+        with pytest.raises(UsageError, match="no open session"):
+            ip.run_line_magic("accelopt", "status")
+        reopened = ip.run_line_magic("accelopt", f"open matmul --resume --run-dir {tmp_path / 'a'}")
+        assert reopened.value.run_id == session.run_id
+    finally:
+        ip.run_line_magic("accelopt", "fake-model --stop")
+    with pytest.raises(UsageError, match="needs a model"):
+        ip.run_line_magic("accelopt", f"open matmul --run-dir {tmp_path / 'c'}")
+
+
+def test_llm_presets_and_prices(ip):
+    presets = ip.run_line_magic("accelopt", "llm presets")
+    assert "gpt-oss-120b" in presets.text and "claude-sonnet-4" in presets.text
+    prices = ip.run_line_magic("accelopt", "llm prices")
+    assert "USD per 1M tokens" in prices.text and "gpt-oss-120b@groq" in prices.text
+    assert "check" in _magics(ip).complete("%accelopt llm ")
+
+
+def test_endpoint_default_from_config_magic_and_environment(ip, monkeypatch):
+    ip.run_line_magic("config", 'AccelOptMagics.base_url = "http://127.0.0.1:9/v1"')
+    ip.run_line_magic("config", 'AccelOptMagics.model = "from-config"')
+    assert _magics(ip).endpoint_defaults()["model"] == "from-config"
+    with pytest.raises(UsageError, match="cannot reach the LLM endpoint http://127.0.0.1:9/v1"):
+        ip.run_line_magic("accelopt", "open matmul")
+    ip.run_line_magic("config", "AccelOptMagics.base_url = None")
+    ip.run_line_magic("config", "AccelOptMagics.model = None")
+    monkeypatch.setenv("ACCELOPT_BASE_URL", "http://127.0.0.1:7/v1")
+    monkeypatch.setenv("ACCELOPT_MODEL", "from-env")
+    with pytest.raises(UsageError, match="cannot reach the LLM endpoint http://127.0.0.1:7/v1"):
+        ip.run_line_magic("accelopt", "open matmul")
 
 
 # ---- failures are loud -----------------------------------------------------------------------------------

@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.list:
         for spec in NOTEBOOKS:
-            print(f"{spec.name:24s} {spec.kind:13s} {spec.file:32s} {spec.title}")
+            modes = "/".join(spec.modes)
+            print(f"{spec.name:24s} {spec.kind:13s} {modes:12s} {spec.file:32s} {spec.title}")
         return 0
     checkout = find_checkout(args.checkout)
     mode = args.mode or (None if args.configs else "smoke")

@@ -148,6 +148,17 @@ class ResultView:
     pct_peak: float | None = None
     peak_ms: float | None = None
     peak_bound: str | None = None
+    cell_offset: int | None = None   # the kernel came from a cell magic: its line 1 is cell line 1 + offset
+
+    def where(self) -> str:
+        """Where the error is, counted as the person sees it: from the cell for a kernel written in one."""
+        err = self.result.error or {}
+        line = err.get("line")
+        if line is None:
+            return err.get("file") or "kernel"
+        if self.cell_offset is not None and err.get("file") in (None, "<cell>"):
+            return f"cell line {line + self.cell_offset}"
+        return f"{err.get('file') or 'kernel'} line {line}"
 
     def _head(self) -> list[tuple[str, str]]:
         r = self.result
@@ -163,7 +174,7 @@ class ResultView:
         lines = [f"{k}: {v}" for k, v in self._head()] + [f"  {self.result.message}"]
         err = self.result.error
         if err:
-            lines.append(f"  error at {err.get('file') or 'kernel'}:{err.get('line')}: {err.get('message')}")
+            lines.append(f"  error at {self.where()}: {err.get('message')}")
             if err.get("rule"):
                 lines.append(f"  rule: {err['rule']}")
         for c in self.result.checks:
@@ -184,8 +195,8 @@ class ResultView:
                  f"<div style='color:{color};margin:4px 0'>{esc(r.message)}</div>"]
         if r.error:
             e = r.error
-            parts.append(f"<div style='color:{FAIL_COLOR}'><b>{esc(e.get('type'))}</b> at line "
-                         f"{esc(e.get('line'))}: {esc(e.get('message'))}"
+            parts.append(f"<div style='color:{FAIL_COLOR}'><b>{esc(e.get('type'))}</b> at {esc(self.where())}: "
+                         f"{esc(e.get('message'))}"
                          + (f"<br><i>rule: {esc(e['rule'])}</i>" if e.get("rule") else "") + "</div>")
         if r.checks:
             rows = [{"check": f"{c.kind} {c.index}", "result": "pass" if c.passed else
@@ -227,6 +238,39 @@ class KernelDiff:
                  ".accelopt-diff .diff_add{background:#dfd}.accelopt-diff .diff_chg{background:#ffa}"
                  ".accelopt-diff .diff_sub{background:#fdd}</style>")
         return f"{style}<div class='accelopt-diff' style='overflow:auto;max-height:480px'>{table}</div>"
+
+
+def source_html(source: str) -> str:
+    """Python source, syntax-highlighted when pygments is installed (it comes with IPython)."""
+    try:
+        from pygments import highlight
+        from pygments.formatters import HtmlFormatter
+        from pygments.lexers import PythonLexer
+    except ImportError:
+        return f"<pre>{esc(source)}</pre>"
+    return highlight(source, PythonLexer(), HtmlFormatter(noclasses=True, style="default"))
+
+
+def kernel_view(session: Any, kernel: Any) -> Shown:
+    """One kernel of a run (``%accelopt show KERNEL``, ``%accelopt best``): what it is, how it did, its source."""
+    base = session.baseline.latency_ms
+    speed = (f"{base / kernel.latency_ms:.3f}x over the baseline"
+             if kernel.correct and kernel.latency_ms else None)
+    facts = [("kernel", f"{kernel.kernel_id} (iteration {kernel.iteration}, {kernel.origin})"),
+             ("status", kernel.status or "not evaluated yet"),
+             ("latency", f"{kernel.latency_ms:.4g} ms" if kernel.latency_ms is not None else "–"),
+             ("% of peak", fmt_pct(kernel.pct_peak)), ("speedup", speed or "–")]
+    if kernel.message and not kernel.correct:
+        facts.append(("message", kernel.message))
+    plan = session.plans.get(kernel.plan_id) if kernel.plan_id else None
+    if plan is not None:
+        facts.append(("plan", f"{plan.plan_id}: {plan.step}"))
+    if kernel.parent_id:
+        facts.append(("parent", kernel.parent_id))
+    text = "\n".join(f"{k}: {v}" for k, v in facts) + "\n\n" + kernel.source
+    rows = "".join(f"<tr><th style='text-align:left;padding-right:12px'>{esc(k)}</th>"
+                   f"<td style='text-align:left'>{esc(v)}</td></tr>" for k, v in facts)
+    return Shown(text, f"<table>{rows}</table>{source_html(kernel.source)}", kernel)
 
 
 def leaderboard_rows(session: Any) -> list[dict[str, Any]]:
@@ -387,16 +431,24 @@ def profile_html(profile: Any) -> str:
 
 
 def register_formatters(ipython: Any) -> None:
-    """HTML for evaluation results, profiles, sessions, reports and memory wherever they are displayed."""
-    from accelopt_nb.evaluation.result import EvalResult
-    from accelopt_nb.perf.profile import Profile
-    from accelopt_nb.search.memory import OptimizationMemory
-    from accelopt_nb.search.report import RunReport
-    from accelopt_nb.search.session import Session
+    """HTML for evaluation results, profiles, sessions, reports and memory wherever they are displayed.
 
+    Registered by module and class name, so ``%load_ext`` imports none of them (the simulator, the
+    performance model and the search load only when a notebook first uses them).
+    """
     html = ipython.display_formatter.formatters["text/html"]
-    html.for_type(EvalResult, lambda r: ResultView(r)._repr_html_())
-    html.for_type(Profile, profile_html)
-    html.for_type(Session, lambda s: session_view(s).html)
-    html.for_type(RunReport, lambda r: report_view(r).html)
-    html.for_type(OptimizationMemory, lambda m: memory_view(m).html)
+    for module, name, render in _FORMATTERS:
+        html.for_type_by_name(module, name, render)
+
+
+def _result_html(r: Any) -> str:
+    return ResultView(r)._repr_html_()
+
+
+_FORMATTERS = (
+    ("accelopt_nb.evaluation.result", "EvalResult", _result_html),
+    ("accelopt_nb.perf.profile", "Profile", profile_html),
+    ("accelopt_nb.search.session", "Session", lambda s: session_view(s).html),
+    ("accelopt_nb.search.report", "RunReport", lambda r: report_view(r).html),
+    ("accelopt_nb.search.memory", "OptimizationMemory", lambda m: memory_view(m).html),
+)

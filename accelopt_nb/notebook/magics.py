@@ -5,14 +5,20 @@ shows the options of each subcommand::
 
     %%accelopt profile --problem P [--preset small] [--timeline]   evaluate the cell's kernel
     %accelopt open PROBLEM --base-url URL --model NAME | --model-preset P   [--resume] [--cassette F]
+                                     (no model on the line: %config AccelOptMagics.base_url/model/...,
+                                      else $ACCELOPT_BASE_URL/$ACCELOPT_MODEL/$ACCELOPT_MODEL_PRESET)
+    %accelopt fake-model [--stop]    start the offline FAKE model (not a real LLM); open then uses it
+    %accelopt llm check|presets|prices   is the endpoint usable; the model presets; the price table
     %accelopt step [plan|execute|evaluate|select|summarize]        one phase, or the rest of the iteration
     %%accelopt step                  (cell: this step's settings in YAML, see `help step`)
     %%accelopt plan                  (cell: your plan(s); a line of --- separates several)
     %%accelopt kernel PLAN_ID [--only]   (cell: your kernel for that plan)
     %accelopt run [-T N]             finish the run (or go to iteration N); writes best kernel + report
     %accelopt status | beam | leaderboard | plans [ITER] | diff A B | plot | report
+    %accelopt show KERNEL | best [--save PATH]   a kernel's source, plan and evaluation; the best one
     %accelopt memory [save PATH | load PATH]
     %accelopt panel                  buttons, progress and views for the same steps (ipywidgets)
+    %accelopt close                  close the session (the run store keeps everything; --resume reopens)
 
 Errors are one line (add ``--debug``, or ``%xmode verbose``, for the traceback). A step that
 loses LLM calls says so in red, with the first reason. The open session is also bound to
@@ -28,9 +34,11 @@ from typing import Any, Callable
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
+from traitlets import Unicode
 
 from accelopt_nb.errors import AccelOptError, ConfigError
 from accelopt_nb.notebook import display as d
+from accelopt_nb.notebook import endpoint
 from accelopt_nb.notebook.progress import LiveProgress, StepOutcome
 from accelopt_nb.notebook.stepcell import StepSettings, run_step
 
@@ -93,7 +101,10 @@ def _p_profile() -> _Parser:
 
 
 def _p_open() -> _Parser:
-    p = _parser("open", "Open (or --resume) a search session; the endpoint is checked first.")
+    p = _parser("open", "Open (or --resume) a search session; the endpoint is checked first. Without a model on "
+                        "the line: %config AccelOptMagics.base_url/model/model_preset/price, else the environment "
+                        "($ACCELOPT_BASE_URL, $ACCELOPT_MODEL, $ACCELOPT_MODEL_PRESET, $ACCELOPT_PRICE); "
+                        "--resume alone reuses the run's own model.")
     p.add_argument("problem", help="NKIBench problem name")
     p.add_argument("--run-dir", type=Path, help="run store directory (default runs/PROBLEM)")
     p.add_argument("--preset", default="smoke", help="search preset (smoke, paper, or a YAML file)")
@@ -118,6 +129,19 @@ def _p_step() -> _Parser:
                         "plans), kernels ({plan_id: source}), lessons ([{title, summary}]), llm (false: no LLM "
                         "calls for what you did not write). Settings apply to this step only.")
     p.add_argument("phase", nargs="?", choices=PHASES)
+    return p
+
+
+def _p_llm() -> _Parser:
+    p = _parser("llm", "LLM endpoints: `check` (reachable, model listed, one tiny completion; default: the open "
+                       "session's model, else the endpoint default), `presets` (the model presets), `prices` "
+                       "(the dated price table, USD per 1M tokens).")
+    p.add_argument("action", choices=("check", "presets", "prices"))
+    p.add_argument("--base-url")
+    p.add_argument("--model")
+    p.add_argument("--model-preset")
+    p.add_argument("--api-key-env")
+    p.add_argument("--max-tokens", type=int, default=512, help="output limit of the test completion")
     return p
 
 
@@ -156,6 +180,17 @@ PARSERS: dict[str, Callable[[], _Parser]] = {
     "report": _simple("report", "The run's report; writes best_kernel-RUN.py and report-RUN.json like the CLI.",
                       lambda p: p.add_argument("--no-files", action="store_true")),
     "panel": _simple("panel", "Buttons, live progress and views for driving the session (ipywidgets)."),
+    "show": _simple("show", "A kernel of the run: its source, the plan it implements and its evaluation.",
+                    lambda p: p.add_argument("kernel_id")),
+    "best": _simple("best", "The fastest correct kernel so far; --save writes its source to a file.",
+                    lambda p: p.add_argument("--save", type=Path, metavar="PATH",
+                                             help="write the kernel here (a directory: best_kernel-RUN.py in it)")),
+    "close": _simple("close", "Close the session: its LLM client and evaluators stop; the run store keeps "
+                              "everything (%accelopt open PROBLEM --resume reopens it)."),
+    "llm": _p_llm,
+    "fake-model": _simple("fake-model", "Start the package's offline FAKE model (not a real LLM) on a loopback port "
+                                        "for this kernel; %accelopt open then uses it unless the line names a model.",
+                          lambda p: p.add_argument("--stop", action="store_true", help="stop it")),
     "help": _simple("help", "Help on %accelopt or one subcommand.",
                     lambda p: p.add_argument("subcommand", nargs="?")),
 }
@@ -173,10 +208,23 @@ def write_run_files(session: Any, report: Any) -> dict[str, Path]:
 
 @magics_class
 class AccelOptMagics(Magics):
+    # The endpoint `open` uses when its line names no model: `%config AccelOptMagics.base_url = "..."`
+    # (persistent in an IPython profile), else the ACCELOPT_* environment variables (see notebook.endpoint).
+    base_url = Unicode(None, allow_none=True, help="default --base-url of %accelopt open").tag(config=True)
+    model = Unicode(None, allow_none=True, help="default --model of %accelopt open").tag(config=True)
+    model_preset = Unicode(None, allow_none=True, help="default --model-preset of %accelopt open").tag(config=True)
+    price = Unicode(None, allow_none=True, help="default --price of %accelopt open").tag(config=True)
+    api_key_env = Unicode(None, allow_none=True, help="default --api-key-env of %accelopt open").tag(config=True)
+
     def __init__(self, shell=None) -> None:
         super().__init__(shell)
         self.session: Any = None
         self.panel: Any = None
+        self.fake_model: Any = None
+
+    def endpoint_defaults(self) -> dict[str, Any]:
+        """The endpoint set with %config (or by `fake-model`), field by field."""
+        return {k: getattr(self, k) for k in endpoint.ENV_VARS}
 
     @line_cell_magic
     def accelopt(self, line: str, cell: str | None = None):
@@ -206,7 +254,7 @@ class AccelOptMagics(Magics):
             args = PARSERS[sub]().parse_args(rest)
         except _HelpShown as shown:
             return d.Shown(str(shown), f"<pre>{d.esc(shown)}</pre>")
-        return getattr(self, f"_cmd_{sub}")(args, cell)
+        return getattr(self, f"_cmd_{sub.replace('-', '_')}")(args, cell)
 
     def _verbose(self) -> bool:
         tb = getattr(self.shell, "InteractiveTB", None)
@@ -237,8 +285,9 @@ class AccelOptMagics(Magics):
                           cache=False)
         problem = SearchProblem.from_nkibench(args.problem, args.preset)
         peak = problem.peak(args.hw)
+        # the cell's first line is the %%accelopt line: kernel line 1 is cell line 2
         view = d.ResultView(result, problem.percent_of_peak(result.latency_ms, args.hw) if result.correct else None,
-                            *(peak or (None, None)))
+                            *(peak or (None, None)), cell_offset=1)
         if args.timeline and result.profile:
             from IPython.display import display
             display(view)
@@ -265,15 +314,30 @@ class AccelOptMagics(Magics):
     def _cmd_open(self, args, cell) -> d.Shown:
         from accelopt_nb.notebook.session import open_for_notebook
 
-        if not args.model_preset and not (args.base_url and args.model):
-            raise MagicUsageError("%accelopt open needs --model-preset, or --base-url and --model")
+        given = {k: getattr(args, k) for k in endpoint.ENV_VARS}
+        chosen = endpoint.resolve(given, self.endpoint_defaults())
+        if not chosen.names_a_model and not args.resume:
+            raise MagicUsageError("%accelopt open needs a model: --model-preset P, or --base-url URL and --model NAME "
+                                  "(or set a default: %config AccelOptMagics.base_url = ..., $ACCELOPT_BASE_URL, "
+                                  "or `%accelopt fake-model` for the offline fake model)")
+        for k in endpoint.ENV_VARS:
+            setattr(args, k, chosen.settings.get(k))
+        # Open the new session first: if it fails (a typo in the URL, a dead endpoint) the one you
+        # were working in stays open.
+        new = open_for_notebook(args, progress=LiveProgress())
         if self.session is not None:
             self.session.close()
-            self.session = None
-        self.session = open_for_notebook(args, progress=LiveProgress())
+        self.session, self.panel = new, None
         if self.shell is not None:
             self.shell.user_ns[SESSION_NAME] = self.session
-        return d.session_view(self.session)
+        view = d.session_view(self.session)
+        if chosen.source not in ("the command line", "none"):
+            model = self.session.clients.get("planner")
+            name = model.config.model if model is not None else chosen.settings.get("model")
+            view = d.Shown(f"model {name} (from {chosen.source})\n{view.text}",
+                           f"<small>model <code>{d.esc(name)}</code> from {d.esc(chosen.source)}</small><br>"
+                           f"{view.html}", view.value)
+        return view
 
     def _need_session(self) -> Any:
         if self.session is None:
@@ -282,18 +346,16 @@ class AccelOptMagics(Magics):
 
     def _drive(self, action: Callable[[Any], Any]) -> tuple[Any, Any]:
         """Run a session action with live progress; returns (its result, the failures it left)."""
-        from IPython.display import display
-
         s = self._need_session()
         progress = LiveProgress()
-        if progress.widget is not None:
-            display(progress.widget)
+        progress.show()
         mark = len(s.step_stats)
         previous, s.progress = s.progress, progress
         try:
             out = action(s)
         finally:
             s.progress = previous
+            progress.finish()
             if self.panel is not None:
                 self.panel.refresh()  # a panel shown elsewhere follows what the magic did
         return out, StepOutcome.since(s, mark)
@@ -384,6 +446,93 @@ class AccelOptMagics(Magics):
         self.panel = SessionPanel(self._need_session())
         return self.panel
 
+    def _cmd_show(self, args, cell) -> d.Shown:
+        s = self._need_session()
+        if args.kernel_id not in s.kernels:
+            raise MagicUsageError(f"no kernel {args.kernel_id!r} in this run; e.g. {', '.join(sorted(s.kernels)[:6])}")
+        return d.kernel_view(s, s.kernels[args.kernel_id])
+
+    def _cmd_best(self, args, cell) -> d.Shown:
+        s = self._need_session()
+        view = d.kernel_view(s, s.best)
+        if args.save is None:
+            return view
+        path = args.save / f"best_kernel-{s.run_id}.py" if args.save.is_dir() else args.save
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(s.best.source)
+        return d.Shown(f"saved {s.best.kernel_id} to {path}\n{view.text}",
+                       f"saved <code>{d.esc(s.best.kernel_id)}</code> to <code>{d.esc(path)}</code>{view.html}", path)
+
+    def _cmd_close(self, args, cell) -> d.Shown:
+        if self.session is None:
+            return d.Shown("no open session")
+        s, self.session, self.panel = self.session, None, None
+        s.close()
+        if self.shell is not None and self.shell.user_ns.get(SESSION_NAME) is s:
+            del self.shell.user_ns[SESSION_NAME]
+        return d.Shown(f"closed run {s.run_id} of {s.problem.name}; the store in {Path(s.store.path).parent} keeps "
+                       f"it (%accelopt open {s.problem.name} --resume --run-dir {Path(s.store.path).parent})")
+
+    def _cmd_llm(self, args, cell) -> d.Shown:
+        if args.action == "presets":
+            from accelopt_nb.llm.config import load_model_presets
+            rows = [{"preset": name, "model": p.get("model"), "base_url": p.get("base_url"), "price": p.get("price"),
+                     "api key from": p.get("api_key_env")} for name, p in sorted(load_model_presets().items())]
+            return d.table_view("model presets (%accelopt open --model-preset NAME)", rows, list(rows[0]), rows)
+        if args.action == "prices":
+            from accelopt_nb.llm.prices import PriceTable
+            table = PriceTable.default()
+            rows = [{"price key": k, "input": table.get(k).input, "output": table.get(k).output,
+                     "rule": table.get(k).rule} for k in table.keys()]
+            return d.table_view(f"prices as of {table.as_of}, USD per 1M tokens", rows, list(rows[0]), rows)
+        return self._llm_check(args)
+
+    def _llm_check(self, args) -> d.Shown:
+        from accelopt_nb.llm.check import check_endpoint
+        from accelopt_nb.llm.loop_thread import LoopThread
+        from accelopt_nb.search.launch import model_config
+
+        given = {k: getattr(args, k) for k in ("base_url", "model", "model_preset", "api_key_env")}
+        if any(given.values()) or self.session is None or "planner" not in self.session.clients:
+            chosen = endpoint.resolve(given, self.endpoint_defaults())
+            if not chosen.names_a_model:
+                raise MagicUsageError("%accelopt llm check: which endpoint? give --model-preset, or --base-url and "
+                                      "--model (or open a session, or set a default endpoint)")
+            config = model_config(**chosen.settings)
+        else:
+            config = self.session.clients["planner"].config
+        loop = LoopThread(name="accelopt-llm-check")
+        try:
+            report = loop.run(check_endpoint(config, max_tokens=args.max_tokens))
+        finally:
+            loop.close()
+        text = "\n".join(report.lines())
+        color = d.OK_COLOR if report.ok else d.FAIL_COLOR
+        return d.Shown(text, f"<pre style='color:{color}'>{d.esc(text)}</pre>", report)
+
+    def _cmd_fake_model(self, args, cell) -> d.Shown:
+        from accelopt_nb.fake_model import FAKE_MODEL_LABEL
+
+        if args.stop:
+            if self.fake_model is None:
+                return d.Shown("the fake model is not running")
+            url = self.fake_model.url
+            self.fake_model.stop()
+            self.fake_model = None
+            for k in endpoint.ENV_VARS:
+                setattr(self, k, None)
+            return d.Shown(f"stopped the fake model at {url}; %accelopt open needs a model again")
+        if self.fake_model is None:
+            self.fake_model = endpoint.FakeModelServer()
+        for k, v in self.fake_model.settings().items():
+            setattr(self, k, v)
+        self.model_preset = None
+        text = (f"{FAKE_MODEL_LABEL}: serving {endpoint.FAKE_MODEL} at {self.fake_model.url} for this kernel. "
+                f"`%accelopt open PROBLEM` now uses it; its plans and kernels are canned (matmul gets two rewrites), "
+                f"so results show the machinery, not what a model achieves.")
+        return d.Shown(text, f"<b style='color:#8a6d00'>{d.esc(FAKE_MODEL_LABEL)}</b>: {d.esc(text.split(': ', 1)[1])}",
+                       self.fake_model.url)
+
     # ---- tab completion ---------------------------------------------------------------------------
     def complete(self, line: str) -> list[str]:
         """Candidates for the word being typed after ``%accelopt`` (subcommands, problems, kernel and plan ids)."""
@@ -404,8 +553,10 @@ class AccelOptMagics(Magics):
             return list(PHASES)
         if sub == "kernel" and s is not None:
             return [p.plan_id for p in s.iteration_plans()]
-        if sub == "diff" and s is not None:
+        if sub in ("diff", "show") and s is not None:
             return sorted(s.kernels)
+        if sub == "llm" and len(words) == 2:
+            return ["check", "presets", "prices"]
         if sub == "memory":
             return ["show", "save", "load"]
         if words[-1].startswith("-"):
@@ -425,6 +576,8 @@ def _with_outcome(shown: d.Shown, outcome: Any) -> d.Shown:
 def load_ipython_extension(ipython) -> None:
     magics = AccelOptMagics(ipython)
     ipython.register_magics(magics)
+    if magics not in ipython.configurables:  # `%config AccelOptMagics.base_url = ...`
+        ipython.configurables.append(magics)
     d.register_formatters(ipython)
 
     def completer(_shell, event) -> list[str]:

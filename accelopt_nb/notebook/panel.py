@@ -35,6 +35,7 @@ class SessionPanel:
         self.session = session
         self.background = background
         self.busy = False
+        self._handle: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.status = w.HTML()
@@ -146,6 +147,7 @@ class SessionPanel:
             s.progress = previous
             self.busy = False
             self.refresh()
+            self._update_static()
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the running action has finished (scripts and tests)."""
@@ -198,6 +200,19 @@ class SessionPanel:
         self.plot.append_display_data(fig)
         plt.close(fig)
 
+    def _bundle(self) -> dict[str, Any]:
+        """The widget, with a text and HTML copy of the session's state for viewers without widgets."""
+        bundle = dict(self.widget._repr_mimebundle_())
+        bundle["text/plain"] = d.session_view(self.session).text
+        bundle["text/html"] = (f"<div class='accelopt-panel-static'>{self.status.value}{self.message.value}"
+                               f"{self.leaderboard.value}</div>")
+        return bundle
+
     def _ipython_display_(self) -> None:
+        """Display the panel; the static copy follows every finished action."""
         from IPython.display import display
-        display(self.widget)
+        self._handle = display(self._bundle(), raw=True, display_id=True)
+
+    def _update_static(self) -> None:
+        if self._handle is not None:
+            self._handle.update(self._bundle(), raw=True)

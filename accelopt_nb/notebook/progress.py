@@ -62,6 +62,7 @@ class LiveProgress:
         self.stream = stream or sys.stdout
         self.on_change = on_change
         self._lock = threading.Lock()
+        self._handle: Any = None
         self.widget = self.bar = self.label = None
         if widgets if widgets is not None else in_jupyter():
             import ipywidgets as w
@@ -104,6 +105,44 @@ class LiveProgress:
             tail = f" — {esc(p.message)}" if p.message else ""
             parts.append(f"<code>{esc(p.phase)}</code> {p.done}/{p.total}{failed}{tail}")
         self.label.value = f"iteration {esc(s.iteration)}: " + "; ".join(parts)
+
+    # ---- shown in a notebook: the live bar, and text that static viewers can read ----------------------
+    def show(self) -> None:
+        """Display the bar (Jupyter only). The output also carries a text and HTML copy of the progress,
+        which :meth:`finish` brings up to date: viewers without the widget (GitHub, nbviewer, an executed
+        notebook opened later) show those instead of ``HBox(children=(IntProgress(...``."""
+        if self.widget is None:
+            return
+        from IPython.display import display
+        self._handle = display(self._bundle(), raw=True, display_id=True)
+
+    def finish(self) -> None:
+        """Bring the displayed copy up to date (the final state of every phase)."""
+        if self._handle is not None:
+            with self._lock:
+                bundle = self._bundle()
+            self._handle.update(bundle, raw=True)
+
+    def summary_text(self) -> str:
+        """Every finished phase as one line each (what the terminal shows), or the running phase."""
+        if self.log:
+            return "\n".join(self.log)
+        s = self.state
+        return f"{s.phase or 'waiting'}: {s.done}/{s.total}" + (f", {s.failed} failed" if s.failed else "")
+
+    def _bundle(self) -> dict[str, Any]:
+        assert self.widget is not None and self.bar is not None
+        bundle = dict(self.widget._repr_mimebundle_())
+        bundle["text/plain"] = self.summary_text()
+        style = self.bar.bar_style
+        color = {"danger": FAIL_COLOR, "success": OK_COLOR}.get(style, "#1976d2")
+        frac = self.bar.value / max(self.bar.max, 1)
+        bar = (f"<div style='display:inline-block;width:300px;height:10px;background:#e0e0e0;margin-right:8px'>"
+               f"<div style='width:{100 * frac:.0f}%;height:100%;background:{color}'></div></div>")
+        lines = "".join(f"<div>{esc(line)}</div>" for line in self.log)
+        bundle["text/html"] = (f"<div class='accelopt-progress'>{bar}{self.label.value if self.label else ''}"
+                               f"<div style='font-family:monospace;font-size:11px;white-space:pre'>{lines}</div></div>")
+        return bundle
 
     def _line(self, text: str) -> None:
         self.log.append(text)

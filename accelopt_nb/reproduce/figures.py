@@ -41,8 +41,11 @@ class FigureSink:
         data.to_csv(paths["csv"], index=False)
         entry = {"notebook": self.notebook, "name": name, "caption": caption, "model": self.model_label,
                  "settings": dict(settings or {}), **{k: Path(v).name for k, v in paths.items()}}
-        with (self.out_dir / MANIFEST).open("a") as f:
-            f.write(json.dumps(entry, default=str) + "\n")
+        # a figure saved again (the notebook re-run into the same folder) replaces its old entry
+        manifest = self.out_dir / MANIFEST
+        kept = [line for line in (manifest.read_text().splitlines() if manifest.is_file() else [])
+                if line.strip() and (json.loads(line).get("notebook"), json.loads(line).get("name")) != (self.notebook, name)]
+        manifest.write_text("".join(line + "\n" for line in kept + [json.dumps(entry, default=str)]))
         return paths
 
 

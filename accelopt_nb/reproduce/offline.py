@@ -24,10 +24,26 @@ def fake_nki_model():
                         rewrites=[("RESIDENT", matmul_resident_rhs), ("REVIEW", harmless_variation)])
 
 
+def fake_responder():
+    """The fake model's answers; a request from no agent (``accelopt llm check``'s tiny completion) gets "ready"."""
+    from accelopt_nb.fake_model.nki_model import role_of
+    from accelopt_nb.fake_model.server import Reply
+
+    model = fake_nki_model()
+
+    def respond(body: dict) -> Reply:
+        try:
+            role_of(body)
+        except AssertionError:
+            return Reply("ready")
+        return model.responder(body)
+    return respond
+
+
 @contextmanager
 def fake_endpoint() -> Iterator[dict[str, str]]:
     """Start the fake server; yields the notebook parameters that point a run at it."""
     from accelopt_nb.fake_model.server import FakeOpenAIServer
 
-    with FakeOpenAIServer(models=list(FAKE_MODELS), responder=fake_nki_model().responder) as srv:
+    with FakeOpenAIServer(models=list(FAKE_MODELS), responder=fake_responder()) as srv:
         yield {"base_url": srv.url, "model_label": FAKE_MODEL_LABEL}

@@ -10,6 +10,8 @@ papermill parameters plus two keys the runner reads itself:
 
 The runner adds ``out_dir`` (this notebook's folder under ``--out``) and ``runs_dir`` (run stores
 shared by all notebooks of one output folder, so a second run resumes instead of starting over).
+Before any notebook runs, every endpoint the chosen configs will call is checked (``GET /models``):
+a dead one fails the command at second 0, naming the config and the reason.
 Teaching notebooks run with the reference answers filled into their exercise cells.
 A failing notebook does not stop the others; the run fails at the end naming each notebook and cell.
 """
@@ -40,8 +42,9 @@ class NotebookFailedError(AccelOptError):
 @dataclass(frozen=True)
 class NotebookSpec:
     file: str      # e.g. "21_beam_vs_sampling.ipynb"
-    kind: str      # "reproduction" | "teaching"
+    kind: str      # "teaching" | "tool" | "reproduction"
     title: str
+    modes: tuple[str, ...] = MODES   # the sets (--smoke, --paper) it belongs to
 
     @property
     def name(self) -> str:
@@ -59,6 +62,11 @@ NOTEBOOKS: tuple[NotebookSpec, ...] = (
     NotebookSpec("03_matmul_step_by_step.ipynb", "teaching", "Optimizing a matmul step by step"),
     NotebookSpec("04_fusion_and_overlap.ipynb", "teaching", "Fusion and engine overlap"),
     NotebookSpec("05_agent_step_by_hand.ipynb", "teaching", "One agent step by hand with the magics"),
+    # the tools, smoke only: at paper size their work is the reproduction notebooks' (20-25)
+    NotebookSpec("10_search_experiments.ipynb", "tool", "Search experiments: your own arms, problems and models",
+                 ("smoke",)),
+    NotebookSpec("11_magics_and_panel.ipynb", "tool", "The %accelopt magics and the session panel (replayed traffic)",
+                 ("smoke",)),
     NotebookSpec("20_beam_vs_sampling.ipynb", "reproduction", "Beam search vs repeated sampling"),
     NotebookSpec("21_memory_ablation.ipynb", "reproduction", "Optimization memory: on/off, ExpN and TopK"),
     NotebookSpec("22_cost.ipynb", "reproduction", "Cost: open vs proprietary models"),
@@ -130,7 +138,7 @@ def plan(mode: str | None, *, only: Sequence[str] = (), configs: Sequence[str | 
         if mode not in MODES:
             raise ConfigError(f"choose --smoke or --paper (or give CONFIG files), not {mode!r}")
         jobs = []
-        for spec in NOTEBOOKS:
+        for spec in (s for s in NOTEBOOKS if mode in s.modes):
             path = checkout / "papermill_configs" / f"{spec.stem}_{mode}.yaml"
             if not path.is_file():
                 raise ConfigError(f"missing papermill config {path} for notebook {spec.file}")
@@ -148,9 +156,76 @@ def allow_unpriced(jobs: Sequence[Job]) -> None:
             job.params["unpriced_ok"] = True
 
 
+MODEL_KEYS = ("base_url", "model", "model_preset", "price", "api_key_env")
+
+
+def job_models(job: Job) -> list[dict[str, Any]]:
+    """The model settings of every search ``job`` will run (none: it only reads run stores, or uses the fake).
+
+    Mirrors the notebooks: a search runs when the config names an endpoint or a model preset, for itself
+    or for one of its arms; an arm naming its own preset owns its endpoint, else it refines the default.
+    """
+    from accelopt_nb.experiments import Arm, arm_model
+
+    if job.endpoint == "fake":
+        return []
+    p = job.params
+    default = {k: p[k] for k in MODEL_KEYS if p.get(k)}
+    arms = [Arm.from_dict(a) for a in p.get("arms") or []]
+    if not (p.get("base_url") or p.get("model_preset") or any("model_preset" in a.model for a in arms)):
+        return []
+    return [arm_model(a, default) for a in arms] if arms else [default]
+
+
+@dataclass
+class Preflight:
+    """What the endpoint check before a reproduction found: per endpoint, a warning or nothing."""
+
+    endpoints: dict[tuple[str, str], str] = field(default_factory=dict)   # (base_url, model) -> warning
+
+    def lines(self) -> list[str]:
+        return [f"{model} at {url}" + (f" ({warning})" if warning else "")
+                for (url, model), warning in self.endpoints.items()]
+
+
+def preflight_jobs(jobs: Sequence[Job], log: Callable[[str], None] = print) -> Preflight:
+    """Check every endpoint ``jobs`` will call before anything runs; raises naming each dead one."""
+    from accelopt_nb.errors import EndpointUnreachableError
+    from accelopt_nb.search.launch import model_config, preflight
+
+    found = Preflight()
+    dead: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for job in jobs:
+        for settings in job_models(job):
+            try:
+                model = model_config(**settings)
+            except AccelOptError as exc:
+                raise ConfigError(f"{job.config.name}: {exc}") from None
+            key = (model.base_url, model.model)
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                warning = preflight(model)
+            except AccelOptError as exc:  # down, a wrong URL, or no API key in the environment
+                dead.append(f"{job.config.name}: model {model.model}: {exc}")
+                continue
+            found.endpoints[key] = warning
+            log(f"endpoint {model.model} at {model.base_url}: " + (warning or "reachable"))
+    if dead:
+        raise EndpointUnreachableError("nothing was run: " + "; ".join(dead))
+    return found
+
+
 def reproduce(jobs: Sequence[Job], out: str | Path, *, checkout: Path, mode: str | None = None,
-              log: Callable[[str], None] = print) -> list[Outcome]:
-    """Execute ``jobs`` into ``out``; writes ``out/index.md``. Raises NotebookFailedError if any failed."""
+              log: Callable[[str], None] = print, check_endpoints: bool = True) -> list[Outcome]:
+    """Execute ``jobs`` into ``out``; writes ``out/index.md``. Raises NotebookFailedError if any failed.
+
+    Every endpoint the jobs call is checked first (``check_endpoints``): a dead one raises
+    :class:`EndpointUnreachableError` before any notebook runs.
+    """
+    checked = preflight_jobs(jobs, log) if check_endpoints else Preflight()
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -166,7 +241,7 @@ def reproduce(jobs: Sequence[Job], out: str | Path, *, checkout: Path, mode: str
             twice = sum(j.spec.file == job.spec.file for j in jobs) > 1
             folder = out / (f"{job.spec.stem}-{job.config.stem}" if twice else job.spec.stem)
             outcomes.append(_execute(job, folder, out, checkout, fake if job.endpoint == "fake" else None, log))
-    write_index(outcomes, out, mode=mode, seconds=time.monotonic() - t0, checkout=checkout)
+    write_index(outcomes, out, mode=mode, seconds=time.monotonic() - t0, checkout=checkout, preflight=checked)
     failed = [o for o in outcomes if not o.ok]
     if failed:
         raise NotebookFailedError("; ".join(f"{o.job.spec.file}: {o.error}" for o in failed)
@@ -197,7 +272,9 @@ def _execute(job: Job, out_dir: Path, out: Path, checkout: Path, fake: dict[str,
     error = ""
     try:
         papermill.execute_notebook(str(source), str(executed), parameters=params, cwd=str(nb_dir),
-                                   kernel_name="python3", progress_bar=False, log_output=False)
+                                   kernel_name="python3", progress_bar=False, log_output=False,
+                                   kernel_manager_class=quiet_kernel_manager(),
+                                   extra_arguments=[f"--IPKernelApp.log_level={KERNEL_LOG_LEVEL}"])
     except PapermillExecutionError as exc:
         # papermill numbers cells from 0 including the injected-parameters cell; people count from 1
         error = f"cell {exc.cell_index + 1} (execution count {exc.exec_count}) raised {exc.ename}: {exc.evalue}"
@@ -209,6 +286,29 @@ def _execute(job: Job, out_dir: Path, out: Path, checkout: Path, fake: dict[str,
     seconds = time.monotonic() - t
     log(f"  {'FAILED: ' + error if error else 'ok'} ({seconds:.1f} s)")
     return Outcome(job, not error, seconds, executed, error, read_manifest(out_dir))
+
+
+# The kernel's own log goes to the command's stderr: warnings there are about the kernel's transport, not
+# about the notebook (whose errors papermill reports with the cell); errors still show.
+KERNEL_LOG_LEVEL = "ERROR"
+
+
+def quiet_kernel_manager() -> type:
+    """A kernel manager that does not interrupt a kernel it is about to shut down.
+
+    jupyter_client sends SIGINT before every shutdown; papermill shuts a kernel down only after its
+    notebook finished, so the interrupt can only land in an idle kernel's message handler, which logs
+    ``KeyboardInterrupt caught in kernel`` into every reproduction log.
+    """
+    from jupyter_client.manager import AsyncKernelManager
+
+    class QuietShutdownKernelManager(AsyncKernelManager):
+        async def _async_interrupt_kernel(self) -> None:
+            if self.shutting_down:
+                return
+            await super()._async_interrupt_kernel()
+
+    return QuietShutdownKernelManager
 
 
 def _with_reference_answers(source: Path, folder: Path) -> Path:
@@ -225,7 +325,7 @@ def _with_reference_answers(source: Path, folder: Path) -> Path:
 
 # ------------------------------------------------------------------------------------------- index
 def write_index(outcomes: Sequence[Outcome], out: Path, *, mode: str | None, seconds: float,
-                checkout: Path) -> Path:
+                checkout: Path, preflight: Preflight | None = None) -> Path:
     """``out/index.md``: what was made, from which notebook, with which model, prices and settings."""
     from accelopt_nb.llm import PriceTable
 
@@ -236,7 +336,10 @@ def write_index(outcomes: Sequence[Outcome], out: Path, *, mode: str | None, sec
              + (f", load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}" if load else ""),
              f"- checkout: {checkout} ({_commit(checkout)})",
              f"- notebooks: {sum(o.ok for o in outcomes)} of {len(outcomes)} ran to the end",
-             f"- prices: the dated table as of {table.as_of} (USD per 1M tokens), as recorded with each run", ""]
+             f"- prices: the dated table as of {table.as_of} (USD per 1M tokens), as recorded with each run"]
+    if preflight is not None and preflight.endpoints:
+        lines.append("- endpoints checked before the run: " + "; ".join(preflight.lines()))
+    lines.append("")
     if any(o.job.endpoint == "fake" for o in outcomes):
         from accelopt_nb.fake_model import FAKE_MODEL_LABEL
         lines += [f"**Figures marked fake were made with the package's {FAKE_MODEL_LABEL}: they show that the "

@@ -98,12 +98,13 @@ def plot_memory(curves: pd.DataFrame, sink: FigureSink, target: float | None = N
 
 def price_rows(root: str | Path) -> pd.DataFrame:
     """Per arm, the model and the dated price (USD / 1M tokens) its runs recorded."""
+    from accelopt_nb.experiments import arm_name
     from accelopt_nb.llm import PriceTable
     from accelopt_nb.store import DEFAULT_FILENAME, RunStore
 
     rows: dict[str, dict[str, Any]] = {}
     for db in sorted(Path(root).glob(f"*/*/{DEFAULT_FILENAME}")):
-        arm = db.parent.parent.name
+        arm = arm_name(db.parent.parent)
         store = RunStore.open(db.parent)
         try:
             for run_id in store.run_ids():

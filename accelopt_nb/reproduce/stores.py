@@ -13,15 +13,16 @@ BEST_COLUMNS = ["arm", "problem", "run_id", "kernel_id", "iteration", "latency_u
 
 def best_kernels(root: str | Path, arm: str | None = None) -> pd.DataFrame:
     """Per problem, the fastest correct kernel found in any run under ``root`` (or under ``root/arm``)."""
+    from accelopt_nb.experiments import arm_folder, arm_name
     from accelopt_nb.store import DEFAULT_FILENAME, RunStore
 
     rows: list[dict[str, Any]] = []
-    pattern = f"{arm}/*/{DEFAULT_FILENAME}" if arm else f"*/*/{DEFAULT_FILENAME}"
+    pattern = f"{arm_folder(arm)}/*/{DEFAULT_FILENAME}" if arm else f"*/*/{DEFAULT_FILENAME}"
     for db in sorted(Path(root).glob(pattern)):
         store = RunStore.open(db.parent)
         try:
             for run_id in store.run_ids():
-                rows.extend(_run_best(store, run_id, db.parent.parent.name))
+                rows.extend(_run_best(store, run_id, arm_name(db.parent.parent)))
         finally:
             store.close()
     df = pd.DataFrame(rows, columns=BEST_COLUMNS)
