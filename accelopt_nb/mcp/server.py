@@ -104,19 +104,24 @@ def build_server(env: Environment) -> MCPServer:
 
     server = _Server(SERVER_NAME, instructions=INSTRUCTIONS, version=__version__)
 
-    @server.tool()
+    def tool(fn: Callable[..., CallToolResult]) -> Callable[..., CallToolResult]:
+        # The docstring, unwrapped, is what the agent reads about the tool.
+        server.add_tool(fn, description=" ".join((fn.__doc__ or "").split()))
+        return fn
+
+    @tool
     def list_problems() -> CallToolResult:
         """The NKIBench problems: name, one-line summary, shapes per preset, tolerance, and the peak
         (roofline) latency per preset with what bounds it (memory, mm or vec)."""
         return _call(env.list_problems)
 
-    @server.tool()
+    @tool
     def show_problem(problem: Problem, preset: Preset = None) -> CallToolResult:
         """One problem in full: the NumPy reference program, the baseline NKI kernel (id 'baseline'), the
         input/output layouts, shapes, tolerance and the peak latency per hardware."""
         return _call(env.show_problem, problem=problem, preset=preset)
 
-    @server.tool()
+    @tool
     def simulate(problem: Problem, source: Source, preset: Preset = None,
                  seed: Annotated[int, Field(description="input seed")] = 42,
                  filename: Filename = "kernel.py") -> CallToolResult:
@@ -124,7 +129,7 @@ def build_server(env: Environment) -> MCPServer:
         reference: a quick check while writing a kernel. Not recorded; evaluate gives the verdict."""
         return _call(env.simulate, problem=problem, source=source, preset=preset, seed=seed, filename=filename)
 
-    @server.tool()
+    @tool
     def profile(problem: Problem, kernel_id: KernelId = BASELINE_ID, run_id: RunId = None, preset: Preset = None,
                 hw: Hw = None, fidelity: Fid = None,
                 explain: Annotated[bool, Field(description="add what each profile field means")] = False
@@ -135,7 +140,7 @@ def build_server(env: Environment) -> MCPServer:
         return _call(env.profile, problem=problem, kernel_id=kernel_id, run_id=run_id, preset=preset, hw=hw,
                      fidelity=fidelity, explain=explain)
 
-    @server.tool()
+    @tool
     def evaluate(problem: Problem, source: Source,
                  parent_kernel_id: Annotated[str, Field(description="the kernel this one was derived from")]
                  = BASELINE_ID,
@@ -150,7 +155,7 @@ def build_server(env: Environment) -> MCPServer:
         return _call(env.evaluate, problem=problem, source=source, parent_kernel_id=parent_kernel_id, plan=plan,
                      preset=preset, hw=hw, fidelity=fidelity, filename=filename)
 
-    @server.tool()
+    @tool
     def nki_api(name: Annotated[str, Field(description="an nl/nisa call, e.g. 'nisa.nc_matmul' or 'nl.load'")],
                 front_end: Annotated[Literal["neuronxcc", "nki", "both"], Field(
                     description="neuronxcc.nki (what NKIBench kernels use; default), the standalone nki, or both")]
@@ -159,7 +164,7 @@ def build_server(env: Environment) -> MCPServer:
         which arguments it refuses), and the NKI rules that involve it."""
         return _call(env.nki_api, name=name, front_end=front_end)
 
-    @server.tool()
+    @tool
     def best_kernels(problem: Annotated[str | None, Field(description="only this problem")] = None,
                      hw: Hw = None, fidelity: Fid = None,
                      limit: Annotated[int, Field(description="how many, 1-100")] = 5,
@@ -170,20 +175,20 @@ def build_server(env: Environment) -> MCPServer:
         return _call(env.best_kernels, problem=problem, hw=hw, fidelity=fidelity, limit=limit,
                      include_source=include_source)
 
-    @server.tool()
+    @tool
     def get_kernel(kernel_id: KernelId, problem: Annotated[str | None, Field(description="its problem")] = None,
                    run_id: RunId = None) -> CallToolResult:
         """A stored kernel: source, parent, the plan that produced it, and every evaluation (hw, fidelity)."""
         return _call(env.get_kernel, kernel_id=kernel_id, problem=problem, run_id=run_id)
 
-    @server.tool()
+    @tool
     def lineage(kernel_id: KernelId, problem: Annotated[str | None, Field(description="its problem")] = None,
                 run_id: RunId = None, hw: Hw = None) -> CallToolResult:
         """A kernel's ancestry from the baseline: each step's plan, status, latency, % of peak and speedup
         over its parent."""
         return _call(env.lineage, kernel_id=kernel_id, problem=problem, run_id=run_id, hw=hw)
 
-    @server.tool()
+    @tool
     def memory(problem: Annotated[str | None, Field(description="only this problem")] = None,
                limit: Annotated[int, Field(description="how many, 1-100 (AccelOpt keeps 16)")] = 16
                ) -> CallToolResult:
@@ -191,7 +196,7 @@ def build_server(env: Environment) -> MCPServer:
         changed), from every run in the store. Read it before planning."""
         return _call(env.memory, problem=problem, limit=limit)
 
-    @server.tool()
+    @tool
     def add_memory(problem: Problem, slow_kernel_id: KernelId, fast_kernel_id: KernelId,
                    summary: Annotated[str, Field(description="first line: a short title; then the change, "
                                                              "in general terms, with the code before and after")],
@@ -201,7 +206,7 @@ def build_server(env: Environment) -> MCPServer:
         return _call(env.add_memory, problem=problem, slow_kernel_id=slow_kernel_id,
                      fast_kernel_id=fast_kernel_id, summary=summary, preset=preset, hw=hw)
 
-    @server.tool()
+    @tool
     def session_info() -> CallToolResult:
         """This session: its id, run directory, store (database), defaults, input limits and runs."""
         return _call(env.session_info)
