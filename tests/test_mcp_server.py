@@ -62,6 +62,7 @@ def _run(coro):
     return asyncio.run(coro)
 
 
+@pytest.mark.slow
 def test_stdio_tools_validate_input_and_stay_in_the_run_directory(tmp_path):
     run_dir = tmp_path / "run"
 

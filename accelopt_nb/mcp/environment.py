@@ -220,7 +220,8 @@ class Environment:
             rows = self.store.query(f"SELECT {_KERNEL_COLS} FROM kernels WHERE run_id=? AND kernel_id=?",
                                     (run_id, kernel_id))
         else:
-            mine = [rid for (p, _), rid in self._runs.items() if problem is None or p == problem]
+            with self._lock:
+                mine = [rid for (p, _), rid in self._runs.items() if problem is None or p == problem]
             rows = []
             for rid in mine:
                 rows += self.store.query(f"SELECT {_KERNEL_COLS} FROM kernels WHERE run_id=? AND kernel_id=?",
@@ -286,15 +287,23 @@ class Environment:
         }
 
     def _record(self, run_id: str, kernel_id: str, result: Any, verdict: Mapping[str, Any]) -> None:
+        lat = verdict["latency_ms"]
         with self._lock:  # attempt numbers are per kernel: count and write under one lock
             attempt = len(self.store.query("SELECT eval_id FROM evaluations WHERE run_id=? AND kernel_id=?",
                                            (run_id, kernel_id)))
-            lat = verdict["latency_ms"]
-            self.store.add_evaluation(run_id, kernel_id=kernel_id, backend=result.backend, status=result.status.value,
-                                      sha256=result.kernel_sha256, correct=result.correct,
-                                      latency_us=None if lat is None else lat * 1e3, pct_peak=verdict["pct_peak"],
-                                      result=result.to_dict(), attempt=attempt, hw=result.hw,
-                                      fidelity=result.fidelity)
+            for _ in range(8):  # another server on the same session name may have taken this attempt
+                try:
+                    self.store.add_evaluation(run_id, kernel_id=kernel_id, backend=result.backend,
+                                              status=result.status.value, sha256=result.kernel_sha256,
+                                              correct=result.correct, latency_us=None if lat is None else lat * 1e3,
+                                              pct_peak=verdict["pct_peak"], result=result.to_dict(),
+                                              attempt=attempt, hw=result.hw, fidelity=result.fidelity)
+                    return
+                except StoreError as exc:
+                    if "conflicting write" not in str(exc):
+                        raise
+                    attempt += 1
+            raise ToolFailure("store_error", f"could not record the evaluation of {kernel_id} in {run_id}")
 
     @staticmethod
     def _kernel_failure(verdict: dict[str, Any], **context: Any) -> ToolFailure | None:
