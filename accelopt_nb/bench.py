@@ -35,12 +35,10 @@ import numpy as np
 import pandas as pd
 
 from accelopt_nb.errors import AccelOptError, BackendUnavailableError, ConfigError, KernelError
+from accelopt_nb.evaluation.backends import backend_names
+from accelopt_nb.evaluation.job import PAPER_SEEDS, PROFILE_SEED
 from accelopt_nb.evaluation.profile import latency_ms_from_profile
-
-PAPER_SEEDS: tuple[int, ...] = (0, 21, 42, 63, 84)
-PROFILE_SEED = 42
-BACKENDS = ("simulator", "neuron")
-HARDWARE = ("trn1", "trn2")
+from accelopt_nb.perf.hardware import presets as hardware_names
 
 #: Profile fields copied into the table (neuron-profile summary-json names, fractions in [0, 1]).
 ENGINE_FIELDS = {"tensor_active": "tensor_engine_active_time_percent",
@@ -110,7 +108,7 @@ def simulate_case(case: BenchCase) -> CaseOutcome:
 
     from accelopt_nb.evaluation import EvalOptions, make_job
     from accelopt_nb.evaluation.engine import evaluate_job
-    from accelopt_nb.evaluation.backends.simulator import trace_profile
+    from accelopt_nb.evaluation.backends.simulator import raw_profile, trace_profile
     from accelopt_nb.evaluation.profile import profile_record
     from accelopt_nb.sim import load_kernel
 
@@ -125,7 +123,7 @@ def simulate_case(case: BenchCase) -> CaseOutcome:
             profile = trace_profile(kernel, task.to_nki(inputs), case.hw)
         except KernelError as exc:
             return CaseOutcome("error", None, {}, None, str(exc), time.monotonic() - t0)
-        record = profile_record(profile.to_dict(), source="simulator", hw=case.hw)
+        record = profile_record(raw_profile(profile), source="simulator", hw=case.hw)
         return CaseOutcome("profiled", None, {}, record.to_dict(), "", time.monotonic() - t0)
     with tempfile.TemporaryDirectory(prefix="accelopt-bench-") as tmp:
         # the task as a file: works for built-in, user-registered and external problems, in any process
@@ -181,9 +179,9 @@ def service_evaluator(**service_kwargs: Any) -> Evaluator:
 def default_evaluator(backend: str) -> Evaluator:
     if backend == "simulator":
         return simulate_case
-    if backend == "neuron":
+    if backend in backend_names():   # real hardware or a registered plug-in: through the evaluation service
         return service_evaluator()
-    raise ConfigError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    raise ConfigError(f"unknown backend {backend!r}; choose one of {', '.join(backend_names())}")
 
 
 # --------------------------------------------------------------------------------------- the benchmark
@@ -203,10 +201,10 @@ def make_cases(problems: Iterable[Any] | None = None, *, preset: Any = "small", 
                kernels: Mapping[str, str | Path] | None = None) -> list[BenchCase]:
     """The cases ``run_bench`` evaluates. ``kernels`` maps problem names to kernel files that replace
     the baselines (to benchmark your own kernels on the same table)."""
-    if hw not in HARDWARE:
-        raise ConfigError(f"unknown hardware {hw!r}; choose one of {', '.join(HARDWARE)}")
-    if backend not in BACKENDS:
-        raise ConfigError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if hw not in hardware_names():
+        raise ConfigError(f"unknown hardware {hw!r}; choose one of {', '.join(hardware_names())}")
+    if backend not in backend_names():
+        raise ConfigError(f"unknown backend {backend!r}; choose one of {', '.join(backend_names())}")
     if trace_only and backend != "simulator":
         raise ConfigError("trace-only profiling needs the simulator backend")
     if seeds is None:
@@ -230,9 +228,7 @@ def make_cases(problems: Iterable[Any] | None = None, *, preset: Any = "small", 
 def _row(case: BenchCase, outcome: CaseOutcome) -> dict[str, Any]:
     prof = outcome.profile or {}
     peak = case.problem.peak(case.preset, case.hw)
-    # the profile contract (evaluation.profile): ms under `latency_ms`; a plug-in evaluator's raw
-    # profile (the perf model's `latency`, neuron-profile's `total_time`) is read the same way
-    latency_ms = latency_ms_from_profile(prof)
+    latency_ms = latency_ms_from_profile(prof)   # the profile contract: ms under `latency_ms`
     read, write = prof.get("hbm_read_bytes"), prof.get("hbm_write_bytes")
     hbm = (read or 0) + (write or 0) if read is not None or write is not None else None
     row: dict[str, Any] = {
@@ -455,6 +451,6 @@ def _json_default(o: Any) -> Any:
     return str(o)
 
 
-__all__ = ["BACKENDS", "BenchCase", "CaseOutcome", "Evaluator", "HARDWARE", "PAPER_SEEDS", "PROFILE_SEED",
+__all__ = ["BenchCase", "CaseOutcome", "Evaluator", "PAPER_SEEDS", "PROFILE_SEED",
            "default_evaluator", "format_table", "make_cases", "plot_pct_peak", "run_bench", "service_evaluator",
            "simulate_case", "summarize", "write_outputs"]

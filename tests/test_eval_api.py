@@ -176,11 +176,12 @@ def test_unwritten_outputs_from_write_regions():
     assert unwritten_outputs(trace) == [("out", 16, 32)]
 
 
-def test_latency_from_profile_units():
+def test_latency_comes_from_the_one_key_in_ms():
     assert latency_ms_from_profile({"latency_ms": 2.5}) == 2.5
-    assert latency_ms_from_profile({"latency_us": 2500.0}) == 2.5
-    assert latency_ms_from_profile({"total_time": 0.0025}) == pytest.approx(2.5)
-    assert latency_ms_from_profile({"other": 1}) is None
+    # no guessing among other keys and units: only `latency_ms` is a latency
+    assert latency_ms_from_profile({"latency_us": 2500.0}) is None
+    assert latency_ms_from_profile({"total_time": 0.0025}) is None
+    assert latency_ms_from_profile({"latency_ms": -1.0}) is None and latency_ms_from_profile({"other": 1}) is None
 
 
 def test_nkibench_problem_by_name_with_its_baseline_kernel(tmp_path):

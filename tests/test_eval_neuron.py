@@ -208,12 +208,18 @@ def test_bench_reads_the_neuron_backends_latency_and_percent_of_peak(fake_neuron
 def test_profile_record_keeps_one_latency_key_in_ms():
     from accelopt_nb.evaluation.profile import ProfileRecord, profile_record
 
-    perf = profile_record({"latency": 0.5, "total_time": 0.0005, "bound": "memory",
+    from accelopt_nb.errors import EvaluationError
+
+    perf = profile_record({"latency_ms": 0.5, "total_time": 0.0005, "bound": "memory",
                            "hbm_read_bytes": 10}, source="simulator", hw="trn1")
-    hw = profile_record({"total_time": 0.002, "hbm_read_bytes": 10}, source="neuron", hw="trn2")
+    hw = profile_record({"latency_ms": 2.0, "total_time": 0.002, "hbm_read_bytes": 10}, source="neuron", hw="trn2")
     assert perf.latency_ms == 0.5 and hw.latency_ms == pytest.approx(2.0)
     d = perf.to_dict()
     assert "latency" not in d and d["latency_ms"] == 0.5 and d["bound"] == "memory"
+    # a plug-in that names its latency otherwise is told the contract's key, not guessed at
+    with pytest.raises(EvaluationError, match="'my_backend' backend's profile gives latency_us but no 'latency_ms'"):
+        profile_record({"latency_us": 500.0}, source="my_backend", hw="trn1")
+    assert profile_record({"total_time": 0.002}, source="x", hw="trn1").latency_ms is None
     assert d["hbm_read_bytes"] == 10 and d["model_error"] is None
     assert ProfileRecord.from_dict(d).to_dict() == d
     assert profile_record({"latency_ms": float("nan")}, source="x", hw="trn1").latency_ms is None

@@ -15,7 +15,8 @@ import pytest
 from cheats import all_cheats
 
 import nkibench
-from accelopt_nb.bench import PAPER_SEEDS, BenchCase, simulate_case
+from accelopt_nb.bench import BenchCase, simulate_case
+from accelopt_nb.evaluation.job import PAPER_SEEDS
 
 CHEATS = all_cheats()
 

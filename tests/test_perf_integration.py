@@ -142,7 +142,7 @@ def test_cli_profile_table_and_json(tmp_path, capsys):
     assert data["profile"]["hw"] == "trn2" and data["profile"]["hbm_read_bytes"] == 2 * 256 * 512 * 4
     assert cli_main(["profile", str(kern), "--task", str(task), "--json", "--trace-only"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["status"] == "not_checked" and data["correct"] is None and data["profile"]["latency"] > 0
+    assert data["status"] == "not_checked" and data["correct"] is None and data["profile"]["latency_ms"] > 0
 
 
 def test_cli_profile_reports_a_wrong_kernel(tmp_path, capsys):

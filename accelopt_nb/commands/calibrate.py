@@ -16,8 +16,6 @@ from pathlib import Path
 NAME = "calibrate"
 HELP = "fit the performance model's free hardware parameters to neuron-profile summaries of your kernels"
 
-SEED = 42
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("kernels", type=Path, nargs="+", help="kernel files (written against neuronxcc.nki)")
@@ -33,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _traces(kernels: list[Path], tasks: list[Path], kernel_name: str) -> list:
     from accelopt_nb.errors import ConfigError
+    from accelopt_nb.evaluation.job import PROFILE_SEED
     from accelopt_nb.sim import SimOptions, load_kernel, simulate
     from accelopt_nb.taskfile import load_task
 
@@ -42,7 +41,7 @@ def _traces(kernels: list[Path], tasks: list[Path], kernel_name: str) -> list:
     traces = []
     for k, kernel in enumerate(kernels):
         t = load_task(tasks[0] if len(tasks) == 1 else tasks[k])
-        result = simulate(load_kernel(kernel, name=kernel_name), *t.to_nki(t.get_inputs(seed=SEED)),
+        result = simulate(load_kernel(kernel, name=kernel_name), *t.to_nki(t.get_inputs(seed=PROFILE_SEED)),
                           options=SimOptions(trace_only=True))
         traces.append(result.trace)
     return traces

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from accelopt_nb.commands import emit_json
+from accelopt_nb.evaluation.backends import backend_names
+from nkibench.problem import DEFAULT_TOLERANCE
 
 NAME = "profile"
 HELP = "simulate a kernel against an NKIBench task and print its estimated Trainium profile"
-
-SEED = 42
 
 
 @dataclass
@@ -31,13 +31,18 @@ class ProfileRun:
     profile: Any = None                   # accelopt_nb.perf.Profile
 
     def to_dict(self) -> dict[str, Any]:
+        """Shaped like ``EvalResult.to_dict()``: the profile follows the contract (``latency_ms``)."""
+        from accelopt_nb.evaluation.backends.simulator import raw_profile
+        from accelopt_nb.evaluation.profile import profile_record
+
+        profile = profile_record(raw_profile(self.profile), source="simulator", hw=self.hw).to_dict() \
+            if self.profile else None
         return {"status": "not_checked", "kernel": self.kernel, "task": self.task, "hw": self.hw,
-                "trace_only": True, "correct": None,
-                "profile": self.profile.to_dict() if self.profile else None}
+                "trace_only": True, "correct": None, "profile": profile}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", choices=("simulator", "neuron"), default="simulator",
+    parser.add_argument("--backend", choices=backend_names(), default="simulator",
                         help="simulator (default; estimated profile) or neuron (real Trainium, measured)")
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
                         help="input seeds of the correctness check (default: the paper's 0 21 42 63 84)")
@@ -55,19 +60,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace-only", action="store_true",
                         help="skip arithmetic and the correctness check; only build the instruction stream")
     parser.add_argument("--tolerance", type=float, default=None,
-                        help="max L2 relative error per output (default: the task's, 2e-5 unless it says otherwise)")
+                        help=f"max L2 relative error per output (default: the task's, {DEFAULT_TOLERANCE:g} unless it says otherwise)")
 
 
 def profile_kernel(kernel: Path, task: Path, *, hw: str = "trn1", kernel_name: str = "kernel") -> ProfileRun:
     """Trace ``kernel`` on ``task``'s input shapes (no arithmetic) and estimate its profile, in-process."""
     from accelopt_nb.evaluation.backends.simulator import trace_profile
+    from accelopt_nb.evaluation.job import PROFILE_SEED
     from accelopt_nb.sim import load_kernel
     from accelopt_nb.taskfile import load_task
 
     t = load_task(task)
     kern = load_kernel(kernel, name=kernel_name)
     return ProfileRun(kernel=str(kernel), task=str(task), hw=str(hw),
-                      profile=trace_profile(kern, t.to_nki(t.get_inputs(seed=SEED)), hw))
+                      profile=trace_profile(kern, t.to_nki(t.get_inputs(seed=PROFILE_SEED)), hw))
 
 
 def format_run(run: ProfileRun) -> str:

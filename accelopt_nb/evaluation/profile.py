@@ -1,10 +1,10 @@
 """The profile contract: one typed record every backend produces and every consumer reads.
 
-A backend returns a raw profile dict in its own vocabulary (the perf model's summary-json-like
-fields with ``latency`` in ms, or neuron-profile's summary-json plus the measured ``latency_ms``).
-:func:`profile_record` turns it into a :class:`ProfileRecord`, whose ``to_dict()`` is what
-``EvalResult.profile`` holds: the latency in milliseconds under the one key ``latency_ms`` (no
-other latency key survives), the producer (``source``), the hardware, the bound, the model's own
+A backend returns a raw profile dict: its latency in milliseconds under :data:`LATENCY_KEY`
+(``latency_ms``), every other metric under its producer's name (the perf model's summary-json-like
+fields, or neuron-profile's summary-json). :func:`profile_record` turns it into a
+:class:`ProfileRecord`, whose ``to_dict()`` is what ``EvalResult.profile`` holds: the latency
+(``latency_ms``), the producer (``source``), the hardware, the bound, the model's own
 error estimate when it gives one (``model_error``, as the perf model names it), the model's error bar
 (``uncertainty``: kernel class, multiplicative latency interval, coverage and basis, see
 ``accelopt_nb.perf.uncertainty.LatencyUncertainty``; None for a measured profile), and every other metric under its producer's
@@ -17,12 +17,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-# Raw keys that carry the latency, with their scale to ms, in order of preference. Only
-# ``latency_ms`` remains after normalisation.
-LATENCY_KEYS: tuple[tuple[str, float], ...] = (
-    ("latency_ms", 1.0), ("latency", 1.0), ("total_time_ms", 1.0), ("latency_us", 1e-3),
-    ("total_time_us", 1e-3), ("latency_s", 1e3), ("total_time", 1e3))
-_DROPPED = frozenset({"latency", "latency_us", "latency_s", "total_time_ms", "total_time_us"})
+from accelopt_nb.errors import EvaluationError
+
+# The one latency of a profile, in milliseconds: every backend's raw profile carries it under this key.
+LATENCY_KEY = "latency_ms"
 _TYPED = ("latency_ms", "source", "hw", "bound", "model_error", "uncertainty")
 
 
@@ -54,17 +52,16 @@ class ProfileRecord:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ProfileRecord":
-        """Read a stored profile (or any raw one: legacy latency keys are converted)."""
+        """Read a stored profile (``to_dict()``'s output)."""
         return profile_record(d, source=str(d.get("source") or "unknown"), hw=str(d.get("hw") or ""))
 
 
 def latency_ms_from_profile(profile: Mapping[str, Any]) -> float | None:
-    """The latency in ms from a raw or normalised profile dict, whatever unit its producer used."""
-    for key, scale in LATENCY_KEYS:
-        value = profile.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            ms = float(value) * scale
-            return ms if math.isfinite(ms) and ms > 0 else None
+    """The latency in ms of a raw or normalised profile dict (None: none, or not a positive number)."""
+    value = profile.get(LATENCY_KEY)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        ms = float(value)
+        return ms if math.isfinite(ms) and ms > 0 else None
     return None
 
 
@@ -72,7 +69,11 @@ def profile_record(raw: Mapping[str, Any], *, source: str, hw: str) -> ProfileRe
     """Normalise a backend's raw profile dict to the contract."""
     if not isinstance(raw, Mapping):
         raise TypeError(f"a profile is a mapping, not {type(raw).__name__}")
-    metrics = {str(k): v for k, v in raw.items() if k not in _DROPPED and k not in _TYPED}
+    stray = sorted(str(k) for k in raw if str(k).startswith("latency") and k != LATENCY_KEY)
+    if LATENCY_KEY not in raw and stray:
+        raise EvaluationError(f"the {source!r} backend's profile gives {', '.join(stray)} but no {LATENCY_KEY!r}: "
+                              f"a profile carries its latency in milliseconds under {LATENCY_KEY!r}")
+    metrics = {str(k): v for k, v in raw.items() if k not in _TYPED}
     bound = raw.get("bound")
     err = raw.get("model_error")
     unc = raw.get("uncertainty")

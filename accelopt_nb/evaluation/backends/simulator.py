@@ -23,6 +23,16 @@ def trace_profile(kernel: Any, nki_inputs: list[np.ndarray], hw: str = "trn1") -
     return estimate(simulate(kernel, *nki_inputs, options=SimOptions(trace_only=True)).trace, hw=hw)
 
 
+def raw_profile(profile: "Profile") -> dict[str, Any]:
+    """The perf model's profile as this backend's raw profile: neuron-profile's field names, with the
+    latency (the model's ``latency``, ms) under the contract's one key (evaluation.profile.LATENCY_KEY)."""
+    from accelopt_nb.evaluation.profile import LATENCY_KEY
+
+    fields = profile.to_dict()
+    fields[LATENCY_KEY] = fields.pop("latency")
+    return fields
+
+
 class SimulatorBackend:
     """Loads a kernel file into the simulator and runs it on NumPy inputs."""
 
@@ -55,11 +65,11 @@ class SimulatorBackend:
 
     def trace_profile(self, nki_inputs: list[np.ndarray]) -> dict[str, Any] | None:
         """Profile without arithmetic: a trace-only run (shapes and instruction stream only)."""
-        return trace_profile(self.kernel, nki_inputs, self.hw).to_dict()
+        return raw_profile(trace_profile(self.kernel, nki_inputs, self.hw))
 
     def _estimate(self, trace: Any) -> dict[str, Any] | None:
         from accelopt_nb.perf import estimate
-        return None if trace is None else estimate(trace, hw=self.hw).to_dict()
+        return None if trace is None else raw_profile(estimate(trace, hw=self.hw))
 
     def close(self) -> None:
         self.kernel = None
