@@ -10,6 +10,7 @@ import argparse
 import importlib
 import pkgutil
 import sys
+import warnings
 from typing import Sequence
 
 from accelopt_nb import commands as _commands_pkg
@@ -39,7 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    with warnings.catch_warnings(record=True) as renamed:   # an old option spelling: one line, not a traceback
+        warnings.simplefilter("always", FutureWarning)
+        args = parser.parse_args(argv)
+    for w in renamed:
+        print(f"accelopt {args.command}: warning: {w.message}", file=sys.stderr)
     try:
         # with --json, stdout carries the JSON only: a kernel's own prints go to stderr
         with stdout_for_json_only(bool(getattr(args, "json", False))):

@@ -1,6 +1,6 @@
 """Where one candidate's evaluation spends its time: screening and confirmation, stage by stage.
 
-    .venv/bin/python benchmarks/eval_breakdown.py [--problem matmul] [--preset paper] [--no-jobs]
+    .venv/bin/python benchmarks/eval_breakdown.py [--problem matmul] [--shapes paper] [--no-jobs]
 
 For the problem's baseline kernel at the given shape, in this process (one BLAS thread, as in
 the evaluation workers), CPU seconds (``time.process_time``) of each stage:
@@ -40,6 +40,7 @@ from accelopt_nb.evaluation.correctness import compare_outputs, unwritten_output
 from accelopt_nb.evaluation.job import PAPER_SEEDS  # noqa: E402
 from accelopt_nb.evaluation.problems import load_problem, resolve_problem  # noqa: E402
 from accelopt_nb.perf import estimate  # noqa: E402
+from accelopt_nb.renamed import add_renamed  # noqa: E402
 from accelopt_nb.sim import SimOptions, load_kernel, simulate  # noqa: E402
 
 
@@ -57,12 +58,13 @@ def children_cpu() -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problem", default="matmul", choices=nkibench.list_problems())
-    ap.add_argument("--preset", default="paper")
+    ap.add_argument("--shapes", default="paper")
+    add_renamed(ap, "--preset", "--shapes", dest="shapes")
     ap.add_argument("--hw", default="trn1")
     ap.add_argument("--no-jobs", action="store_true", help="stages only, not the sandboxed jobs")
     args = ap.parse_args()
 
-    task, tol = load_problem(resolve_problem(args.problem, args.preset), args.preset, Path(tempfile.mkdtemp()))
+    task, tol = load_problem(resolve_problem(args.problem, args.shapes), args.shapes, Path(tempfile.mkdtemp()))
     kernel_path = Path(nkibench.__file__).parent / "problems" / args.problem / "kernel.py"
     kernel = load_kernel(str(kernel_path))
     rows: list[tuple[str, float, int]] = []    # (stage, CPU s each, times per evaluation)
@@ -87,7 +89,7 @@ def main() -> int:
     rows += [("confirm: run with values", t_run, n_sets), ("confirm: compare outputs", t_cmp, n_sets),
              ("confirm: coverage", t_cov, n_sets), ("(estimate of a run with values: not redone)", t_full_est, 0)]
 
-    print(f"{args.problem} at the {args.preset} shape, baseline kernel, {n_sets} input sets per confirmation, "
+    print(f"{args.problem} at the {args.shapes} shape, baseline kernel, {n_sets} input sets per confirmation, "
           f"latency {screen_est.latency:.4g} ms (same from the trace-only and the with-values stream)")
     print(f"  {'stage':<46}{'CPU s':>8}{'x':>4}{'per eval':>10}")
     for name, sec, times in rows:
@@ -101,7 +103,7 @@ def main() -> int:
         source = kernel_path.read_text()
         for fidelity, options in (("screen", EvalOptions()), ("confirm", EvalOptions(profile=False))):
             before, w0 = children_cpu(), time.perf_counter()
-            r = evaluate(args.problem, source + f"\n_BREAKDOWN = {time.time_ns()}\n", preset=args.preset,
+            r = evaluate(args.problem, source + f"\n_BREAKDOWN = {time.time_ns()}\n", preset=args.shapes,
                          hw=args.hw, cache=False, fidelity=fidelity, options=options)
             wall, used = time.perf_counter() - w0, children_cpu() - before
             stages = screen_sum if fidelity == "screen" else confirm_sum

@@ -15,6 +15,7 @@ import functools
 import time
 
 import nkibench
+from accelopt_nb.renamed import add_renamed
 from accelopt_nb.sim import SimOptions, load_kernel, simulate
 from accelopt_nb.sim.coverage import facade_modules
 
@@ -57,7 +58,8 @@ def counting(counter: list[int]):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="small")
+    ap.add_argument("--shapes", default="small")
+    add_renamed(ap, "--preset", "--shapes", dest="shapes")
     ap.add_argument("--problems", nargs="+", default=None)
     ap.add_argument("--trace-only", action="store_true")
     ap.add_argument("--repeat", type=int, default=3)
@@ -68,7 +70,7 @@ def main() -> None:
     total_g = total_u = 0.0
     for name in names:
         problem = nkibench.get_problem(name)
-        task = problem.task(args.preset)
+        task = problem.task(args.shapes)
         inputs = task.to_nki(task.get_inputs(42))
         kern = load_kernel(problem.baseline_path)
         calls = [0]

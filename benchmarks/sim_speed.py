@@ -33,7 +33,7 @@ column is the simulator's relative error against the reference. Kernels that rai
 error and the table goes on. The closing lines give the geometric means of the ratios and how many rows meet
 the speed goal (:data:`GOAL_VALUES`, :data:`GOAL_TRACE`), naming the rows over it.
 
-    python benchmarks/sim_speed.py [--preset paper|small] [--only adamw,silu] [--repeat 3]
+    python benchmarks/sim_speed.py [--shapes paper|small] [--only adamw,silu] [--repeat 3]
                                    [--accelopt-repo DIR] [--no-ours] [--no-values] [--wall]
                                    [--heap as-is|reuse] [--in-process]
 """
@@ -56,6 +56,7 @@ from typing import Any, Callable
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from accelopt_nb.renamed import add_renamed
 from accelopt_nb.sim import SimOptions, load_kernel, simulate
 from accelopt_nb.taskfile import load_task
 from nkibench.registry import get_problem, list_problems
@@ -273,7 +274,8 @@ def pin_heap(mode: str) -> str:
 def case_parser(doc: str, repeat: int) -> argparse.ArgumentParser:
     """The options that choose the kernels (and the rounds) of a side-by-side benchmark."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="paper", help="shape preset of our problems (paper or small)")
+    ap.add_argument("--shapes", default="paper", help="shape preset of our problems (paper or small)")
+    add_renamed(ap, "--preset", "--shapes", dest="shapes")
     ap.add_argument("--only", default="", help="comma-separated problem names (e.g. adamw,silu,arange_mask)")
     ap.add_argument("--repeat", type=int, default=repeat, help="interleaved rounds per kernel; each column is its best")
     ap.add_argument("--accelopt-repo", type=Path, default=None,
@@ -292,7 +294,7 @@ def chosen_cases(args: argparse.Namespace) -> list[Case]:
     only = {s.strip() for s in args.only.split(",") if s.strip()} or None
     cases: list[Case] = []
     if not args.no_ours:
-        cases += our_cases(args.preset, only)
+        cases += our_cases(args.shapes, only)
         if not only or "arange_mask" in only:
             rows_, cols_ = (int(v) for v in args.arange_shape.lower().split("x"))
             cases.append(arange_mask_case(rows_, cols_))
@@ -393,7 +395,7 @@ def main() -> None:
             print(_ROW + json.dumps(asdict(measure(case, args.repeat, not args.no_values))), flush=True)
         return
     cases = chosen_cases(args)
-    print(f"# simulator vs NumPy fp32, preset {args.preset!r}, {'wall' if args.wall else 'CPU'} seconds, "
+    print(f"# simulator vs NumPy fp32, preset {args.shapes!r}, {'wall' if args.wall else 'CPU'} seconds, "
           f"best of {args.repeat} interleaved rounds, {heap}, "
           f"{'all rows in one process' if args.in_process else 'each row in a fresh process'}")
     print_header()

@@ -5,7 +5,7 @@ The baseline is evaluated (simulator by default) so the planner prompt shows its
 Give ``--fast KERNEL.py`` to render the summarizer prompt for a real pair (the speedup is
 measured); without it the baseline is paired with itself.
 
-    python scripts/render_prompts.py matmul --preset small --fast accelopt_nb/fake_model/kernels/matmul_resident_rhs.py
+    python scripts/render_prompts.py matmul --shapes small --fast accelopt_nb/fake_model/kernels/matmul_resident_rhs.py
     python scripts/render_prompts.py silu --out prompts_silu/     # one .md file per role
 """
 from __future__ import annotations
@@ -17,6 +17,8 @@ from pathlib import Path
 from accelopt_nb.agents import Executor, Planner, PromptSet, Summarizer, format_profile
 from accelopt_nb.agents.prompts import PeakInfo, reference_for_agents
 from accelopt_nb.evaluation import evaluate
+from accelopt_nb.perf.hardware import presets as hardware_names
+from accelopt_nb.renamed import add_renamed
 from accelopt_nb.search.memory import MemoryItem
 from accelopt_nb.search.problem import SearchProblem
 
@@ -34,8 +36,9 @@ DEMO_LESSON = MemoryItem(title="Hoist loop-invariant loads", speedup=1.21, summa
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("problem")
-    ap.add_argument("--preset", default="small", help="shape preset (default: small)")
-    ap.add_argument("--hw", default="trn1", choices=["trn1", "trn2"])
+    ap.add_argument("--shapes", default="small", help="shape preset (default: small)")
+    add_renamed(ap, "--preset", "--shapes", dest="shapes")
+    ap.add_argument("--hw", default="trn1", choices=hardware_names())
     ap.add_argument("--fast", type=Path, help="a faster kernel for the summarizer example")
     ap.add_argument("--plan", default=DEMO_PLAN, help="the plan text shown to the executor")
     ap.add_argument("--no-memory", action="store_true", help="render the planner without a memory example")
@@ -47,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write planner.md, executor.md, summarizer.md here")
     args = ap.parse_args(argv)
 
-    problem = SearchProblem.from_nkibench(args.problem, args.preset)
-    base = evaluate(args.problem, problem.baseline_source, preset=args.preset, hw=args.hw)
+    problem = SearchProblem.from_nkibench(args.problem, args.shapes)
+    base = evaluate(args.problem, problem.baseline_source, preset=args.shapes, hw=args.hw)
     if not base.correct:
         print(f"baseline is {base.status.value}: {base.message}", file=sys.stderr)
         return 1
@@ -72,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     fast_src, fast_ms = problem.baseline_source, base.latency_ms
     if args.fast:
         fast_src = args.fast.read_text()
-        fast = evaluate(args.problem, fast_src, preset=args.preset, hw=args.hw)
+        fast = evaluate(args.problem, fast_src, preset=args.shapes, hw=args.hw)
         if not fast.correct:
             print(f"--fast kernel is {fast.status.value}: {fast.message}", file=sys.stderr)
             return 1

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _table(*args: str) -> str:
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sim_speed.py"), "--preset", "small",
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sim_speed.py"), "--shapes", "small",
                            "--only", "silu,arange_mask", "--arange-shape", "200x600", "--repeat", "1", *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr

@@ -55,7 +55,7 @@ def test_cli_check_exit_codes(server, capsys):
 
 
 def test_cli_check_with_preset_override(server, capsys):
-    assert main(["llm", "check", "--preset", "gpt-oss-120b", "--base-url", server.url]) == 0
+    assert main(["llm", "check", "--model-preset", "gpt-oss-120b", "--base-url", server.url]) == 0
     assert server.requests[-1]["reasoning_effort"] == "medium"
 
 

@@ -71,7 +71,7 @@ def test_start_runs_vllm_with_the_key_in_the_environment(monkeypatch, tmp_path):
 
 
 def test_cli_prints_the_command(capsys):
-    assert main(["llm", "serve-cmd", "--preset", "gpt-oss-120b", "--tp", "8", "--port", "8123"]) == 0
+    assert main(["llm", "serve-cmd", "--model-preset", "gpt-oss-120b", "--tp", "8", "--port", "8123"]) == 0
     out = capsys.readouterr().out.strip()
     assert out.startswith("vllm serve openai/gpt-oss-120b")
     assert "--tensor-parallel-size 8" in out and "--port 8123" in out

@@ -38,7 +38,7 @@ def _magics(ip):
 
 
 def _open(ip, url, run_dir, extra=""):
-    return ip.run_line_magic("accelopt", f"open matmul --preset smoke --shape-preset small --base-url {url} "
+    return ip.run_line_magic("accelopt", f"open matmul --preset smoke --shapes small --base-url {url} "
                                          f"--model fake-nki --price gpt-oss-120b@groq --run-dir {run_dir} {extra}")
 
 
@@ -51,7 +51,7 @@ def _free_port() -> int:
 # ---- without a session ------------------------------------------------------------------------------
 def test_profile_shows_percent_of_peak_and_percent_fields(ip):
     source = nkibench.get_problem("silu").baseline_source()
-    view = ip.run_cell_magic("accelopt", "profile --problem silu --preset small", source)
+    view = ip.run_cell_magic("accelopt", "profile --problem silu --shapes small", source)
     assert view.result.correct and view.pct_peak is not None and 0 < view.pct_peak <= 100
     text, html = repr(view), view._repr_html_()
     assert "% of peak" in text and "-bound" in text

@@ -76,7 +76,7 @@ class FakeEvaluator:
         self.cases.append(case)
         if case.name == self.fail_on:
             raise ProblemError("fake failure")
-        prof = {"latency": 2 * case.problem.peak(case.preset, case.hw).ms, "hbm_read_bytes": 10,
+        prof = {"latency_ms": 2 * case.problem.peak(case.preset, case.hw).ms, "hbm_read_bytes": 10,
                 "hbm_write_bytes": 5, "instruction_count": 7, "bound": "dma"}
         return CaseOutcome("correct", True, {"seed 42": 1e-7}, prof)
 
@@ -119,7 +119,7 @@ def test_summarize_geomean():
 
 
 def test_cli_bench(tmp_path, capsys):
-    rc = main(["bench", "--problems", "silu", "adamw", "--preset", "small", "--out", str(tmp_path),
+    rc = main(["bench", "--problems", "silu", "adamw", "--shapes", "small", "--out", str(tmp_path),
                "--no-progress", "--seeds", "0", "42"])
     out = capsys.readouterr().out
     assert rc == 0

@@ -57,7 +57,7 @@ class SlowAfter:
 
 def cli(tmp_path: Path, url: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "accelopt_nb.cli", "optimize", "matmul", "--preset", "smoke",
-            "--shape-preset", "small", "--base-url", url, "--model", "fake-nki", "--price", "gpt-oss-120b@groq",
+            "--shapes", "small", "--base-url", url, "--model", "fake-nki", "--price", "gpt-oss-120b@groq",
             "--run-dir", str(tmp_path / "run"), "--no-progress", "--workers", "2", *extra]
 
 

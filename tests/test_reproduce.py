@@ -85,7 +85,7 @@ def test_reach_table_counts_iterations_and_cost_to_the_matched_improvement():
 def test_a_failing_notebook_fails_the_run_naming_notebook_and_cell(tmp_path, capsys):
     pytest.importorskip("papermill")
     cfg = tmp_path / "broken.yaml"
-    cfg.write_text(yaml.safe_dump({"notebook": "25_saturation.ipynb", "preset": "no-such-preset", "hw": "trn1"}))
+    cfg.write_text(yaml.safe_dump({"notebook": "25_saturation.ipynb", "shape_preset": "no-such-preset", "hw": "trn1"}))
     assert cli_main(["reproduce", str(cfg), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "25_saturation.ipynb: cell" in err and "raised" in err

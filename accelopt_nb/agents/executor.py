@@ -6,6 +6,7 @@ from typing import Mapping
 from accelopt_nb.agents.extract import ExtractedCode, extract_code
 from accelopt_nb.agents.prompts import PromptSet
 from accelopt_nb.errors import UnusableOutputError
+from nkibench.problem import DEFAULT_TOLERANCE
 
 ROLE = "executor"
 
@@ -28,7 +29,7 @@ class Executor:
     role = ROLE
 
     def __init__(self, prompts: PromptSet | None = None, *, hw: str = "trn1", dtypes: str = "float32",
-                 tolerance: float = 2e-5, n_seeds: int = 5, adversarial: bool = False,
+                 tolerance: float = DEFAULT_TOLERANCE, n_seeds: int = 5, adversarial: bool = False,
                  prompt_set: str = "extended") -> None:
         self.prompts = prompts or PromptSet()
         self.hw = hw

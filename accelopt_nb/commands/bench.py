@@ -10,19 +10,24 @@ import argparse
 import time
 
 from accelopt_nb.commands import emit_json
+from accelopt_nb.evaluation.backends import backend_names
+from accelopt_nb.perf.hardware import presets as hardware_names
+from accelopt_nb.renamed import add_renamed
+from nkibench.problem import PRESETS
 
 NAME = "bench"
 HELP = "benchmark the NKIBench baselines (or your kernels): correctness, latency, % of peak, chart"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--hw", choices=("trn1", "trn2"), default="trn1", help="hardware generation (default trn1)")
+    p.add_argument("--hw", choices=hardware_names(), default="trn1", help="hardware generation (default trn1)")
     p.add_argument("--problems", nargs="+", metavar="NAME", help="problems to run (default: all)")
-    p.add_argument("--preset", default="small", choices=("small", "paper"),
+    p.add_argument("--shapes", default="small", choices=PRESETS,
                    help="shape preset: small (seconds, 5 seeds) or paper (the paper's shapes; default small)")
-    p.add_argument("--backend", choices=("simulator", "neuron"), default="simulator",
-                   help="simulator (CPU simulator + performance model) or neuron (real Trainium, via the "
-                        "evaluation service)")
+    add_renamed(p, "--preset", "--shapes", dest="shapes", choices=PRESETS)
+    p.add_argument("--backend", choices=backend_names(), default="simulator",
+                   help="simulator (CPU simulator + performance model), neuron (real Trainium), or a registered "
+                        "plug-in (both through the evaluation service)")
     p.add_argument("--out", default="bench_out", help="output directory for CSV, JSON and PNG (default bench_out)")
     p.add_argument("--seeds", nargs="+", type=int, metavar="SEED",
                    help="seeds to check (default: 0 21 42 63 84 on small, 42 on paper)")
@@ -63,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         problems = sorted(kernels)
     evaluate = service_evaluator() if args.sandbox else None
     t0 = time.monotonic()
-    df = run_bench(problems, preset=args.preset, hw=args.hw, backend=args.backend, seeds=args.seeds,
+    df = run_bench(problems, preset=args.shapes, hw=args.hw, backend=args.backend, seeds=args.seeds,
                    trace_only=args.trace_only, adversarial=args.adversarial, evaluate=evaluate, kernels=kernels,
                    progress=not args.no_progress, workers=args.workers)
     wall = time.monotonic() - t0

@@ -11,8 +11,12 @@ from pathlib import Path
 from accelopt_nb.commands import emit_json
 from accelopt_nb.errors import ConfigError
 from accelopt_nb.evaluation.api import evaluate, make_job
-from accelopt_nb.evaluation.job import BACKENDS, FIDELITIES, HARDWARE, EvalOptions
+from accelopt_nb.evaluation.backends import backend_names
+from accelopt_nb.evaluation.job import FIDELITIES, EvalOptions
 from accelopt_nb.evaluation.result import EvalResult, Status
+from accelopt_nb.perf.hardware import presets as hardware_names
+from accelopt_nb.renamed import add_renamed
+from nkibench.problem import DEFAULT_TOLERANCE, PRESETS
 
 NAME = "evaluate"
 HELP = ("check NKI kernels for correctness (seeds, adversarial inputs, coverage, precision) and "
@@ -24,13 +28,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--problem", help="NKIBench problem name (e.g. matmul)")
     src.add_argument("--task", help="task file in the NKIBench format instead of a problem")
-    p.add_argument("--preset", default="small", help="shape preset of --problem: small (default) or paper")
-    p.add_argument("--backend", choices=BACKENDS, default="simulator")
+    p.add_argument("--shapes", choices=PRESETS, default="small", help="shape preset of --problem (default small)")
+    add_renamed(p, "--preset", "--shapes", dest="shapes", choices=PRESETS)
+    p.add_argument("--backend", choices=backend_names(), default="simulator")
     p.add_argument("--fidelity", choices=FIDELITIES, default="full",
-                   help="full (default): every check at --preset; screen: seeds and adversarial "
-                        "inputs at the small shape, latency from a trace-only run at --preset; "
-                        "confirm: full checks at --preset, for the kernels that matter")
-    p.add_argument("--hw", choices=HARDWARE, default="trn1")
+                   help="full (default): every check at --shapes; screen: seeds and adversarial "
+                        "inputs at the small shape, latency from a trace-only run at --shapes; "
+                        "confirm: full checks at --shapes, for the kernels that matter")
+    p.add_argument("--hw", choices=hardware_names(), default="trn1")
     p.add_argument("--workers", type=int, default=None,
                    help="parallel local workers (default: one per core, or per NeuronCore)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
@@ -40,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-mb", type=int, default=None,
                    help="memory limit per kernel, MiB (default: 4096 for the small preset, 16384 for paper)")
     p.add_argument("--tolerance", type=float, default=None,
-                   help="relative L2 tolerance (default: the problem's, 2e-5 unless it says otherwise)")
+                   help=f"relative L2 tolerance (default: the problem's, {DEFAULT_TOLERANCE:g} unless it says otherwise)")
     p.add_argument("--no-adversarial", action="store_true", help="skip the adversarial inputs")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the result cache")
     p.add_argument("--json", action="store_true",
@@ -66,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
     if len(sources) == 1 and args.workers is None and args.scheduler is None:
         path, text = sources[0]
-        results = [evaluate(problem, text, backend=args.backend, hw=args.hw, preset=args.preset,
+        results = [evaluate(problem, text, backend=args.backend, hw=args.hw, preset=args.shapes,
                             options=options(path), cache=cache, label=str(path),
                             fidelity=args.fidelity)]
     else:
@@ -84,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 def _evaluate_batch(args, problem, sources, options, cache) -> list[EvalResult]:
     from accelopt_nb.evaluation.executors import DaskEvaluator, LocalPoolEvaluator, evaluate_many
 
-    jobs = [make_job(problem, text, backend=args.backend, hw=args.hw, preset=args.preset,
+    jobs = [make_job(problem, text, backend=args.backend, hw=args.hw, preset=args.shapes,
                      options=options(path), label=str(path), fidelity=args.fidelity)
             for path, text in sources]
     # Neuron jobs additionally wait for a NeuronCore lease, so extra workers never share a core.

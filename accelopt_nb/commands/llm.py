@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from accelopt_nb.errors import ConfigError
+from accelopt_nb.renamed import add_renamed
 
 NAME = "llm"
 HELP = "LLM endpoints: check one, print or start the vLLM server command, list presets and prices"
@@ -15,7 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     check = sub.add_parser("check", help="reachability, model listed, one tiny completion, tokens/s",
                            description="Check that an OpenAI-compatible endpoint serves a model.")
-    check.add_argument("--preset", help="model preset name (see `accelopt llm presets`)")
+    check.add_argument("--model-preset", help="model preset name (see `accelopt llm presets`)")
+    add_renamed(check, "--preset", "--model-preset", dest="model_preset")
     check.add_argument("--base-url", help="endpoint base URL, e.g. http://localhost:8000/v1")
     check.add_argument("--model", help="served model name, e.g. openai/gpt-oss-120b")
     check.add_argument("--api-key-env", help="environment variable holding the API key")
@@ -25,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     serve = sub.add_parser("serve-cmd", help="print (or --run) the `vllm serve` command for a preset",
                            description="Build the vLLM command line for a self-hosted model preset.")
-    serve.add_argument("--preset", default="gpt-oss-120b", help="model preset (default: gpt-oss-120b)")
+    serve.add_argument("--model-preset", default="gpt-oss-120b", help="model preset (default: gpt-oss-120b)")
+    add_renamed(serve, "--preset", "--model-preset", dest="model_preset")
     serve.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=int,
                        help="GPUs to shard the model over")
     serve.add_argument("--port", type=int, help="port (default: from the preset's base_url)")
@@ -51,10 +54,10 @@ def _check_config(args: argparse.Namespace):
         overrides["model"] = args.model
     if args.api_key_env:
         overrides["api_key_env"] = args.api_key_env
-    if args.preset:
-        return ModelConfig.from_preset(args.preset, **overrides)
+    if args.model_preset:
+        return ModelConfig.from_preset(args.model_preset, **overrides)
     if not (args.base_url and args.model):
-        raise ConfigError("give --preset, or both --base-url and --model")
+        raise ConfigError("give --model-preset, or both --base-url and --model")
     return ModelConfig(model=args.model, base_url=args.base_url, api_key_env=args.api_key_env,
                        timeout_s=args.timeout)
 
@@ -71,7 +74,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     from accelopt_nb.llm.config import ModelConfig
     from accelopt_nb.llm.serving import build_vllm_command, format_command, serve_options, start_vllm
 
-    options = serve_options(ModelConfig.from_preset(args.preset), tensor_parallel_size=args.tp,
+    options = serve_options(ModelConfig.from_preset(args.model_preset), tensor_parallel_size=args.tp,
                             port=args.port, host=args.host, max_model_len=args.max_model_len,
                             gpu_memory_utilization=args.gpu_memory_utilization,
                             extra_args=tuple(args.vllm_arg) or None)

@@ -8,6 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from accelopt_nb.commands import emit_json
+from accelopt_nb.evaluation.backends import backend_names
+from accelopt_nb.perf.hardware import presets as hardware_names
+from accelopt_nb.renamed import add_renamed
+from nkibench.problem import PRESETS
 
 NAME = "optimize"
 HELP = "optimize an NKIBench problem with the AccelOpt agents (beam search + optimization memory)"
@@ -35,13 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--unusable-retries", type=int, help="re-asks after an unusable answer (paper preset: 0)")
     g.add_argument("--seed", type=int, help="seed of every random choice of the search")
     e = parser.add_argument_group("evaluation")
-    e.add_argument("--shape-preset", choices=["small", "paper"], help="problem shapes (default: the preset's)")
-    e.add_argument("--fidelity", choices=["full", "multi"], help="evaluate every candidate fully, or screen and "
-                   "confirm (default: the preset's)")
+    e.add_argument("--shapes", choices=PRESETS, help="problem shape preset (default: the search preset's)")
+    add_renamed(e, "--shape-preset", "--shapes", dest="shapes", choices=PRESETS)
+    e.add_argument("--fidelity", help="full: evaluate every candidate fully; multi: screen them all, confirm the "
+                   "best (default: the preset's; search.config.SEARCH_FIDELITIES)")
     e.add_argument("--task", type=Path, help="an NKIBench-format task file (instead of a problem name)")
     e.add_argument("--kernel", type=Path, help="the baseline kernel file that goes with --task")
-    e.add_argument("--backend", choices=["simulator", "neuron"], help="where kernels run")
-    e.add_argument("--hw", choices=["trn1", "trn2"], help="hardware generation")
+    e.add_argument("--backend", choices=backend_names(), help="where kernels run")
+    e.add_argument("--hw", choices=hardware_names(), help="hardware generation")
     e.add_argument("--workers", type=int, help="parallel evaluations (default: the preset's; 0 = one per core)")
     e.add_argument("--scheduler", help="Dask scheduler address for distributed evaluation")
     e.add_argument("--no-pipeline", action="store_true",
@@ -78,7 +83,7 @@ def search_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "samples_per_plan": args.samples, "strategy": args.strategy, "seed": args.seed,
         "memory.top_k": args.top_k, "memory.capacity": args.exp_n, "prompts.set": args.prompt_set,
         "sampling.unusable_retries": args.unusable_retries, "evaluation.fidelity": args.fidelity,
-        "evaluation.shape_preset": args.shape_preset, "evaluation.backend": args.backend, "evaluation.hw": args.hw}
+        "evaluation.shape_preset": args.shapes, "evaluation.backend": args.backend, "evaluation.hw": args.hw}
     flags = {"memory.enabled": (args.no_memory, False), "memory.shared": (args.share_memory, True),
              "planner.show_peak": (args.show_peak, True), "planner.show_hints": (args.show_hints, True)}
     overrides.update({key: value for key, (given, value) in flags.items() if given})

@@ -8,8 +8,10 @@ import numpy as np
 
 from accelopt_nb.commands import emit_json
 from accelopt_nb.errors import KernelError
+from accelopt_nb.evaluation.job import PROFILE_SEED
 from accelopt_nb.sim import load_kernel, simulate
 from accelopt_nb.taskfile import as_output_tuple, l2_relative_error, load_task
+from nkibench.problem import DEFAULT_TOLERANCE
 
 NAME = "simulate"
 HELP = "run an NKI kernel file on the CPU simulator against an NKIBench-format task module"
@@ -19,13 +21,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kernel", help="kernel .py file (imports neuronxcc.nki, defines `kernel`)")
     p.add_argument("--task", required=True, help="task .py file: get_inputs, forward, transform_to_nki_inputs, "
                    "transform_nki_outputs")
-    p.add_argument("--seed", type=int, default=42, help="seed for get_inputs (default 42)")
-    p.add_argument("--rtol", type=float, default=2e-5, help="L2 relative error tolerance (default 2e-5)")
+    p.add_argument("--seed", type=int, default=PROFILE_SEED, help=f"seed for get_inputs (default {PROFILE_SEED})")
+    p.add_argument("--rtol", type=float, default=DEFAULT_TOLERANCE,
+                   help=f"L2 relative error tolerance (default {DEFAULT_TOLERANCE:g})")
     p.add_argument("--name", default="kernel", help="kernel function name (default: kernel)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def run_simulation(kernel_path: str, task_path: str, *, seed: int = 42, rtol: float = 2e-5,
+def run_simulation(kernel_path: str, task_path: str, *, seed: int = PROFILE_SEED, rtol: float = DEFAULT_TOLERANCE,
                    name: str = "kernel") -> dict:
     """Simulate a kernel on a task's inputs; return a JSON-ready report (never raises KernelError)."""
     task = load_task(task_path)

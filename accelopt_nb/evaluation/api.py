@@ -15,12 +15,13 @@ from accelopt_nb.errors import (AccelOptError, BackendUnavailableError, ConfigEr
                                 EvaluationError, KernelLoadError, KernelRejectedError, ProblemError)
 from accelopt_nb.evaluation.backends import backend_names
 from accelopt_nb.evaluation.cache import EvalCache
-from accelopt_nb.evaluation.job import (EVALUATOR_VERSION, FIDELITIES, HARDWARE, EvalJob,
+from accelopt_nb.evaluation.job import (EVALUATOR_VERSION, FIDELITIES, EvalJob,
                                         EvalOptions, Fidelity, default_limits)
 from accelopt_nb.evaluation.problems import resolve_problem
 from accelopt_nb.evaluation.result import EvalResult, Status
 from accelopt_nb.evaluation.sandbox import SandboxLimits, run_sandboxed
 from accelopt_nb.evaluation.static_check import check_kernel_source
+from accelopt_nb.perf.hardware import presets as hardware_names
 
 ENGINE_TARGET = "accelopt_nb.evaluation.engine:run_job_payload"
 # Errors raised inside the worker that are the evaluator's or the task's fault, not the kernel's:
@@ -42,8 +43,8 @@ def make_job(problem_or_task: Any, kernel_source: str, *, backend: str = "simula
         raise ConfigError(f"unknown fidelity {fidelity!r}; choose one of {', '.join(FIDELITIES)}")
     if backend not in backend_names():
         raise ConfigError(f"unknown backend {backend!r}; choose one of {', '.join(backend_names())}")
-    if hw not in HARDWARE:
-        raise ConfigError(f"unknown hardware {hw!r}; choose one of {', '.join(HARDWARE)}")
+    if hw not in hardware_names():
+        raise ConfigError(f"unknown hardware {hw!r}; choose one of {', '.join(hardware_names())}")
     if options is not None and not options.seeds:
         raise ConfigError("EvalOptions.seeds is empty: correctness needs at least one seed")
     if not isinstance(kernel_source, str):

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from accelopt_nb.errors import ProblemError
-from accelopt_nb.evaluation.job import DEFAULT_TOLERANCE, ProblemRef
+from accelopt_nb.evaluation.job import ProblemRef
 from accelopt_nb.taskfile import TaskModule, load_task
+from nkibench.problem import DEFAULT_TOLERANCE
 
 # Module-level names a task file may use to state its own tolerance (e.g. mamba's looser one).
 TASK_TOLERANCE_NAMES = ("REL_TOL", "TOLERANCE")

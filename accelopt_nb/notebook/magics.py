@@ -3,7 +3,7 @@
 Load with ``%load_ext accelopt_nb``. ``%accelopt help [SUBCOMMAND]`` (or ``SUBCOMMAND --help``)
 shows the options of each subcommand::
 
-    %%accelopt profile --problem P [--preset small] [--timeline]   evaluate the cell's kernel
+    %%accelopt profile --problem P [--shapes small] [--timeline]   evaluate the cell's kernel
     %accelopt open PROBLEM --base-url URL --model NAME | --model-preset P   [--resume] [--cassette F]
                                      (no model on the line: %config AccelOptMagics.base_url/model/...,
                                       else $ACCELOPT_BASE_URL/$ACCELOPT_MODEL/$ACCELOPT_MODEL_PRESET)
@@ -41,9 +41,9 @@ from accelopt_nb.notebook import display as d
 from accelopt_nb.notebook import endpoint
 from accelopt_nb.notebook.progress import LiveProgress, StepOutcome
 from accelopt_nb.notebook.stepcell import StepSettings, run_step
+from accelopt_nb.renamed import add_renamed
 
 SESSION_NAME = "accelopt_session"
-PHASES = ("plan", "execute", "evaluate", "select", "summarize")
 
 
 class MagicUsageError(ConfigError):
@@ -92,9 +92,13 @@ def _p_profile() -> _Parser:
     p = _parser("profile", "Evaluate the cell's NKI kernel on an NKIBench problem: correctness, latency, % of peak, "
                            "profile; --timeline draws the engine timeline.")
     p.add_argument("--problem", required=True, help="NKIBench problem name")
-    p.add_argument("--preset", default="small", help="shape preset (small or paper)")
-    p.add_argument("--hw", default="trn1", choices=("trn1", "trn2"))
-    p.add_argument("--backend", default="simulator", choices=("simulator", "neuron"))
+    from accelopt_nb.evaluation.backends import backend_names
+    from accelopt_nb.perf.hardware import presets as hardware_names
+    from nkibench.problem import PRESETS
+    p.add_argument("--shapes", default="small", choices=PRESETS, help="shape preset (default small)")
+    add_renamed(p, "--preset", "--shapes", dest="shapes", choices=PRESETS)
+    p.add_argument("--hw", default="trn1", choices=hardware_names())
+    p.add_argument("--backend", default="simulator", choices=backend_names())
     p.add_argument("--no-adversarial", action="store_true", help="skip the adversarial input checks")
     p.add_argument("--timeline", action="store_true", help="draw the engine timeline (simulator)")
     return p
@@ -108,7 +112,9 @@ def _p_open() -> _Parser:
     p.add_argument("problem", help="NKIBench problem name")
     p.add_argument("--run-dir", type=Path, help="run store directory (default runs/PROBLEM)")
     p.add_argument("--preset", default="smoke", help="search preset (smoke, paper, or a YAML file)")
-    p.add_argument("--shape-preset", choices=("small", "paper"))
+    from nkibench.problem import PRESETS
+    p.add_argument("--shapes", choices=PRESETS, help="problem shape preset (default: the search preset's)")
+    add_renamed(p, "--shape-preset", "--shapes", dest="shapes", choices=PRESETS)
     p.add_argument("--base-url")
     p.add_argument("--model")
     p.add_argument("--model-preset")
@@ -128,6 +134,7 @@ def _p_step() -> _Parser:
                         "this step's settings in YAML: phase, B, N, K, model_preset, temperature, plans (your "
                         "plans), kernels ({plan_id: source}), lessons ([{title, summary}]), llm (false: no LLM "
                         "calls for what you did not write). Settings apply to this step only.")
+    from accelopt_nb.search.state import PHASES
     p.add_argument("phase", nargs="?", choices=PHASES)
     return p
 
@@ -280,10 +287,10 @@ class AccelOptMagics(Magics):
 
         if not cell or not cell.strip():
             raise MagicUsageError("%%accelopt profile takes the kernel source as the cell body")
-        result = evaluate(args.problem, cell, backend=args.backend, hw=args.hw, preset=args.preset,
+        result = evaluate(args.problem, cell, backend=args.backend, hw=args.hw, preset=args.shapes,
                           options=EvalOptions(adversarial=not args.no_adversarial, kernel_filename="<cell>"),
                           cache=False)
-        problem = SearchProblem.from_nkibench(args.problem, args.preset)
+        problem = SearchProblem.from_nkibench(args.problem, args.shapes)
         peak = problem.peak(args.hw)
         # the cell's first line is the %%accelopt line: kernel line 1 is cell line 2
         view = d.ResultView(result, problem.percent_of_peak(result.latency_ms, args.hw) if result.correct else None,
@@ -291,7 +298,7 @@ class AccelOptMagics(Magics):
         if args.timeline and result.profile:
             from IPython.display import display
             display(view)
-            fig = self._timeline(args.problem, args.preset, args.hw, cell)
+            fig = self._timeline(args.problem, args.shapes, args.hw, cell)
             import matplotlib.pyplot as plt
             display(fig)
             plt.close(fig)  # shown once, not again by the inline backend
@@ -550,6 +557,7 @@ class AccelOptMagics(Magics):
             import nkibench
             return sorted(nkibench.list_problems())
         if sub == "step":
+            from accelopt_nb.search.state import PHASES
             return list(PHASES)
         if sub == "kernel" and s is not None:
             return [p.plan_id for p in s.iteration_plans()]

@@ -19,8 +19,6 @@ import ipywidgets as w
 from accelopt_nb.notebook import display as d
 from accelopt_nb.notebook.progress import LiveProgress, StepOutcome
 
-PHASES = ("plan", "execute", "evaluate", "select", "summarize")
-
 
 STOP_COLOR = "#8a6d00"
 
@@ -39,6 +37,7 @@ class SessionPanel:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.status = w.HTML()
+        from accelopt_nb.search.state import PHASES
         self.phase_buttons = {p: w.Button(description=p, tooltip=f"session.{p}()") for p in PHASES}
         self.step_button = w.Button(description="step", button_style="info", tooltip="one whole iteration")
         self.run_button = w.Button(description="run", button_style="primary", tooltip="finish the run")

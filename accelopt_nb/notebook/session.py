@@ -15,7 +15,7 @@ def open_for_notebook(args: argparse.Namespace, progress: Any = None) -> Any:
 
     model = {"base_url": args.base_url, "model": args.model, "model_preset": args.model_preset,
              "api_key_env": args.api_key_env, "price": args.price}
-    overrides = {"evaluation.shape_preset": args.shape_preset} if args.shape_preset else {}
+    overrides = {"evaluation.shape_preset": args.shapes} if args.shapes else {}
     return open_session(LaunchSpec(args.problem, run_dir=args.run_dir, model=model, preset=args.preset,
                                    overrides=overrides, run_id=args.run_id,
                                    resume="auto" if args.resume else "new", cap_usd=args.cap_usd,

@@ -19,7 +19,6 @@ from typing import Any, Iterator
 
 from accelopt_nb.errors import ConfigError
 
-PHASES = ("plan", "execute", "evaluate", "select", "summarize")
 _CONFIG_KEYS = {"B": "beam_width", "N": "plans_per_kernel", "K": "samples_per_plan"}
 
 
@@ -64,6 +63,7 @@ class StepSettings:
         return s
 
     def validate(self) -> None:
+        from accelopt_nb.search.state import PHASES
         if self.phase is not None and self.phase not in PHASES:
             raise ConfigError(f"%%accelopt step: phase {self.phase!r} is not one of {', '.join(PHASES)}")
         for key in ("B", "N", "K"):

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from accelopt_nb.perf.hardware import presets as hardware_names
 from accelopt_nb.reproduce.published import geomean, nkibench_trn1, paper_facts
 
 TABLE_COLUMNS = ["problem", "hw", "bound", "baseline_pct_peak", "best_pct_peak", "best_speedup",
@@ -39,10 +40,12 @@ def bench_baseline_and_best(preset: str, hw: str, best: pd.DataFrame | None = No
     return base, tuned
 
 
-def nkibench_table(preset: str = "small", hws: Sequence[str] = ("trn1", "trn2"),
+def nkibench_table(preset: str = "small", hws: Sequence[str] | None = None,
                    best: pd.DataFrame | None = None, problems: Sequence[str] | None = None) -> pd.DataFrame:
-    """One row per (problem, hw): baseline and best % of peak, and the paper's trn1 measurements."""
+    """One row per (problem, hw): baseline and best % of peak, and the paper's trn1 measurements;
+    ``hws``: the hardware generations (default: every one the hardware registry ships)."""
     paper = nkibench_trn1().set_index("problem")
+    hws = hardware_names() if hws is None else hws
     rows: list[dict[str, Any]] = []
     for hw in hws:
         base, tuned = bench_baseline_and_best(preset, hw, best, problems)

@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 import yaml
 
 from accelopt_nb.errors import AccelOptError, ConfigError
+from accelopt_nb.renamed import warn_renamed
 
 MODES = ("smoke", "paper")
 RUNNER_KEYS = ("notebook", "endpoint")
@@ -126,6 +127,9 @@ def load_job(path: str | Path) -> Job:
     if endpoint not in (None, "fake"):
         raise ConfigError(f"{path}: endpoint must be 'fake' or absent, got {endpoint!r}")
     params = {k: v for k, v in data.items() if k not in RUNNER_KEYS}
+    if "preset" in params:   # the shape preset's old name (an arm's search preset is nested, not here)
+        warn_renamed("preset", "shape_preset", where=str(path))
+        params.setdefault("shape_preset", params.pop("preset"))
     return Job(spec_of(str(data["notebook"])), path, params, endpoint)
 
 

@@ -10,13 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accelopt_nb.agents.prompts import PROMPT_SETS
 from accelopt_nb.errors import ConfigError
 from accelopt_nb.presets import load_preset
 
 STRATEGIES = ("beam", "repeated")
-PROMPT_SETS = ("paper", "extended")
 SEED_MODES = ("per_sample", "none")
-FIDELITIES = ("full", "multi")
+# How a search evaluates its candidates (not the per-job levels of evaluation.job.FIDELITIES): full: every
+# candidate at fidelity "full"; multi: every candidate at "screen", the ones it keeps at "confirm".
+SEARCH_FIDELITIES = ("full", "multi")
 
 
 @dataclass
@@ -104,7 +106,7 @@ class SearchConfig:
             raise ConfigError(f"planner.profile_fields must be paper, extended or all, got {self.planner.profile_fields!r}")
         if self.planner.profile_order not in ("fixed", "shuffled"):
             raise ConfigError(f"planner.profile_order must be 'fixed' or 'shuffled', got {self.planner.profile_order!r}")
-        _choice("evaluation.fidelity", self.evaluation.fidelity, FIDELITIES)
+        _choice("evaluation.fidelity", self.evaluation.fidelity, SEARCH_FIDELITIES)
         _choice("sampling.seed_mode", self.sampling.seed_mode, SEED_MODES)
         _choice("prompts.set", self.prompts.set, PROMPT_SETS)
         r = self.sampling.unusable_retries

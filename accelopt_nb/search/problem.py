@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from accelopt_nb.errors import ProblemError
-
-DEFAULT_TOLERANCE = 2e-5
+from nkibench.problem import DEFAULT_TOLERANCE
 
 
 @dataclass
@@ -67,7 +66,7 @@ class SearchProblem:
 
     # -- constructors ----------------------------------------------------------------------
     @classmethod
-    def from_nkibench(cls, name: str, preset: str = "small", hws: tuple[str, ...] = ("trn1", "trn2")) -> "SearchProblem":
+    def from_nkibench(cls, name: str, preset: str = "small", hws: tuple[str, ...] | None = None) -> "SearchProblem":
         try:
             import nkibench
         except ImportError as exc:  # pragma: no cover - nkibench ships with accelopt_nb
@@ -76,6 +75,9 @@ class SearchProblem:
         task = problem.task(preset)
         reference = _reference_source(problem, task, preset)
         peaks: dict[str, tuple[float, str]] = {}
+        if hws is None:
+            from accelopt_nb.perf.hardware import presets as hardware_names
+            hws = tuple(hardware_names())
         for hw in hws:
             try:
                 pk = problem.peak(preset, hw)

@@ -47,6 +47,7 @@ from accelopt_nb.llm.client import CallRequest, LLMClient
 from accelopt_nb.llm.completion import Completion
 from accelopt_nb.search.beam import Candidate, select_beam
 from accelopt_nb.search.config import SearchConfig
+from accelopt_nb.agents.prompts import ROLES
 from accelopt_nb.search.events import ProgressEvent, ProgressFn, StepStats
 from accelopt_nb.search.lessons import rewrite_pairs, summarize_calls
 from accelopt_nb.search.memory import MemoryItem, OptimizationMemory, RewritePair
@@ -63,7 +64,6 @@ if TYPE_CHECKING:
 
 __all__ = ["BASELINE_ID", "PHASES", "ROLES", "KernelView", "PlanView", "Session", "new_run_id"]
 
-ROLES = ("planner", "executor", "summarizer")
 ROLE_OF_PHASE = {"plan": "planner", "execute": "executor", "summarize": "summarizer"}
 LLM = LLMClient | Mapping[str, LLMClient] | None
 
