@@ -56,7 +56,6 @@ from typing import Any, Callable
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from accelopt_nb.renamed import add_renamed
 from accelopt_nb.sim import SimOptions, load_kernel, simulate
 from accelopt_nb.taskfile import load_task
 from nkibench.registry import get_problem, list_problems
@@ -273,6 +272,7 @@ def pin_heap(mode: str) -> str:
 # ---- the command line (shared by trace_replay.py and value_replay.py) ---------------------------------
 def case_parser(doc: str, repeat: int) -> argparse.ArgumentParser:
     """The options that choose the kernels (and the rounds) of a side-by-side benchmark."""
+    from accelopt_nb.renamed import add_renamed   # here: sim_fingerprint.py imports this file to record older checkouts
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default="paper", help="shape preset of our problems (paper or small)")
     add_renamed(ap, "--preset", "--shapes", dest="shapes")
