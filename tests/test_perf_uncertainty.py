@@ -82,6 +82,7 @@ def test_every_profile_carries_its_class_interval_and_basis():
 
 
 def test_the_profile_record_keeps_the_error_bar_typed():
+    from accelopt_nb.evaluation.backends.simulator import raw_profile
     from accelopt_nb.evaluation.profile import ProfileRecord, profile_record
 
     b = TraceBuilder()
@@ -89,11 +90,11 @@ def test_the_profile_record_keeps_the_error_bar_typed():
     o = b.tensor("o", (128, 4096))
     for _ in range(4):
         b.vector("tensor_tensor", [b.region(a), b.region(a)], [b.region(o)], 4096, alu="add")
-    raw = estimate(b.trace).to_dict()
+    raw = raw_profile(estimate(b.trace))   # the simulator backend's raw profile: latency_ms
     rec = profile_record(raw, source="simulator", hw="trn1")
     assert rec.uncertainty == raw["uncertainty"] and "uncertainty" not in rec.metrics
     lo, hi = rec.latency_interval_ms
-    assert lo == pytest.approx(raw["latency"] * raw["uncertainty"]["low"])
+    assert lo == pytest.approx(raw["latency_ms"] * raw["uncertainty"]["low"])
     assert ProfileRecord.from_dict(rec.to_dict()).uncertainty == rec.uncertainty
     measured = profile_record({"total_time": 0.002, "hbm_read_bytes": 10}, source="neuron", hw="trn1")
     assert measured.uncertainty is None and measured.latency_interval_ms is None
