@@ -1,4 +1,5 @@
 import os
+import resource
 import sys
 from pathlib import Path
 
@@ -38,3 +39,39 @@ def run_kernel(tmp_path):
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+# --cpu-durations N: the N tests that used the most CPU (user + system, this process and the child processes
+# it reaped while the test ran). On a shared machine CPU time moves far less with load than wall time.
+def pytest_addoption(parser):
+    parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
+                     help="show the N tests that used the most CPU time (0: all)")
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+_CPU_BY_TEST: dict[str, float] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if item.config.getoption("--cpu-durations") is None:
+        yield
+        return
+    start = _cpu_seconds()
+    yield
+    _CPU_BY_TEST[item.nodeid] = _cpu_seconds() - start
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    n = config.getoption("--cpu-durations")
+    if n is None or not _CPU_BY_TEST:
+        return
+    ranked = sorted(_CPU_BY_TEST.items(), key=lambda kv: -kv[1])
+    terminalreporter.write_sep("=", f"CPU seconds per test (total {sum(_CPU_BY_TEST.values()):.1f} s over "
+                                    f"{len(ranked)} tests)")
+    for nodeid, seconds in ranked[:n or None]:
+        terminalreporter.write_line(f"{seconds:8.2f}s  {nodeid}")

@@ -16,6 +16,11 @@ import shutil
 import sys
 from pathlib import Path
 
+from accelopt_nb.evaluation.backends import backend_names
+from accelopt_nb.perf.hardware import presets as hardware_names
+from accelopt_nb.renamed import add_renamed
+from nkibench.problem import PRESETS
+
 NAME = "mcp"
 HELP = ("serve NKIBench to coding agents over MCP: problems, simulate/profile/evaluate, the NKI API "
         "reference and the kernel database")
@@ -32,10 +37,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "team's shared database (default: <run-dir>/accelopt.sqlite)")
     p.add_argument("--session", help="session name (default: generated); reuse one to continue its runs")
     p.add_argument("--author", help="who is working: recorded with every kernel and lesson")
-    p.add_argument("--hw", choices=["trn1", "trn2"], default="trn1", help="default hardware model")
-    p.add_argument("--backend", choices=["simulator", "neuron"], default="simulator",
+    p.add_argument("--hw", choices=hardware_names(), default="trn1", help="default hardware model")
+    p.add_argument("--backend", choices=backend_names(), default="simulator",
                    help="where kernels run: the CPU simulator (default) or real Trainium")
-    p.add_argument("--preset", choices=["small", "paper"], default="small", help="default shape preset")
+    p.add_argument("--shapes", choices=PRESETS, default="small", help="default shape preset")
+    add_renamed(p, "--preset", "--shapes", dest="shapes", choices=PRESETS)
     p.add_argument("--max-source-kb", type=int, default=200, help="largest kernel source accepted, KiB")
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio",
                    help="stdio (default: the client starts the server) or streamable HTTP")
@@ -60,7 +66,7 @@ def client_config(client: str, args: argparse.Namespace) -> str:
         if value:
             cmd_args += [flag, value]
     for flag, value, default in (("--hw", args.hw, "trn1"), ("--backend", args.backend, "simulator"),
-                                 ("--preset", args.preset, "small")):
+                                 ("--shapes", args.shapes, "small")):
         if value != default:
             cmd_args += [flag, value]
     if client == "codex":  # ~/.codex/config.toml
@@ -97,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     # The judge's caches live in the run directory too: the session writes nowhere else.
     os.environ["ACCELOPT_CACHE_DIR"] = str(run_dir / ".accelopt_cache")
     env = Environment(run_dir, store=args.store, session=args.session, hw=args.hw, backend=args.backend,
-                      preset=args.preset, author=args.author,
+                      preset=args.shapes, author=args.author,
                       limits=Limits(max_source_bytes=args.max_source_kb * 1024))
     print(f"accelopt mcp: session {env.session}, run dir {run_dir}, store {env.store.location}"
           + (f", http://{args.host}:{args.port}/mcp" if args.transport == "http" else ", stdio"),
