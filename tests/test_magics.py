@@ -184,7 +184,7 @@ def test_fake_model_in_one_line_then_open_show_best_close(ip, tmp_path):
     try:
         check = ip.run_line_magic("accelopt", "llm check")                  # the default endpoint is the fake one
         assert check.value.ok and "fake-nki" in check.text
-        opened = ip.run_line_magic("accelopt", f"open matmul --preset smoke --shape-preset small --run-dir {tmp_path / 'a'}")
+        opened = ip.run_line_magic("accelopt", f"open matmul --preset smoke --shapes small --run-dir {tmp_path / 'a'}")
         session = ip.user_ns["accelopt_session"]
         assert "from %config AccelOptMagics" in opened.text and session.clients["planner"].config.model == "fake-nki"
         # a failed open (a typo in the URL) keeps the session you were working in
