@@ -85,13 +85,14 @@ class Environment:
                  hw: str = "trn1", backend: str = "simulator", preset: str = "small",
                  author: str | None = None, limits: Limits = Limits()) -> None:
         from accelopt_nb.evaluation.cache import EvalCache
-        from accelopt_nb.evaluation.job import BACKENDS, HARDWARE
+        from accelopt_nb.evaluation.backends import backend_names
+        from accelopt_nb.perf.hardware import presets as hardware_names
         from accelopt_nb.store import RunStore
 
-        if hw not in HARDWARE:
-            raise ConfigError(f"unknown hardware {hw!r}; choose one of {', '.join(HARDWARE)}")
-        if backend not in BACKENDS:
-            raise ConfigError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        if hw not in hardware_names():
+            raise ConfigError(f"unknown hardware {hw!r}; choose one of {', '.join(hardware_names())}")
+        if backend not in backend_names():
+            raise ConfigError(f"unknown backend {backend!r}; choose one of {', '.join(backend_names())}")
         if session is not None and not _NAME.match(session):
             raise ConfigError(f"session name {session!r}: use letters, digits, '_', '-', '.' (at most 100)")
         self.run_dir = Path(run_dir).resolve()
@@ -148,8 +149,8 @@ class Environment:
         return str(value)
 
     def _hw(self, hw: Any) -> str:
-        from accelopt_nb.evaluation.job import HARDWARE
-        return self._choice(hw, "hw", HARDWARE, self.hw)
+        from accelopt_nb.perf.hardware import presets as hardware_names
+        return self._choice(hw, "hw", tuple(hardware_names()), self.hw)
 
     def _fidelity(self, fidelity: Any, default: str = "full") -> str:
         from accelopt_nb.evaluation.job import FIDELITIES
