@@ -192,3 +192,22 @@ def test_export_import_between_sqlite_and_postgres(tmp_path, pg_url):
     with pytest.raises(StoreError, match="no run"):
         export_runs(lite, dump, ["nope"])
     lite.close(), pg.close(), again.close()
+
+
+def test_the_store_command_on_a_postgres_url(tmp_path, pg_url, capsys):
+    from accelopt_nb.cli import main
+
+    lite = RunStore(tmp_path / "exp")
+    lite.create_run("r1", {"beam": 6})
+    base = lite.add_kernel("r1", kernel_id="baseline", problem_id="silu", source=SOURCE, iteration=-1)
+    lite.add_evaluation("r1", kernel_id=base, backend="simulator", status="correct", correct=True,
+                        latency_us=10.0, result={"hw": "trn1", "fidelity": "full"})
+    lite.close()
+    dump = tmp_path / "r1.jsonl"
+    assert main(["store", "export", "--store", str(tmp_path / "exp"), "--run", "r1", str(dump)]) == 0
+    assert main(["store", "import", "--store", pg_url, str(dump)]) == 0
+    out = capsys.readouterr().out
+    assert "2 kernels" not in out and "1 kernels" in out and "postgresql://" in out
+    assert main(["store", "best", "--store", pg_url, "--problem", "silu", "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)
+    assert [(b["run_id"], b["kernel_id"], b["latency_ms"]) for b in best] == [("r1", "baseline", 0.01)]

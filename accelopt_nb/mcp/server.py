@@ -35,7 +35,9 @@ best_kernels, lineage and memory read the whole store, which a team may share. `
 prints the AccelOpt workflow (planner, executor, summarizer, beam search, memory) for these tools."""
 
 Problem = Annotated[str, Field(description="NKIBench problem name (see list_problems), e.g. 'silu'")]
-Preset = Annotated[str | None, Field(description="shape preset: 'small' (default; seconds on a CPU) or 'paper'")]
+Preset = Annotated[str | None, Field(
+    description="shape preset: 'small' (default; seconds on a CPU) or 'paper' (the paper's shapes: use "
+                "fidelity 'screen' there, which checks at the small shape and estimates the latency at paper)")]
 Hw = Annotated[Literal["trn1", "trn2"] | None, Field(description="hardware model (default: the server's, trn1)")]
 Fid = Annotated[Literal["full", "screen", "confirm"] | None, Field(
     description="judge fidelity: full (default; every check at the preset), screen (checks at the small "
