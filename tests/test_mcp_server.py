@@ -45,8 +45,13 @@ def kernel(x):
 
 
 def _server(run_dir: Path, *extra: str) -> StdioServerParameters:
+    """The server as an agent starts it, from a working directory of its own (``<run_dir>/../cwd``,
+    which must stay empty: the session writes only inside its run directory)."""
+    cwd = run_dir.parent / "cwd"
+    cwd.mkdir(exist_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return StdioServerParameters(command=sys.executable,
+    env.pop("ACCELOPT_CACHE_DIR", None)
+    return StdioServerParameters(command=sys.executable, cwd=str(cwd),
                                  args=["-m", "accelopt_nb.cli", "mcp", "--run-dir", str(run_dir), *extra],
                                  env=env)
 
@@ -115,7 +120,7 @@ def test_stdio_tools_validate_input_and_stay_in_the_run_directory(tmp_path):
 
     _run(session())
     # The session wrote only inside its run directory.
-    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd", "run"] and not any((tmp_path / "cwd").iterdir())
     assert (run_dir / "accelopt.sqlite").is_file()
 
 
@@ -161,6 +166,9 @@ def test_stdio_agent_session_profile_improve_and_a_rule_violation(tmp_path):
     _run(session())
     copies = sorted(p.name for p in (run_dir / "kernels" / "agent-silu-small").iterdir())
     assert len(copies) == 2  # the two submitted kernels, for people to read
+    # Evaluations too (the judge's input and result caches included) wrote only inside the run directory.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd", "run"] and not any((tmp_path / "cwd").iterdir())
+    assert (run_dir / ".accelopt_cache" / "eval").is_dir()
 
 
 def _free_port() -> int:
