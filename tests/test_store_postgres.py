@@ -211,3 +211,15 @@ def test_the_store_command_on_a_postgres_url(tmp_path, pg_url, capsys):
     assert main(["store", "best", "--store", pg_url, "--problem", "silu", "--json"]) == 0
     best = json.loads(capsys.readouterr().out)
     assert [(b["run_id"], b["kernel_id"], b["latency_ms"]) for b in best] == [("r1", "baseline", 0.01)]
+
+
+def test_a_dropped_connection_is_replaced(store, pg_url):
+    import psycopg
+
+    store.add_kernel("r1", problem_id="p", source=SOURCE, iteration=0)
+    with psycopg.connect(pg_url, autocommit=True) as admin:   # the server drops every other session
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                      "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    assert store.run_ids() == ["r1"]                            # reconnected for the next statement
+    store.add_kernel("r1", problem_id="p", source=SOURCE + "#2\n", iteration=1)
+    assert store.table_counts("r1")["kernels"] == 2

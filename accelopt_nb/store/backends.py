@@ -201,14 +201,41 @@ class _PGCursor:
 
 
 class _PGConnection:
-    """A psycopg connection in autocommit mode speaking RunStore's ``?`` SQL."""
+    """A psycopg connection in autocommit mode speaking RunStore's ``?`` SQL.
 
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
+    A connection the server dropped (a restart, an idle timeout) is replaced on the next statement
+    outside a transaction; inside one, the transaction is lost and the error says so (nothing of it
+    was committed, and RunStore's steps make that safe to redo)."""
+
+    def __init__(self, connect: Any, location: str) -> None:
+        self._connect = connect
+        self._location = location
+        self._conn = connect()
+        self._in_tx = False
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> _PGCursor:
-        cur = self._conn.cursor()
-        cur.execute(_qmark_to_format(sql), tuple(params))
+        import psycopg
+
+        word = sql.lstrip()[:8].upper()
+        if self._conn.broken and not self._in_tx:
+            self._conn = self._connect()
+        try:
+            cur = self._conn.cursor()
+            cur.execute(_qmark_to_format(sql), tuple(params))
+        except psycopg.OperationalError as exc:
+            if not self._conn.broken:
+                raise
+            if self._in_tx or word.startswith(("COMMIT", "ROLLBACK")):
+                self._in_tx = False
+                raise StoreError(f"lost the connection to {self._location} inside a transaction; nothing of "
+                                 f"it was committed ({str(exc).strip()})") from exc
+            self._conn = self._connect()  # once: a second failure is the server's answer
+            cur = self._conn.cursor()
+            cur.execute(_qmark_to_format(sql), tuple(params))
+        if word.startswith("BEGIN"):
+            self._in_tx = True
+        elif word.startswith(("COMMIT", "ROLLBACK")):
+            self._in_tx = False
         return _PGCursor(cur)
 
     def close(self) -> None:
@@ -233,12 +260,14 @@ class PostgresBackend(Backend):
         self.integrity_errors = (psycopg.errors.IntegrityError,)
         self.database_errors = (psycopg.Error,)
 
-    def connect(self) -> _PGConnection:
+    def _raw_connect(self) -> Any:
         try:
-            conn = self._psycopg.connect(self.url, autocommit=True, connect_timeout=30)
+            return self._psycopg.connect(self.url, autocommit=True, connect_timeout=30)
         except self._psycopg.Error as exc:
             raise StoreError(f"cannot connect to the run store {self.location}: {exc}".strip()) from exc
-        return _PGConnection(conn)
+
+    def connect(self) -> _PGConnection:
+        return _PGConnection(self._raw_connect, self.location)
 
     def begin_write(self, conn: _PGConnection) -> None:
         conn.execute("BEGIN")

@@ -100,7 +100,10 @@ class RunStore:
             try:
                 yield conn
             except BaseException:
-                conn.execute("ROLLBACK")
+                try:
+                    conn.execute("ROLLBACK")
+                except (StoreError, *self.backend.database_errors):
+                    pass  # the connection is gone, and the transaction with it: the first error tells why
                 raise
             conn.execute("COMMIT")
 
