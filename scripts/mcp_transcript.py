@@ -85,7 +85,7 @@ class Recorder:
 def _trim_problems(d):
     rows = d["problems"]
     return {"problems": [rows[i] for i in range(len(rows)) if rows[i]["name"] in ("matmul", "silu")],
-            "...": f"{len(rows)} problems in all", "hw": d["hw"], "default_preset": d["default_preset"]}
+            "...": f"{len(rows)} problems in all", "hw": d["hw"], "default_shapes": d["default_shapes"]}
 
 
 def _trim_verdict(d):

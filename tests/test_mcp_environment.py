@@ -46,7 +46,8 @@ def test_problems_and_the_session_run(env, tmp_path):
 def test_every_bad_input_is_a_structured_error(env):
     e = _code(env.show_problem, "softmax")
     assert e["code"] == "unknown_problem" and e["did_you_mean"] == ["bmm_softmax"] and len(e["known"]) == 14
-    assert _code(env.show_problem, "silu", "tiny")["choices"] == ["paper", "small"]
+    e = _code(env.show_problem, "silu", "tiny")
+    assert (e["code"], e["field"], e["choices"]) == ("unknown_shapes", "shapes", ["paper", "small"])
     assert _code(env.evaluate, "silu", KERNEL, hw="trn3")["code"] == "unknown_hw"
     assert _code(env.evaluate, "silu", KERNEL, fidelity="quick")["code"] == "unknown_fidelity"
     e = _code(env.evaluate, "silu", "#" * 1001)

@@ -102,8 +102,8 @@ def test_stdio_tools_validate_input_and_stay_in_the_run_directory(tmp_path):
             err, data = await _call(client, "simulate", problem="silu", source="x = 1\n", seed="many")
             assert err and data["error"]["code"] == "invalid_argument"
             assert data["error"]["problems"][0]["field"] == "seed"
-            err, data = await _call(client, "show_problem", problem="silu", preset="huge")
-            assert err and data["error"]["code"] == "unknown_preset" and data["error"]["choices"] == ["paper", "small"]
+            err, data = await _call(client, "show_problem", problem="silu", shapes="huge")
+            assert err and data["error"]["code"] == "unknown_shapes" and data["error"]["choices"] == ["paper", "small"]
             err, data = await _call(client, "nki_api", name="nl.lod")
             assert err and data["error"]["code"] == "unknown_api" and "nl.load" in data["error"]["did_you_mean"]
             err, data = await _call(client, "lineage", kernel_id="k-0000000000000000")

@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     # The judge's caches live in the run directory too: the session writes nowhere else.
     os.environ["ACCELOPT_CACHE_DIR"] = str(run_dir / ".accelopt_cache")
     env = Environment(run_dir, store=args.store, session=args.session, hw=args.hw, backend=args.backend,
-                      preset=args.shapes, author=args.author,
+                      shapes=args.shapes, author=args.author,
                       limits=Limits(max_source_bytes=args.max_source_kb * 1024))
     print(f"accelopt mcp: session {env.session}, run dir {run_dir}, store {env.store.location}"
           + (f", http://{args.host}:{args.port}/mcp" if args.transport == "http" else ", stdio"),

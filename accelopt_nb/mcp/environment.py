@@ -7,7 +7,7 @@ One :class:`Environment` serves one *session* (one agent, or one person) in one 
   evaluation service (static check, sandboxed judge, fidelity levels, result cache);
 * every kernel submitted for evaluation is recorded in the run store with its parent, the plan
   that produced it and its evaluations (per hardware and fidelity): one run per problem and shape
-  preset, ``<session>-<problem>-<preset>``, whose root is the problem's baseline kernel;
+  preset, ``<session>-<problem>-<shape preset>``, whose root is the problem's baseline kernel;
 * reads of the store (best kernels, lineage, memory) cover every run in it, so in a shared
   PostgreSQL store a session sees the whole team's kernels.
 
@@ -82,7 +82,7 @@ class Environment:
     """The NKIBench environment of one session (see the module docstring)."""
 
     def __init__(self, run_dir: str | Path, *, store: str | Path | None = None, session: str | None = None,
-                 hw: str = "trn1", backend: str = "simulator", preset: str = "small",
+                 hw: str = "trn1", backend: str = "simulator", shapes: str = "small",
                  author: str | None = None, limits: Limits = Limits()) -> None:
         from accelopt_nb.evaluation.cache import EvalCache
         from accelopt_nb.evaluation.backends import backend_names
@@ -99,7 +99,7 @@ class Environment:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.store = RunStore(store if store is not None else self.run_dir)
         self.session = session or f"mcp-{_now_stamp()}-{uuid.uuid4().hex[:6]}"
-        self.hw, self.backend, self.preset = hw, backend, preset
+        self.hw, self.backend, self.shapes = hw, backend, shapes
         self.author = author
         self.limits = limits
         self.cache = EvalCache(self.run_dir / ".accelopt_cache" / "eval")
@@ -166,11 +166,11 @@ class Environment:
                               did_you_mean=close or None, known=known)
         return nkibench.get_problem(name)
 
-    def _preset(self, problem: Any, preset: Any) -> str:
-        preset = self.preset if preset is None else preset
+    def _preset(self, problem: Any, shapes: Any) -> str:
+        preset = self.shapes if shapes is None else shapes
         if preset not in problem.presets:
-            raise ToolFailure("unknown_preset", f"problem {problem.name!r} has no shape preset {preset!r}",
-                              field="preset", choices=list(problem.presets))
+            raise ToolFailure("unknown_shapes", f"problem {problem.name!r} has no shape preset {preset!r}",
+                              field="shapes", choices=list(problem.presets))
         return str(preset)
 
     def _limit(self, limit: Any) -> int:
@@ -334,13 +334,13 @@ class Environment:
             out.append({"name": name, "summary": p.description.split(". ")[0].rstrip(".") + ".",
                         "shapes": {preset: p.shapes(preset) for preset in p.presets},
                         "tolerance": p.tolerance, "peak": {self.hw: peaks}})
-        return {"problems": out, "hw": self.hw, "default_preset": self.preset}
+        return {"problems": out, "hw": self.hw, "default_shapes": self.shapes}
 
-    def show_problem(self, problem: Any, preset: Any = None) -> dict[str, Any]:
+    def show_problem(self, problem: Any, shapes: Any = None) -> dict[str, Any]:
         from accelopt_nb.agents.prompts import reference_for_agents
 
         p = self._problem(problem)
-        preset = self._preset(p, preset)
+        preset = self._preset(p, shapes)
         sp = self._search_problem(p.name, preset)
         peaks = {}
         for hw in ("trn1", "trn2"):
@@ -352,7 +352,7 @@ class Environment:
                          "hbm_bytes": pk.hbm_bytes}
         run_id = self.run_id(p.name, preset)
         return {
-            "name": p.name, "description": p.description, "preset": preset, "presets": list(p.presets),
+            "name": p.name, "description": p.description, "shape_preset": preset, "shape_presets": list(p.presets),
             "shapes": p.shapes(preset), "shape_docs": {s.name: s.doc for s in p.params},
             "inputs": p.inputs, "outputs": p.outputs, "layout": p.layout, "constraints": list(p.constraints),
             "tolerance": p.tolerance, "adversarial_inputs": bool(sp.adversarial), "peak": peaks,
@@ -361,11 +361,11 @@ class Environment:
         }
 
     # ================================================================== tools: the judge
-    def simulate(self, problem: Any, source: Any, preset: Any = None, seed: Any = 42,
+    def simulate(self, problem: Any, source: Any, shapes: Any = None, seed: Any = 42,
                  filename: Any = "kernel.py") -> dict[str, Any]:
         """One run of the kernel on one seed's inputs, checked against the reference (not recorded)."""
         p = self._problem(problem)
-        preset = self._preset(p, preset)
+        preset = self._preset(p, shapes)
         source = self._source(source)
         filename = self._filename(filename)
         if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**31:
@@ -374,7 +374,7 @@ class Environment:
         result = self._judge(p.name, source, preset=preset, hw=self.hw, fidelity="full", filename=filename,
                              label=filename, seeds=(seed,), adversarial=False)
         verdict = self._verdict(result, sp, hw=self.hw)
-        out = {"problem": p.name, "preset": preset, "seed": seed, "status": verdict["status"],
+        out = {"problem": p.name, "shape_preset": preset, "seed": seed, "status": verdict["status"],
                "correct_on_this_seed": verdict["status"] == "correct", "message": verdict["message"],
                "error": verdict["error"], "checks": verdict["checks"], "log": verdict["log"],
                "latency_ms": verdict["latency_ms"], "note": "one seed, no adversarial inputs, not recorded: "
@@ -384,11 +384,11 @@ class Environment:
             raise failure
         return out
 
-    def profile(self, problem: Any, kernel_id: Any = BASELINE_ID, run_id: Any = None, preset: Any = None,
+    def profile(self, problem: Any, kernel_id: Any = BASELINE_ID, run_id: Any = None, shapes: Any = None,
                 hw: Any = None, fidelity: Any = None, explain: Any = False) -> dict[str, Any]:
         """The neuron-profile fields, latency and % of peak of a stored kernel (the baseline by default)."""
         p = self._problem(problem)
-        preset = self._preset(p, preset)
+        preset = self._preset(p, shapes)
         hw, fidelity = self._hw(hw), self._fidelity(fidelity)
         if run_id is None:
             self.run_id(p.name, preset)
@@ -400,7 +400,7 @@ class Environment:
         verdict = self._verdict(result, sp, hw=hw)
         if run in self._runs.values():
             self._record(run, row["kernel_id"], result, verdict)
-        out = {"problem": p.name, "preset": preset, "hw": hw, "run_id": run, "kernel_id": row["kernel_id"],
+        out = {"problem": p.name, "shape_preset": preset, "hw": hw, "run_id": run, "kernel_id": row["kernel_id"],
                **verdict}
         if explain:
             from accelopt_nb.agents.prompts import PROFILE_GLOSSARY
@@ -411,11 +411,11 @@ class Environment:
         return out
 
     def evaluate(self, problem: Any, source: Any, parent_kernel_id: Any = BASELINE_ID, plan: Any = None,
-                 preset: Any = None, hw: Any = None, fidelity: Any = None,
+                 shapes: Any = None, hw: Any = None, fidelity: Any = None,
                  filename: Any = "kernel.py") -> dict[str, Any]:
         """Judge a candidate kernel and record it (with its parent and plan) in this session's run."""
         p = self._problem(problem)
-        preset = self._preset(p, preset)
+        preset = self._preset(p, shapes)
         hw, fidelity = self._hw(hw), self._fidelity(fidelity)
         source = self._source(source)
         filename = self._filename(filename)
@@ -441,7 +441,7 @@ class Environment:
         parent_ms = self._parent_latency(run_id, parent["kernel_id"], p.name, preset, hw)
         base_ms = parent_ms if parent["kernel_id"] == BASELINE_ID else self._correct_ms(run_id, BASELINE_ID, hw)
         lat = verdict["latency_ms"]
-        out = {"problem": p.name, "preset": preset, "hw": hw, "run_id": run_id, "kernel_id": kernel_id,
+        out = {"problem": p.name, "shape_preset": preset, "hw": hw, "run_id": run_id, "kernel_id": kernel_id,
                "parent_kernel_id": parent["kernel_id"], "plan_id": plan_id, "iteration": iteration, **verdict,
                "parent_latency_ms": parent_ms,
                "speedup_over_parent": (parent_ms / lat) if (parent_ms and lat) else None,
@@ -532,11 +532,11 @@ class Environment:
         return {"problem": name, "items": items}
 
     def add_memory(self, problem: Any, slow_kernel_id: Any, fast_kernel_id: Any, summary: Any,
-                   preset: Any = None, hw: Any = None) -> dict[str, Any]:
+                   shapes: Any = None, hw: Any = None) -> dict[str, Any]:
         """Record a lesson: what changed between a slower and a faster kernel of this session, and why
         it helped (both measured correct on ``hw``)."""
         p = self._problem(problem)
-        preset = self._preset(p, preset)
+        preset = self._preset(p, shapes)
         hw = self._hw(hw)
         summary = self._text(summary, "summary")
         run_id = self.run_id(p.name, preset)
@@ -562,7 +562,7 @@ class Environment:
     def session_info(self) -> dict[str, Any]:
         return {"session": self.session, "run_dir": str(self.run_dir), "store": self.store.location,
                 "store_backend": self.store.backend.name, "backend": self.backend, "hw": self.hw,
-                "default_preset": self.preset, "author": self.author, "limits": asdict(self.limits),
+                "default_shapes": self.shapes, "author": self.author, "limits": asdict(self.limits),
                 "runs": {f"{p}/{preset}": rid for (p, preset), rid in sorted(self._runs.items())}}
 
 

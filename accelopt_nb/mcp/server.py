@@ -35,7 +35,7 @@ best_kernels, lineage and memory read the whole store, which a team may share. `
 prints the AccelOpt workflow (planner, executor, summarizer, beam search, memory) for these tools."""
 
 Problem = Annotated[str, Field(description="NKIBench problem name (see list_problems), e.g. 'silu'")]
-Preset = Annotated[str | None, Field(
+Shapes = Annotated[str | None, Field(
     description="shape preset: 'small' (default; seconds on a CPU) or 'paper' (the paper's shapes: use "
                 "fidelity 'screen' there, which checks at the small shape and estimates the latency at paper)")]
 Hw = Annotated[Literal["trn1", "trn2"] | None, Field(description="hardware model (default: the server's, trn1)")]
@@ -118,28 +118,28 @@ def build_server(env: Environment) -> MCPServer:
         return _call(env.list_problems)
 
     @tool
-    def show_problem(problem: Problem, preset: Preset = None) -> CallToolResult:
+    def show_problem(problem: Problem, shapes: Shapes = None) -> CallToolResult:
         """One problem in full: the NumPy reference program, the baseline NKI kernel (id 'baseline'), the
         input/output layouts, shapes, tolerance and the peak latency per hardware."""
-        return _call(env.show_problem, problem=problem, preset=preset)
+        return _call(env.show_problem, problem=problem, shapes=shapes)
 
     @tool
-    def simulate(problem: Problem, source: Source, preset: Preset = None,
+    def simulate(problem: Problem, source: Source, shapes: Shapes = None,
                  seed: Annotated[int, Field(description="input seed")] = 42,
                  filename: Filename = "kernel.py") -> CallToolResult:
         """Run a kernel once on the simulator (one seed, no adversarial inputs) and compare with the
         reference: a quick check while writing a kernel. Not recorded; evaluate gives the verdict."""
-        return _call(env.simulate, problem=problem, source=source, preset=preset, seed=seed, filename=filename)
+        return _call(env.simulate, problem=problem, source=source, shapes=shapes, seed=seed, filename=filename)
 
     @tool
-    def profile(problem: Problem, kernel_id: KernelId = BASELINE_ID, run_id: RunId = None, preset: Preset = None,
+    def profile(problem: Problem, kernel_id: KernelId = BASELINE_ID, run_id: RunId = None, shapes: Shapes = None,
                 hw: Hw = None, fidelity: Fid = None,
                 explain: Annotated[bool, Field(description="add what each profile field means")] = False
                 ) -> CallToolResult:
         """The profile of a stored kernel (the baseline by default): latency, % of peak and its bound, and
         the neuron-profile summary fields (HBM/SBUF/PSUM bytes, spills, FLOPs, engine and DMA activity),
         from the sandboxed judge."""
-        return _call(env.profile, problem=problem, kernel_id=kernel_id, run_id=run_id, preset=preset, hw=hw,
+        return _call(env.profile, problem=problem, kernel_id=kernel_id, run_id=run_id, shapes=shapes, hw=hw,
                      fidelity=fidelity, explain=explain)
 
     @tool
@@ -147,7 +147,7 @@ def build_server(env: Environment) -> MCPServer:
                  parent_kernel_id: Annotated[str, Field(description="the kernel this one was derived from")]
                  = BASELINE_ID,
                  plan: Annotated[str | None, Field(description="the one-step plan this kernel implements")] = None,
-                 preset: Preset = None, hw: Hw = None, fidelity: Fid = None,
+                 shapes: Shapes = None, hw: Hw = None, fidelity: Fid = None,
                  filename: Filename = "kernel.py") -> CallToolResult:
         """Submit a candidate kernel to the judge: static check, then in a sandbox the paper's five seeds and
         adversarial inputs against the tolerance, then the profile. Returns the verdict (status, per-check
@@ -155,7 +155,7 @@ def build_server(env: Environment) -> MCPServer:
         kernel's id; the kernel is stored with its parent and plan. A kernel that does not build answers
         an error with the file, line, API and the NKI rule broken."""
         return _call(env.evaluate, problem=problem, source=source, parent_kernel_id=parent_kernel_id, plan=plan,
-                     preset=preset, hw=hw, fidelity=fidelity, filename=filename)
+                     shapes=shapes, hw=hw, fidelity=fidelity, filename=filename)
 
     @tool
     def nki_api(name: Annotated[str, Field(description="an nl/nisa call, e.g. 'nisa.nc_matmul' or 'nl.load'")],
@@ -202,11 +202,11 @@ def build_server(env: Environment) -> MCPServer:
     def add_memory(problem: Problem, slow_kernel_id: KernelId, fast_kernel_id: KernelId,
                    summary: Annotated[str, Field(description="first line: a short title; then the change, "
                                                              "in general terms, with the code before and after")],
-                   preset: Preset = None, hw: Hw = None) -> CallToolResult:
+                   shapes: Shapes = None, hw: Hw = None) -> CallToolResult:
         """Record a lesson from two evaluated kernels of this session (the speedup is computed from their
         stored latencies on hw). Write it so it helps on other kernels, too."""
         return _call(env.add_memory, problem=problem, slow_kernel_id=slow_kernel_id,
-                     fast_kernel_id=fast_kernel_id, summary=summary, preset=preset, hw=hw)
+                     fast_kernel_id=fast_kernel_id, summary=summary, shapes=shapes, hw=hw)
 
     @tool
     def session_info() -> CallToolResult:
