@@ -89,7 +89,8 @@ def lineage(store: "RunStore", run_id: str, kernel_id: str, *, hw: str | None = 
     if hw is None:
         rows = store.query(LINEAGE_SQL.format(hw_filter=""), (run_id, kernel_id))
     else:
-        rows = store.query(LINEAGE_SQL.format(hw_filter=" AND e.hw = ?"), (run_id, kernel_id, hw))
+        # NULL: an evaluation recorded before the store had a hw column (its hardware is not known)
+        rows = store.query(LINEAGE_SQL.format(hw_filter=" AND (e.hw = ? OR e.hw IS NULL)"), (run_id, kernel_id, hw))
     if not rows:
         raise StoreError(f"no kernel {kernel_id!r} in run {run_id!r}")
     latest: dict[str, dict[str, Any]] = {}
