@@ -46,6 +46,13 @@ def test_runs_best_lineage_and_a_round_trip(tmp_path, capsys):
     assert "baseline" in out[1] and kid in out[2] and "2.500x" in out[2] and "Fuse the three" in out[2]
     assert bad in out[3] and "build_failed" in out[3]
 
+    with RunStore(src) as s:
+        s.add_memory_item("r1", problem_id="silu", iteration=0, summary="**Fuse the activation**\nOne call.",
+                          slow_kernel_id="baseline", fast_kernel_id=kid, speedup=2.5)
+    assert main(["store", "memory", "--store", str(src), "--problem", "silu"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "2.500x" in out[1] and out[1].endswith("Fuse the activation")
+
     dump = tmp_path / "runs.jsonl"
     assert main(["store", "export", "--store", str(src), str(dump)]) == 0
     assert "3 kernels" in capsys.readouterr().out

@@ -5,6 +5,7 @@
     accelopt store runs    --store runs/silu                    # a SQLite store (directory or file)
     accelopt store best    --store postgresql://me@db/kernels --problem silu --hw trn1
     accelopt store lineage --store runs/silu --run RUN KERNEL_ID
+    accelopt store memory  --store postgresql://me@db/kernels --problem silu   # the newest lessons
     accelopt store export  --store runs/silu [--run RUN ...] silu-runs.jsonl
     accelopt store import  --store postgresql://me@db/kernels silu-runs.jsonl
 """
@@ -41,6 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--run", required=True, help="the run holding the kernel")
     q.add_argument("kernel", help="kernel id")
     q.add_argument("--hw", help="the hardware whose evaluations to show")
+    q = sub.add_parser("memory", help="the newest optimization-memory lessons over every run")
+    common(q)
+    q.add_argument("--problem", help="only this problem")
+    q.add_argument("-n", "--limit", type=int, default=16, help="how many (default 16, AccelOpt's capacity)")
     q = sub.add_parser("export", help="write runs to a JSON-lines file")
     common(q)
     q.add_argument("--run", action="append", dest="runs", help="a run id (repeatable; default: every run)")
@@ -86,6 +91,11 @@ def _lineage(store, args) -> list[dict[str, Any]]:
     return lineage(store, args.run, args.kernel, hw=args.hw)
 
 
+def _memory(store, args) -> list[dict[str, Any]]:
+    from accelopt_nb.store.queries import memory_items
+    return memory_items(store, problem=args.problem, limit=args.limit)
+
+
 def _export(store, args) -> dict[str, Any]:
     from accelopt_nb.store.transfer import export_runs
     counts = export_runs(store, args.file, args.runs)
@@ -98,7 +108,8 @@ def _import(store, args) -> dict[str, Any]:
     return {"file": str(args.file), "rows": counts}
 
 
-_ACTIONS = {"runs": _runs, "best": _best, "lineage": _lineage, "export": _export, "import": _import}
+_ACTIONS = {"runs": _runs, "best": _best, "lineage": _lineage, "memory": _memory, "export": _export,
+            "import": _import}
 
 
 def _ms(v: Any) -> str:
@@ -118,6 +129,13 @@ def _text(action: str, out: Any, location: str) -> str:
             best = None if r["best_latency_us"] is None else float(r["best_latency_us"]) / 1e3
             lines.append(f"{r['run_id']:<44} {str(r['created_at'])[:23]:<24} {r['status']:<10} "
                          f"{r['kernels']:>7} {_ms(best):>9}")
+        return "\n".join(lines)
+    if action == "memory":
+        lines = [f"{'problem':<14} {'speedup':>8}  {'run':<36} lesson"]
+        for r in out:
+            speedup = "-" if r["speedup"] is None else f"{r['speedup']:.3f}x"
+            title = (r["summary"] or "").strip().splitlines()[0].strip("*# ")[:70] if r["summary"] else ""
+            lines.append(f"{r['problem_id']:<14} {speedup:>8}  {r['run_id']:<36} {title}")
         return "\n".join(lines)
     if action == "best":
         lines = [f"{'problem':<14} {'hw':<5} {'fidelity':<8} {'latency ms':>10} {'% peak':>7}  run / kernel"]
