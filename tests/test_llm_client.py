@@ -12,6 +12,7 @@ from fakes.fake_openai_server import (Disconnect, Fail, FakeOpenAIServer, Malfor
 from accelopt_nb.errors import BudgetExceededError, ConfigError, LLMEndpointError, UnusableOutputError
 from accelopt_nb.llm import (JsonlLedgerSink, Ledger, LLMClient, ModelConfig, PriceTable, RetryPolicy,
                              Usage)
+from accelopt_nb.llm.client import CallRequest
 from accelopt_nb.store import RunStore
 
 MODEL = "openai/gpt-oss-120b"
@@ -273,16 +274,104 @@ def test_endpoint_error_is_recorded_config_error_is_not(server, monkeypatch):
     assert len(ledger.records) == 1 and server.chat_requests == 1
 
 
-def test_validator_bug_propagates_after_recording(server):
+def test_a_validator_exception_makes_that_answer_unusable_not_the_call_an_error(server):
+    calls = []
+
     def broken(text):
+        calls.append(text)
         raise KeyError("oops")
 
+    server.enqueue(Reply("first"), Reply("second"))
     ledger = Ledger()
-    with LLMClient(config_for(server), ledger) as client:
-        with pytest.raises(KeyError):
-            client.complete_sync("x", role="executor", validate=broken)
-    assert ledger.records[0].status == "error" and "KeyError" in ledger.records[0].error
-    assert ledger.records[0].prompt_tokens > 0  # the billed response is on the ledger
+    with LLMClient(config_for(server, max_unusable_retries=1), ledger) as client:
+        c = client.complete_sync("x", role="executor", validate=broken)
+    assert c.status == "unusable" and c.unusable_outputs == 2
+    assert c.rejections[0].reason == "the answer check failed: KeyError: 'oops'"
+    assert calls == ["first", "first", "second", "second"]  # each answer checked twice, then rejected
+    assert ledger.records[0].status == "unusable" and ledger.records[0].prompt_tokens > 0
+
+
+def test_a_validator_that_fails_once_is_run_again_on_the_same_answer(server):
+    seen = []
+
+    def flaky(text):  # e.g. a parser race: the second check of the same text passes
+        seen.append(text)
+        if len(seen) == 1:
+            raise SystemError("AST constructor recursion depth mismatch")
+        return text.upper()
+
+    server.enqueue(Reply("answer"))
+    with LLMClient(config_for(server)) as client:
+        c = client.complete_sync("x", role="planner", validate=flaky)
+    assert c.ok and c.parsed == "ANSWER" and server.chat_requests == 1
+
+
+def test_one_validator_exception_does_not_abort_the_other_calls_of_a_step(server):
+    def validate(text):
+        if text == "answer to q3":
+            raise ValueError("a bug on this one answer")
+        return text
+
+    server.responder = lambda body: Reply(f"answer to {body['messages'][-1]['content']}")
+    done = {}
+    with LLMClient(config_for(server, max_unusable_retries=0), concurrency=4) as client:
+        missing = client.complete_each([CallRequest(f"q{i}", role="planner", key=i, validate=validate)
+                                        for i in range(10)], lambda req, c: done.__setitem__(req.key, c))
+        batch = client.complete_many_sync([{"messages": f"q{i}", "role": "planner", "validate": validate}
+                                           for i in range(4)])
+    assert missing == [] and len(done) == 10
+    assert [done[i].status for i in range(10)] == ["ok"] * 3 + ["unusable"] + ["ok"] * 6
+    assert "ValueError: a bug on this one answer" in done[3].error
+    assert [c.status for c in batch] == ["ok", "ok", "ok", "unusable"]
+
+
+def test_content_as_a_list_of_parts_is_an_answer(server):
+    server.enqueue(Reply([{"type": "reasoning", "text": "think first"},
+                          {"type": "text", "text": "Plan: hoist "}, {"type": "text", "text": "the load."}]),
+                   Reply([{"type": "output_text", "text": "second"}, {"type": "image_url", "image_url": {}}]))
+    with LLMClient(config_for(server)) as client:
+        a = client.complete_sync("x", role="planner")
+        b = client.complete_sync("y", role="planner")
+    assert a.ok and a.text == "Plan: hoist the load." and a.reasoning == "think first"
+    assert b.ok and b.text == "second"
+
+
+def test_a_cap_without_max_tokens_reserves_a_default_output(server):
+    from accelopt_nb.llm.config import DEFAULT_RESERVE_OUTPUT_TOKENS
+
+    price = PriceTable.default().get("gpt-oss-120b@self-hosted")
+    with LLMClient(config_for(server)) as client:  # the preset sends no max_tokens
+        request = client.build_request("a" * 300)
+        assert "max_tokens" not in request
+        reserve = client._estimate(request)
+        assert reserve == pytest.approx(price.cost(Usage(100, DEFAULT_RESERVE_OUTPUT_TOKENS)))
+        assert reserve > price.cost(Usage(100, 0)) * 5  # not the prompt's cost alone
+        assert client._estimate(client.build_request("a" * 300, {"max_tokens": 10})) == \
+            pytest.approx(price.cost(Usage(100, 10)))
+    with LLMClient(config_for(server, reserve_output_tokens=100)) as client:
+        assert client._estimate(client.build_request("a" * 300)) == pytest.approx(price.cost(Usage(100, 100)))
+    # Under a cap worth 2.5 reserved answers, at most 3 calls are in flight at once (holding only
+    # their prompts' cost, all 8 would start together); cheap answers free the cap again.
+    active = peak = 0
+    lock = threading.Lock()
+
+    def responder(body):
+        nonlocal active, peak
+        with lock:
+            active += 1
+            peak = max(peak, active)
+        time.sleep(0.5)
+        with lock:
+            active -= 1
+        return Reply("ok", prompt_tokens=100, completion_tokens=10)
+
+    server.responder = responder
+    ledger = Ledger(cap_usd=2.5 * price.cost(Usage(100, DEFAULT_RESERVE_OUTPUT_TOKENS)))
+    with LLMClient(config_for(server), ledger, concurrency=8) as client:
+        results = client.complete_many_sync([{"messages": "a" * 300, "role": "planner", "sample": i}
+                                             for i in range(8)])
+    assert peak <= 3 and sum(c.ok for c in results) >= 3
+    assert any(c.status == "budget_exceeded" for c in results)
 
 
 def test_per_call_params_and_server_specific_settings(server):

@@ -75,7 +75,8 @@ def test_the_cap_reserves_budget_so_concurrent_calls_do_not_overshoot(server):
     server.responder = lambda body: Slow(0.2, Reply("ok", prompt_tokens=1000, completion_tokens=0))
     cost = 1000 * 0.15 / 1e6                # gpt-oss-120b@self-hosted input price per token
     ledger = Ledger(cap_usd=4.5 * cost)
-    with LLMClient(config_for(server), ledger, concurrency=16) as client:
+    # No output held in reserve here (the answers are empty), so each call reserves its prompt's cost.
+    with LLMClient(config_for(server, reserve_output_tokens=0), ledger, concurrency=16) as client:
         got = client.complete_many_sync([{"messages": prompt, "role": "executor"}] * 16)
     ok = [c for c in got if c.ok]
     refused = [c for c in got if c.status == "budget_exceeded"]

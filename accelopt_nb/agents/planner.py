@@ -5,6 +5,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from accelopt_nb.agents.declines import is_no_plan, is_refusal
 from accelopt_nb.agents.extract import split_reasoning
 from accelopt_nb.agents.prompts import PeakInfo, PromptSet
 from accelopt_nb.errors import UnusableOutputError
@@ -13,15 +14,6 @@ ROLE = "planner"
 MIN_PLAN_CHARS = 20  # shorter answers are refusals or truncations, not plans
 
 _PLAN_HEADING = re.compile(r"^\W*plan\W*:?\W*$|^\W*plan\s*:", re.IGNORECASE | re.MULTILINE)
-# A refusal is an answer, not a plan: it must not reach the executor or the memory.
-_REFUSAL = re.compile(r"\A\W*(?:I(?:'|’)?m\s+sorry|I\s+am\s+sorry|sorry,|I\s+(?:can(?:'|’)?t|cannot|won(?:'|’)?t|"
-                      r"am\s+unable\s+to|'m\s+unable\s+to)\s+(?:help|assist|comply|do\s+that|provide))",
-                      re.IGNORECASE)
-
-
-def is_refusal(answer: str) -> bool:
-    """Whether an answer opens by declining ("I'm sorry, but I can't help with that")."""
-    return bool(_REFUSAL.match(answer))
 
 
 @dataclass(frozen=True)
@@ -39,6 +31,8 @@ def parse_plan(text: str) -> ParsedPlan:
     reasoning, answer = split_reasoning(text or "")
     if is_refusal(answer):
         raise UnusableOutputError(f"the planner refused: {answer.strip()[:120]!r}")
+    if is_no_plan(answer):
+        raise UnusableOutputError(f"the planner proposed no step: {answer.strip()[:120]!r}")
     if len(answer.strip()) < MIN_PLAN_CHARS:
         raise UnusableOutputError(f"planner answer too short to be a plan ({len(answer.strip())} characters)")
     m = _PLAN_HEADING.search(answer)

@@ -48,7 +48,7 @@ class Reply:
     ``reasoning``; pass explicit numbers to script usage exactly.
     """
 
-    content: str = "OK"
+    content: "str | list[Any]" = "OK"  # a list is sent as content parts, as some gateways do
     reasoning: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -183,12 +183,18 @@ class FakeOpenAIServer:
         return not self._stop.wait(seconds)
 
 
+def _part_text(content: Any) -> str:
+    if isinstance(content, list):
+        return " ".join(p if isinstance(p, str) else str(p.get("text", "")) for p in content)
+    return content
+
+
 def _completion_body(srv: FakeOpenAIServer, request: dict, reply: Reply) -> dict:
     prompt_text = " ".join(str(m.get("content", "")) for m in request.get("messages", []))
     reasoning_tokens = (reply.reasoning_tokens if reply.reasoning_tokens is not None
                         else count_tokens(reply.reasoning or ""))
     completion_tokens = (reply.completion_tokens if reply.completion_tokens is not None
-                         else count_tokens(reply.content) + reasoning_tokens)
+                         else count_tokens(_part_text(reply.content)) + reasoning_tokens)
     prompt_tokens = (reply.prompt_tokens if reply.prompt_tokens is not None
                      else count_tokens(prompt_text))
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}

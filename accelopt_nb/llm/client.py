@@ -5,7 +5,8 @@ Error contract (what callers, e.g. the agents, must handle):
 * :meth:`LLMClient.complete` **returns** a :class:`Completion` for every per-call failure,
   so one bad call never aborts a step: ``status == "error"`` (no response after transport
   retries, or a request the server refused such as a too-long prompt) or
-  ``status == "unusable"`` (every response rejected by ``validate``). Check
+  ``status == "unusable"`` (every response rejected by ``validate``; a validator that
+  raises anything, not only :class:`UnusableOutputError`, rejects that one answer). Check
   ``completion.ok``, or call ``completion.raise_for_status()``.
 * It **raises** only when continuing makes no sense: :class:`BudgetExceededError` (the
   spending cap is reached: stop the run), :class:`LLMEndpointError` (bad API key, unknown
@@ -126,6 +127,25 @@ class _CallState:
         self.latency_s += got.latency_s
 
 
+def _validated(validate: Validator, text: str) -> tuple[bool, Any, str]:
+    """(ok, parsed value, rejection reason) of one answer.
+
+    :class:`UnusableOutputError` rejects the answer. Any other exception is the validator's
+    failure on this answer, never the step's: it is run once more on the same text (a race in a
+    parser can pass the second time) and, if it fails again, the answer is rejected with the
+    exception named, so one odd answer cannot abort the calls around it.
+    """
+    for attempt in (1, 2):
+        try:
+            return True, validate(text), ""
+        except UnusableOutputError as exc:
+            return False, None, str(exc) or "unusable output"
+        except Exception as exc:  # noqa: BLE001 - any validator failure makes this one answer unusable
+            if attempt == 2:
+                return False, None, f"the answer check failed: {type(exc).__name__}: {exc}"
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def _now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
@@ -212,11 +232,14 @@ class LLMClient:
 
     def _estimate(self, request: Mapping[str, Any]) -> float:
         """A call's likely cost, held against the cap while it runs: about 3 characters per
-        prompt token, and ``max_tokens`` (or the longest answer seen so far) of output."""
+        prompt token, and ``max_tokens`` of output; with no ``max_tokens`` (the gpt-oss presets
+        leave the limit to the server), the larger of ``config.reserve_output_tokens`` and the
+        longest answer seen so far."""
         if self.config.price is None:
             return 0.0
         prompt = sum(len(str(m.get("content", ""))) for m in request.get("messages", [])) // 3
-        output = request.get("max_tokens") or request.get("max_completion_tokens") or self._longest_output
+        output = request.get("max_tokens") or request.get("max_completion_tokens") \
+            or max(self.config.reserve_output_tokens, self._longest_output)
         return self.prices.cost(self.config.price, Usage(prompt_tokens=prompt, completion_tokens=int(output)))
 
     def _check_budget(self, state: _CallState) -> None:
@@ -313,7 +336,7 @@ class LLMClient:
             # one stopped between unusable-output retries has billed responses to record.
             self._finish(call, state, record=state.attempts > 0)
             raise
-        except BaseException as exc:  # a fatal endpoint error, a cancellation, a validator bug
+        except BaseException as exc:  # a fatal endpoint error, a cancellation, a bug
             call.status, call.error = "error", f"{type(exc).__name__}: {exc}"
             # Record what reached the server; a config error or replay miss sent nothing.
             self._finish(call, state, record=state.attempts > 0)
@@ -346,12 +369,11 @@ class LLMClient:
             if validate is None:
                 call.status = "ok"
                 return
-            try:
-                call.parsed = validate(got.parsed.text)
-            except UnusableOutputError as exc:
-                state.rejections.append(Rejection(got.parsed.text, str(exc) or "unusable output",
-                                                  got.parsed.reasoning))
+            ok, value, reason = _validated(validate, got.parsed.text)
+            if not ok:
+                state.rejections.append(Rejection(got.parsed.text, reason, got.parsed.reasoning))
                 continue
+            call.parsed = value
             call.status = "ok"
             return
         call.status = "unusable"
@@ -388,9 +410,12 @@ class LLMClient:
                                       run_id=spec.get("run_id"), iteration=spec.get("iteration"),
                                       sample=spec.get("sample"), error=str(res), cost_usd=0.0))
             else:
-                fatal = fatal or res
+                if isinstance(res, _FATAL) or not isinstance(res, Exception):
+                    fatal = fatal or res  # a bug in one call (any other Exception) fails that call only
                 out.append(Completion(call_id=uuid.uuid4().hex, status="error", model=self.config.model,
-                                      role=spec.get("role", "?"), error=f"{type(res).__name__}: {res}"))
+                                      role=spec.get("role", "?"), run_id=spec.get("run_id"),
+                                      iteration=spec.get("iteration"), sample=spec.get("sample"),
+                                      error=f"{type(res).__name__}: {res}"))
         if fatal is not None:
             raise fatal
         return out
@@ -434,6 +459,11 @@ class LLMClient:
                     except _FATAL as exc:
                         fatal = fatal or exc
                         continue
+                    except Exception as exc:  # noqa: BLE001 - a bug in one call fails that call only
+                        completion = Completion(
+                            call_id=uuid.uuid4().hex, status="error", model=(req.client or self).config.model,
+                            role=req.role, run_id=req.run_id, iteration=req.iteration, sample=req.sample,
+                            error=f"{type(exc).__name__}: {exc}")
                     more = on_done(req, completion)
                     if more:
                         queue[:0] = list(more)[::-1]

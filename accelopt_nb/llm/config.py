@@ -20,12 +20,16 @@ import yaml
 from accelopt_nb.errors import ConfigError
 from accelopt_nb.llm.retry import RetryPolicy
 
-__all__ = ["ModelConfig", "load_model_presets", "NO_API_KEY"]
+__all__ = ["DEFAULT_RESERVE_OUTPUT_TOKENS", "ModelConfig", "load_model_presets", "NO_API_KEY"]
 
 # Sent when the server needs no key (a local vLLM without --api-key): the SDK insists on one.
 NO_API_KEY = "EMPTY"
 
 _REASONING_EFFORTS = {"minimal", "low", "medium", "high"}
+
+# Output tokens a call holds against a spending cap when the request sets no ``max_tokens``:
+# about one gpt-oss answer at medium effort with a full kernel (reasoning included).
+DEFAULT_RESERVE_OUTPUT_TOKENS = 8192
 
 
 def load_model_presets(extra: str | Path | Mapping[str, Any] | None = None) -> dict[str, dict]:
@@ -75,6 +79,7 @@ class ModelConfig:
     max_unusable_retries: int = 2
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     serve: dict[str, Any] | None = None
+    reserve_output_tokens: int = DEFAULT_RESERVE_OUTPUT_TOKENS  # cap estimate without max_tokens
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -86,6 +91,8 @@ class ModelConfig:
                               f"got {self.reasoning_effort!r}")
         if self.max_unusable_retries < 0:
             raise ConfigError("max_unusable_retries must be >= 0")
+        if self.reserve_output_tokens < 0:
+            raise ConfigError("reserve_output_tokens must be >= 0")
         if self.timeout_s <= 0:
             raise ConfigError("timeout_s must be positive")
         if not isinstance(self.extra_body, dict):

@@ -11,6 +11,8 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Coroutine, TypeVar
 
+from accelopt_nb.pyutil import guard_ipython
+
 __all__ = ["LoopThread"]
 
 T = TypeVar("T")
@@ -37,6 +39,8 @@ class LoopThread:
                     loop.call_soon(ready.set)
                     loop.run_forever()
 
+                # This thread parses answers while a notebook's kernel parses cells: share the AST lock.
+                guard_ipython()
                 self._thread = threading.Thread(target=_serve, name=self._name, daemon=True)
                 self._thread.start()
                 ready.wait()

@@ -75,6 +75,45 @@ def extract_usage(usage: Mapping[str, Any] | None) -> Usage:
     return Usage(_int(prompt), _int(completion), _int(reasoning), _int(cached))
 
 
+# Part types of a ``content`` list (some gateways send content as parts, as the Responses API
+# and Anthropic do): text parts make the answer, reasoning/thinking parts the reasoning.
+_TEXT_PARTS = {"text", "output_text"}
+_REASONING_PARTS = {"reasoning", "thinking", "reasoning_text", "summary_text"}
+
+
+def _content_text(content: Any) -> tuple[str, str | None]:
+    """(answer text, reasoning from parts) of a message ``content``: a string, or a list of parts
+    (``{"type": "text", "text": ...}``, plain strings, reasoning/thinking parts). Parts of other
+    types (images, tool calls, refusals) carry no answer text and are skipped; content of any
+    other shape is malformed."""
+    if content is None:
+        return "", None
+    if isinstance(content, str):
+        return content, None
+    parts = [content] if isinstance(content, Mapping) else content
+    if not isinstance(parts, list):
+        raise MalformedResponse(f"message content is {type(content).__name__}, not text or a list of parts")
+    texts: list[str] = []
+    reasoning: list[str] = []
+    for part in parts:
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        if not isinstance(part, Mapping):
+            raise MalformedResponse(f"a message content part is {type(part).__name__}, not an object")
+        kind = part.get("type", "text")
+        value = part.get("text")
+        if value is None and kind in _REASONING_PARTS:
+            value = part.get(kind) or part.get("reasoning") or part.get("thinking")
+        if not isinstance(value, str):
+            continue
+        if kind in _TEXT_PARTS:
+            texts.append(value)
+        elif kind in _REASONING_PARTS:
+            reasoning.append(value)
+    return "".join(texts), ("\n\n".join(reasoning) or None)
+
+
 @dataclass(frozen=True)
 class ParsedResponse:
     text: str
@@ -90,7 +129,8 @@ def parse_chat_response(data: Any) -> ParsedResponse:
 
     Raises :class:`MalformedResponse` when the body has no ``choices[0].message``.
     Reasoning text is read from ``reasoning_content`` (vLLM with a reasoning parser, older
-    releases) or ``reasoning`` (newer vLLM, several hosted providers).
+    releases) or ``reasoning`` (newer vLLM, several hosted providers). ``content`` may be a
+    string or a list of parts (see :func:`_content_text`).
     """
     if not isinstance(data, Mapping):
         raise MalformedResponse(f"response body is {type(data).__name__}, not a JSON object")
@@ -100,13 +140,13 @@ def parse_chat_response(data: Any) -> ParsedResponse:
     message = choices[0].get("message")
     if not isinstance(message, Mapping):
         raise MalformedResponse("response choice has no message")
-    content = message.get("content")
-    if content is not None and not isinstance(content, str):
-        raise MalformedResponse(f"message content is {type(content).__name__}, not text")
+    text, part_reasoning = _content_text(message.get("content"))
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     if reasoning is not None and not isinstance(reasoning, str):
         reasoning = str(reasoning)
-    return ParsedResponse(text=content or "", reasoning=reasoning,
+    if part_reasoning:
+        reasoning = part_reasoning if not reasoning else reasoning + "\n\n" + part_reasoning
+    return ParsedResponse(text=text, reasoning=reasoning,
                           finish_reason=choices[0].get("finish_reason"),
                           usage=extract_usage(data.get("usage")),
                           response_id=data.get("id"), model=data.get("model"))

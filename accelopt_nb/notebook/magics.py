@@ -582,6 +582,9 @@ def _with_outcome(shown: d.Shown, outcome: Any) -> d.Shown:
 
 
 def load_ipython_extension(ipython) -> None:
+    from accelopt_nb.pyutil import guard_ipython
+
+    guard_ipython(ipython)  # cells parse under the package's AST lock (LLM threads parse answers meanwhile)
     magics = AccelOptMagics(ipython)
     ipython.register_magics(magics)
     if magics not in ipython.configurables:  # `%config AccelOptMagics.base_url = ...`
