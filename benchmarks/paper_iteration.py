@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import resource
 import sys
 import tempfile
@@ -42,13 +41,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import nkibench  # noqa: E402
+from accelopt_nb.fake_model.nki_model import kernel_in, role_of  # noqa: E402
 from accelopt_nb.fake_model.server import FakeOpenAIServer, Reply, Slow  # noqa: E402
 from accelopt_nb.search.launch import LaunchSpec, open_session  # noqa: E402
 
 ARMS = {"old": dict(pipeline=False, fidelity="full"), "new-full": dict(pipeline=True, fidelity="full"),
         "new-multi": dict(pipeline=True, fidelity="multi")}
 PAPER_CANDIDATES = 144
-_KERNEL = re.compile(r"## The kernel to optimize\n```python\n(.*?)\n```", re.DOTALL)
 
 
 class DistinctKernels:
@@ -63,13 +62,11 @@ class DistinctKernels:
         with self._lock:
             self.n += 1
             n = self.n
-        system = body["messages"][0]["content"]
-        user = body["messages"][-1]["content"]
-        if "propose the next optimization step" in system:
+        role = role_of(body)
+        if role == "planner":
             reply = Reply(f"The kernel is fine as it is.\n\nPlan:\nVariant {n}: tag the module with a constant.")
-        elif "You implement that step" in system:
-            parent = _KERNEL.search(user).group(1)
-            reply = Reply(f"```python\n{parent}\n\n_VARIANT = {n}\n```")
+        elif role == "executor":
+            reply = Reply(f"```python\n{kernel_in(body)}\n\n_VARIANT = {n}\n```")
         else:
             reply = Reply("No optimization found")
         return Slow(self.latency_s, reply) if self.latency_s else reply

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-memory", action="store_true", help="render the planner without a memory example")
     ap.add_argument("--show-peak", action="store_true", help="include the optional %%-of-peak section")
     ap.add_argument("--fields", default="paper", choices=["paper", "extended", "all"])
-    ap.add_argument("--prompts-dir", type=Path, help="custom template directory")
+    ap.add_argument("--prompts-dir", type=Path, help="templates of your own, or the authors' prompt directory")
     ap.add_argument("--prompt-set", default="paper", choices=["paper", "extended"], help="prompt set (default: paper)")
     ap.add_argument("--show-adversarial", action="store_true", help="show the agents the adversarial generator")
     ap.add_argument("--out", type=Path, help="write planner.md, executor.md, summarizer.md here")
@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"--fast kernel is {fast.status.value}: {fast.message}", file=sys.stderr)
             return 1
         fast_ms = fast.latency_ms
-    summarizer = Summarizer(prompts, hw=args.hw, measured_on=f"estimated by the {args.hw} performance model").messages(
+    summarizer = Summarizer(prompts, hw=args.hw, measured_on=f"estimated by the {args.hw} performance model",
+                            prompt_set=args.prompt_set).messages(
         slow_source=problem.baseline_source, fast_source=fast_src, speedup=base.latency_ms / fast_ms,
         slow_ms=base.latency_ms, fast_ms=fast_ms)
 

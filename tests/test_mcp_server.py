@@ -90,7 +90,7 @@ def test_stdio_tools_validate_input_and_stay_in_the_run_directory(tmp_path):
             entry = data["entries"][0]
             assert entry["signature"].startswith("nc_matmul(stationary, moving")
             assert entry["simulator"]["status"] == "supported"
-            assert any("stationary [K <= 128" in r["text"] for r in entry["rules"])
+            assert any("stationary is [K <= 128, M <= 128]" in r["text"] for r in entry["rules"])
 
             # ---- bad input: each a structured error naming the problem
             err, data = await _call(client, "show_problem", problem="../../etc/passwd")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from accelopt_nb.agents.extract import first_bold, split_reasoning
-from accelopt_nb.agents.planner import is_refusal
+from accelopt_nb.agents.declines import is_refusal, says_kernels_identical
 from accelopt_nb.agents.prompts import PromptSet
 from accelopt_nb.errors import UnusableOutputError
 
@@ -37,7 +37,8 @@ def parse_summary(text: str) -> ParsedSummary:
     answer = answer.strip()
     if not answer:
         raise UnusableOutputError("empty summarizer answer")
-    if _NOT_FOUND.match(answer):  # any case, any suffix ("No optimization found. The kernels ...")
+    # "No optimization found" in any case with any suffix, or "The two kernels are identical."
+    if _NOT_FOUND.match(answer) or says_kernels_identical(answer):
         return ParsedSummary(found=False, title=NO_OPTIMIZATION, summary=answer, reasoning=reasoning)
     if is_refusal(answer):
         raise UnusableOutputError(f"the summarizer refused: {answer[:120]!r}")
@@ -54,16 +55,17 @@ class Summarizer:
     role = ROLE
 
     def __init__(self, prompts: PromptSet | None = None, *, hw: str = "trn1",
-                 measured_on: str | None = None) -> None:
+                 measured_on: str | None = None, prompt_set: str = "extended") -> None:
         self.prompts = prompts or PromptSet()
         self.hw = hw
         self.measured_on = measured_on or f"measured on {hw}"
+        self.prompt_set = prompt_set
 
     def messages(self, *, slow_source: str, fast_source: str, speedup: float, slow_ms: float,
                  fast_ms: float) -> list[Mapping[str, str]]:
         system, user = self.prompts.summarizer(slow_source=slow_source, fast_source=fast_source, speedup=speedup,
                                                slow_ms=slow_ms, fast_ms=fast_ms, hw=self.hw,
-                                               measured_on=self.measured_on)
+                                               measured_on=self.measured_on, prompt_set=self.prompt_set)
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     @staticmethod

@@ -25,26 +25,50 @@ from accelopt_nb.fake_model.server import Reply
 
 Transform = Callable[[str], "str | None"]
 
-_KERNEL_BLOCK = re.compile(r"## The kernel to optimize\n```python\n(.*?)\n```", re.DOTALL)
-_PLAN_BLOCK = re.compile(r"## The optimization step to implement\n(.*)\Z", re.DOTALL)
+# Where the kernel and the plan sit in a user prompt, in either shipped prompt set (extended, paper)
+# and in the fixer's prompts.
+_KERNEL_BLOCK = re.compile(r"(?:## The kernel to optimize|# Baseline NKI kernel|## The failing kernel|# Wrong code:)"
+                           r"\n```(?:python)?\n(.*?)\n```", re.DOTALL)
+_PLAN_BLOCK = re.compile(r"## The optimization step to implement\n(.*)\Z|# Optimization plan\n```\n(.*?)\n```",
+                         re.DOTALL)
+# Phrases that tell the role, from the system and user prompts of either prompt set.
+_ROLE_MARKERS = (
+    ("fixer", ("failed its evaluation", "# Wrong code:")),
+    ("planner", ("propose the next optimization step", "propose 1 optimization plan")),
+    ("executor", ("You implement that step", "Make the plan concrete")),
+    ("summarizer", ("pairs of AWS Trainium kernels", 'answer only "No optimization found"')),
+)
 
 # Kernel rewrites the fake model answers with (data files, not part of any API).
 KERNELS = Path(__file__).parent / "kernels"
 
 
 def role_of(body: dict) -> str:
-    system = next((m["content"] for m in body.get("messages", []) if m.get("role") == "system"), "")
-    if "propose the next optimization step" in system:
-        return "planner"
-    if "You implement that step" in system:
-        return "executor"
-    if "pairs of AWS Trainium kernels" in system:
-        return "summarizer"
-    raise AssertionError(f"fake model cannot tell the role of: {system[:80]!r}")
+    text = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+    for role, markers in _ROLE_MARKERS:
+        if any(marker in text for marker in markers):
+            return role
+    raise AssertionError(f"fake model cannot tell the role of: {text[:80]!r}")
 
 
 def user_text(body: dict) -> str:
     return next(m["content"] for m in body["messages"] if m.get("role") == "user")
+
+
+def kernel_in(body: dict) -> str:
+    """The kernel a planner, executor or fixer request shows (the one to optimize or repair)."""
+    found = _KERNEL_BLOCK.search(user_text(body))
+    if found is None:
+        raise AssertionError("fake model finds no kernel in the request")
+    return found.group(1)
+
+
+def plan_in(body: dict) -> str:
+    """The plan an executor request asks to implement."""
+    found = _PLAN_BLOCK.search(user_text(body))
+    if found is None:
+        raise AssertionError("fake model finds no plan in the request")
+    return found.group(1) or found.group(2)
 
 
 class FakeNKIModel:
@@ -78,9 +102,7 @@ class FakeNKIModel:
         return f"The profile shows the kernel is DMA-bound.\n\n**Plan:**\n{self.plans[j % len(self.plans)]}"
 
     def _execute(self, body: dict) -> str:
-        text = user_text(body)
-        parent = _KERNEL_BLOCK.search(text).group(1)
-        plan = _PLAN_BLOCK.search(text).group(1)
+        parent, plan = kernel_in(body), plan_in(body)
         for keyword, transform in self.rewrites:
             if keyword in plan:
                 try:

@@ -7,7 +7,7 @@ Three sources, each read through its public function and kept in one place:
   the signature, doc section and docs release of each front end;
 * the simulator's coverage report (:func:`accelopt_nb.sim.coverage.collect`): supported, partial
   or refused, with the arguments it refuses and why;
-* the NKI facts and programming rules the agents' prompts teach (``agents/prompts/_nki_facts.j2``,
+* the NKI knowledge and programming rules the agents' prompts teach (``agents/prompts/_nki_knowledge.j2``,
   ``_nki_rules.j2``): every bullet that names the call.
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _rule_bullets(hw: str) -> list[tuple[str, str]]:
 
     prompts = PromptSet()
     out: list[tuple[str, str]] = []
-    for template in ("_nki_facts", "_nki_rules"):
+    for template in ("_nki_knowledge", "_nki_rules"):
         section = ""
         bullet: list[str] = []
         for line in prompts.render(template, hw=HW_FACTS[hw]).splitlines():

@@ -194,9 +194,11 @@ def open_session(spec: LaunchSpec | str, run_dir: str | Path | None = None, **le
         from accelopt_nb.evaluation import DaskEvaluator
         executor = owned_executor = DaskEvaluator(spec.scheduler)
     memory = OptimizationMemory.load(spec.memory_in) if spec.memory_in else None
+    # A run keeps the prompt directory it started with: a resume without --prompts-dir uses it again.
+    prompts_dir = spec.prompts_dir or ((record["config"].get("llm") or {}).get("prompts_dir") if record else None)
+    prompts = PromptSet(prompts_dir) if prompts_dir else None
     common: dict[str, Any] = dict(llm=client, memory=memory, progress=spec.progress, eval_executor=executor,
-                                  eval_cache=spec.eval_cache,
-                                  prompts=PromptSet(spec.prompts_dir) if spec.prompts_dir else None)
+                                  eval_cache=spec.eval_cache, prompts=prompts)
     try:
         if record is not None:
             session = Session.resume(run_dir, run_id=run_id, problem=problem, runtime=spec.runtime_overrides(),
@@ -206,7 +208,10 @@ def open_session(spec: LaunchSpec | str, run_dir: str | Path | None = None, **le
             if memory is not None:
                 memory.capacity = config.memory.capacity
             session = Session.create(problem, run_dir=run_dir, config=config, run_id=run_id,
-                                     llm_settings={"model": model.to_dict()}, prices=prices.snapshot(), **common)
+                                     llm_settings={"model": model.to_dict(), "prompts": (prompts or PromptSet()).source,
+                                                   "prompts_dir": str(Path(prompts_dir).resolve()) if prompts_dir
+                                                   else None},
+                                     prices=prices.snapshot(), **common)
     except BaseException:
         client.close()
         if owned_executor is not None:

@@ -102,7 +102,7 @@ class Session:
                                  prompt_set=pset)
         measured = (f"measured on {hw} hardware" if config.evaluation.backend == "neuron"
                     else f"estimated by the {hw} performance model")
-        self.summarizer = Summarizer(self.prompts, hw=hw, measured_on=measured)
+        self.summarizer = Summarizer(self.prompts, hw=hw, measured_on=measured, prompt_set=pset)
         self.reference_source = reference_for_agents(problem.reference_source, config.prompts.show_adversarial)
         self.state = RunState(store=store, run_id=run_id, problem=problem, config=config, memory=memory)
         self.memory_path = Path(memory_path) if memory_path is not None else None
