@@ -13,7 +13,7 @@ from accelopt_nb.evaluation.backends import register_backend
 from accelopt_nb.evaluation.backends.base import RunOutput
 from accelopt_nb.evaluation.datacache import InputCache
 from accelopt_nb.evaluation.engine import evaluate_job
-from accelopt_nb.evaluation.executors import normalized_source_key
+from accelopt_nb.evaluation.service import normalized_source_key
 
 HOSTILE = Path(__file__).parent / "fixtures" / "hostile"
 SCALE_TASK = HOSTILE / "scale_task.py"

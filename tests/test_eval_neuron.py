@@ -199,8 +199,8 @@ def test_bench_reads_the_neuron_backends_latency_and_percent_of_peak(fake_neuron
     r = evaluate(SCALE_TASK, GOOD, backend="neuron", options=opts, cache=False)
     assert r.status is Status.CORRECT and r.latency_ms == pytest.approx(2.0)
     assert r.profile["latency_ms"] == r.latency_ms and r.profile["source"] == "neuron"
-    case = bench.BenchCase(problem=nkibench.get_problem("silu"), kernel_source=GOOD, backend="neuron")
-    row = bench._row(case, bench._outcome(r, 0.0))
+    case = bench.BenchCase(problem=nkibench.get_problem("silu"), job=make_job("silu", GOOD, backend="neuron"))
+    row = bench.row(case, r)
     assert row["latency_ms"] == pytest.approx(2.0)
     assert row["pct_peak"] is not None and row["pct_peak"] > 0
 

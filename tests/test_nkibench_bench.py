@@ -10,8 +10,7 @@ import pytest
 
 import nkibench
 from cheats import write_cheat
-from accelopt_nb.bench import (COLUMNS, BenchCase, CaseOutcome, format_table,
-                               make_cases, run_bench, summarize, write_outputs)
+from accelopt_nb.bench import COLUMNS, format_table, make_cases, run_bench, summarize, write_outputs
 from accelopt_nb.cli import main
 from accelopt_nb.errors import ConfigError, ProblemError
 from accelopt_nb.taskfile import l2_relative_error
@@ -65,37 +64,58 @@ def test_kernel_override_reports_a_cheat(tmp_path):
     assert df.attrs["summary"]["profiled"] == 0                  # incorrect kernels get no % of peak in the mean
 
 
-class FakeEvaluator:
-    """Stands in for the evaluation service at the evaluator boundary: records cases, returns a profile."""
+class FakeExecutor:
+    """FAKE evaluation executor (the service's boundary): records jobs, answers with a made-up profile."""
+
+    workers = 1
 
     def __init__(self, fail_on: str | None = None) -> None:
-        self.cases: list[BenchCase] = []
+        self.jobs = []
         self.fail_on = fail_on
 
-    def __call__(self, case: BenchCase) -> CaseOutcome:
-        self.cases.append(case)
-        if case.name == self.fail_on:
-            raise ProblemError("fake failure")
-        prof = {"latency_ms": 2 * case.problem.peak(case.preset, case.hw).ms, "hbm_read_bytes": 10,
-                "hbm_write_bytes": 5, "instruction_count": 7, "bound": "dma"}
-        return CaseOutcome("correct", True, {"seed 42": 1e-7}, prof)
+    def submit(self, job):
+        from concurrent.futures import Future
+
+        from accelopt_nb.evaluation import EvalResult, Status
+
+        self.jobs.append(job)
+        fut = Future()
+        if job.label == self.fail_on:
+            fut.set_exception(ProblemError("fake failure"))
+            return fut
+        peak = nkibench.get_problem(job.label).peak(job.preset, job.hw).ms
+        prof = {"latency_ms": 2 * peak, "hbm_read_bytes": 10, "hbm_write_bytes": 5, "instruction_count": 7,
+                "bound": "dma"}
+        fut.set_result(EvalResult(status=Status.CORRECT, message="", problem=job.label, preset=job.preset,
+                                  backend=job.backend, hw=job.hw, kernel_sha256=job.kernel_sha256,
+                                  evaluator_version="fake", profile=prof, latency_ms=2 * peak))
+        return fut
+
+    def shutdown(self, wait=True):
+        pass
 
 
-def test_evaluator_is_a_parameter():
-    fake = FakeEvaluator()
-    df = run_bench(["matmul", "adamw"], preset="paper", evaluate=fake, progress=False)
-    assert [c.name for c in fake.cases] == ["matmul", "adamw"]
-    assert all(c.seeds == (42,) and not c.adversarial and c.preset == "paper" for c in fake.cases)
+def fake_service(fake):
+    from accelopt_nb.evaluation.service import EvalService
+    return EvalService(fake, cache=False)
+
+
+def test_the_evaluation_service_is_a_parameter():
+    fake = FakeExecutor()
+    df = run_bench(["matmul", "adamw"], preset="paper", service=fake_service(fake), progress=False)
+    assert [j.label for j in fake.jobs] == ["matmul", "adamw"]
+    assert all(j.options.seeds == (42,) and not j.options.adversarial and j.preset == "paper" for j in fake.jobs)
     assert df["pct_peak"].tolist() == pytest.approx([50.0, 50.0])
     assert df["instructions"].tolist() == [7, 7]
 
 
-def test_evaluator_errors_are_recorded_or_raised():
-    df = run_bench(["matmul", "adamw"], evaluate=FakeEvaluator(fail_on="matmul"), progress=False)
+def test_evaluation_errors_are_recorded_or_raised():
+    df = run_bench(["matmul", "adamw"], service=fake_service(FakeExecutor(fail_on="matmul")), progress=False)
     assert df.iloc[0]["status"] == "error" and "fake failure" in df.iloc[0]["message"]
     assert df.iloc[1]["status"] == "correct"
     with pytest.raises(ProblemError):
-        run_bench(["matmul"], evaluate=FakeEvaluator(fail_on="matmul"), progress=False, on_error="raise")
+        run_bench(["matmul"], service=fake_service(FakeExecutor(fail_on="matmul")), progress=False,
+                  on_error="raise")
 
 
 def test_make_cases_validates():
@@ -108,7 +128,7 @@ def test_make_cases_validates():
     with pytest.raises(ConfigError, match="not in the run"):
         make_cases(["silu"], kernels={"matmul": CHEATS / "matmul_bf16x3.py"})
     cases = make_cases(["silu"], preset="paper")
-    assert cases[0].seeds == (42,) and not cases[0].adversarial
+    assert cases[0].job.options.seeds == (42,) and not cases[0].job.options.adversarial
 
 
 def test_summarize_geomean():

@@ -112,7 +112,7 @@ def test_parent_retained_when_children_are_slower_or_wrong(problem, tmp_path, se
     server.responder = model.responder
     s, client, _ = new_session(problem, tmp_path, server, config=small_config(iterations=2))
     s.run(1)  # iteration 0 of 2: its lessons are summarized (the last iteration's would not be)
-    kernels = {k.kernel_id: k for k in s._iteration_kernels(0)}
+    kernels = {k.kernel_id: k for k in s.iteration_kernels(0)}
     assert {k.status for k in kernels.values()} == {"correct", "incorrect"}
     # The slower child is in the beam (width 2) but behind the parent; the wrong one never.
     assert s.beam[0] == "baseline" and len(s.beam) == 2
@@ -132,9 +132,9 @@ def test_failed_llm_calls_never_abort_a_step_but_a_step_whose_calls_all_failed_i
     s, client, _ = new_session(problem, tmp_path, server, config=small_config(iterations=1))
     server.enqueue(Fail(400, "context too long"))  # the first planner call fails outright
     s.plan()
-    plans = s._iteration_plans()
+    plans = s.iteration_plans()
     assert len(plans) == 1  # one of two planner calls failed; the step went on
-    info = s._done_steps()[(0, "plan")]
+    info = s.done_steps()[(0, "plan")]
     assert info["failed"][0]["status"] == "error"
     assert (s.last_step.calls, s.last_step.failed, s.last_step.done) == (2, 1, True)
     server.enqueue(Fail(400, "nope"))
@@ -210,7 +210,7 @@ def test_resume_continues_from_the_last_completed_step(problem, tmp_path, server
     client2, _ = make_client(server, tmp_path / "run")
     s2 = Session.resume(tmp_path / "run", llm=client2, problem=problem, eval_cache=tmp_path / "cache")
     assert (s2.iteration, s2.next_phase) == (0, "evaluate")
-    assert len(s2._iteration_kernels()) == 2
+    assert len(s2.iteration_kernels()) == 2
     s2.run()
     after = s2.store.table_counts("r1")
     assert after["kernels"] == before["kernels"] + 4  # iteration 1 only; nothing re-generated
@@ -229,7 +229,7 @@ def test_repeated_sampling_always_plans_from_the_baseline_without_memory(problem
     server.responder = model.responder
     s, client, _ = new_session(problem, tmp_path, server, config=small_config(strategy="repeated"))
     s.run()
-    plans0, plans1 = s._iteration_plans(0), s._iteration_plans(1)
+    plans0, plans1 = s.iteration_plans(0), s.iteration_plans(1)
     assert len(plans0) == 2 and len(plans1) == 4  # N, then B*N: the beam search's nominal budget
     assert {p.parent_id for p in plans0 + plans1} == {"baseline"}
     assert len(s.memory) == 0 and model.calls["summarizer"] == 0

@@ -43,16 +43,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--problem-dir", action="append", default=[], metavar="DIR",
                    help="register a directory of extra problem folders (repeatable)")
     p.add_argument("--sandbox", action="store_true",
-                   help="evaluate through the sandboxed evaluation service instead of in-process")
+                   help="judge each kernel in a sandboxed worker instead of in this process")
     p.add_argument("--workers", type=int, default=1,
-                   help="problems simulated at once, one process each (default 1; try the core count)")
+                   help="problems evaluated at once, each in a sandboxed worker (default 1: in this process; "
+                        "try the core count)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the JSON summary instead of the table")
 
 
 def run(args: argparse.Namespace) -> int:
     import nkibench
-    from accelopt_nb.bench import format_table, run_bench, service_evaluator, write_outputs
+    from accelopt_nb.bench import format_table, run_bench, write_outputs
     from accelopt_nb.errors import ConfigError
 
     for d in args.problem_dir:
@@ -66,11 +67,10 @@ def run(args: argparse.Namespace) -> int:
     problems = args.problems
     if problems is None and kernels:
         problems = sorted(kernels)
-    evaluate = service_evaluator() if args.sandbox else None
     t0 = time.monotonic()
     df = run_bench(problems, preset=args.shapes, hw=args.hw, backend=args.backend, seeds=args.seeds,
-                   trace_only=args.trace_only, adversarial=args.adversarial, evaluate=evaluate, kernels=kernels,
-                   progress=not args.no_progress, workers=args.workers)
+                   trace_only=args.trace_only, adversarial=args.adversarial, kernels=kernels,
+                   progress=not args.no_progress, workers=args.workers, sandbox=args.sandbox)
     wall = time.monotonic() - t0
     paths = write_outputs(df, args.out, meta={"command": "accelopt bench", "wall_s": wall,
                                               "trace_only": args.trace_only, "sandbox": args.sandbox})

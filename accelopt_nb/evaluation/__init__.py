@@ -13,8 +13,10 @@ Modules, in the order an evaluation flows through them:
   by :mod:`.runner` (a forked, limited child, the only process that executes it) on a backend
   from :mod:`.backends` (simulator or neuron), checks the plain outputs itself
   (:mod:`.correctness`) and decides the status; :mod:`.profile` is the profile contract;
-* :mod:`.api` ties these together (``evaluate``), :mod:`.cache` remembers results and
-  :mod:`.executors` evaluates many kernels at once, locally or on Dask.
+* :mod:`.run` runs one job now (static check, then the judge in a sandbox); :mod:`.executors`
+  decide where jobs run (a local pool, Dask, this process); :mod:`.service` is the one way every
+  caller evaluates: the result cache (:mod:`.cache`), dedupe and the fidelity rules over an
+  executor; :mod:`.api` is the front door (``make_job``, ``evaluate``).
 
 Importing this package stays light (no NumPy-heavy or Dask imports): the sandbox worker imports
 it on every start.
@@ -30,14 +32,16 @@ from accelopt_nb.evaluation.result import CheckResult, EvalResult, Status
 __all__ = [
     "EVALUATOR_VERSION", "FIDELITIES", "Fidelity", "PAPER_SEEDS", "EvalJob", "EvalOptions", "NeuronOptions", "ProblemRef",
     "CheckResult", "EvalResult", "Status", "evaluate", "evaluate_task_file", "make_job", "run_job",
-    "EvalCache", "LocalPoolEvaluator", "DaskEvaluator", "evaluate_many", "check_kernel_source",
+    "EvalCache", "EvalService", "LocalPoolEvaluator", "DaskEvaluator", "InProcessEvaluator", "evaluate_many",
+    "check_kernel_source",
     "ProfileRecord", "register_backend",
 ]
 
 _LAZY = {
     "evaluate": "api", "evaluate_task_file": "api", "make_job": "api", "run_job": "api",
-    "EvalCache": "cache", "LocalPoolEvaluator": "executors", "DaskEvaluator": "executors",
-    "evaluate_many": "executors", "check_kernel_source": "static_check",
+    "EvalCache": "cache", "EvalService": "service", "LocalPoolEvaluator": "executors",
+    "DaskEvaluator": "executors", "InProcessEvaluator": "executors", "evaluate_many": "service",
+    "check_kernel_source": "static_check",
     "ProfileRecord": "profile", "register_backend": "backends",
 }
 

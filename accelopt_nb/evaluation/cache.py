@@ -68,3 +68,15 @@ class EvalCache:
             p.unlink(missing_ok=True)
             n += 1
         return n
+
+
+def open_cache(cache: "bool | str | Path | EvalCache | None") -> EvalCache | None:
+    """The cache a ``cache=`` argument names: True (the default directory), False/None (none), a
+    directory, or an :class:`EvalCache`."""
+    if cache is None or cache is False:
+        return None
+    if cache is True:
+        return EvalCache()
+    if isinstance(cache, EvalCache):
+        return cache
+    return EvalCache(cache)

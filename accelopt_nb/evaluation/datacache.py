@@ -74,8 +74,8 @@ class InputCache:
 
     def get(self, task: TaskModule, task_key: str, kind: str, index: int, scratch: Path,
             compute: Callable[[], tuple[list[np.ndarray], Any]]) -> InputSet:
-        """The input set ``kind`` ("seed"/"adversarial") ``index`` of the task, from the cache or
-        from ``compute()`` -> (NKI inputs, reference)."""
+        """The input set ``kind`` ("seed"/"adversarial"; "profile": inputs only, reference None)
+        ``index`` of the task, from the cache or from ``compute()`` -> (NKI inputs, reference)."""
         name = hashlib.sha256(f"{task_key}|{kind}|{index}|numpy {np.__version__}".encode()).hexdigest()
         final = self.root / name[:2] / name if self.root is not None else None
         if final is not None and (final / "meta.json").is_file():
@@ -111,12 +111,12 @@ def _write(directory: Path, nki: list[Any], ref: Any) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for i, a in enumerate(nki):
         np.save(directory / f"nki_{i}.npy", np.asarray(a), allow_pickle=False)
-    refs = _as_tuple(ref)
+    refs = () if ref is None else _as_tuple(ref)
     for i, r in enumerate(refs):
         np.save(directory / f"ref_{i}.npy", np.asarray(r), allow_pickle=False)
     meta = {"n_inputs": len(nki), "n_ref": len(refs),
-            "ref_kind": "tuple" if isinstance(ref, tuple) else "list" if isinstance(ref, list)
-            else "single"}
+            "ref_kind": "none" if ref is None else "tuple" if isinstance(ref, tuple) else "list"
+            if isinstance(ref, list) else "single"}
     (directory / "meta.json").write_text(json.dumps(meta))   # written last: marks it complete
 
 
@@ -124,7 +124,8 @@ def _open(directory: Path) -> InputSet:
     meta = json.loads((directory / "meta.json").read_text())
     refs = [np.load(directory / f"ref_{i}.npy", mmap_mode="r", allow_pickle=False)
             for i in range(int(meta["n_ref"]))]
-    ref: Any = (tuple(refs) if meta["ref_kind"] == "tuple" else refs if meta["ref_kind"] == "list"
+    kind = meta["ref_kind"]
+    ref: Any = (None if kind == "none" else tuple(refs) if kind == "tuple" else refs if kind == "list"
                 else refs[0])
     dtypes = [str(np.load(directory / f"nki_{i}.npy", mmap_mode="r", allow_pickle=False).dtype)
               for i in range(int(meta["n_inputs"]))]

@@ -8,7 +8,8 @@ kernel rebinds in its own process, none of these checks run there.
 
 Fidelity (``job.fidelity``): ``full`` and ``confirm`` check every seed and adversarial input at
 the job's preset and profile the seed-42 run; ``screen`` checks them at the small preset and
-takes the latency from a trace-only run at the job's preset. A kernel that cannot run at the small
+takes the latency from a trace-only run at the job's preset; ``trace`` checks nothing and only
+profiles a trace-only run at the job's preset (status ``profiled``). A kernel that cannot run at the small
 shape (it raises there, or its outputs do not have the small shape) is screened at the job's shape
 with one seed plus the adversarial inputs instead.
 """
@@ -57,7 +58,7 @@ NUMERIC_KINDS = "biufc"
 
 def job_limits(job: EvalJob) -> RunnerLimits:
     """The job's sandbox limits: its options, else the preset's defaults."""
-    from accelopt_nb.evaluation.api import FILE_SIZE_MB
+    from accelopt_nb.evaluation.run import FILE_SIZE_MB
     timeout_s, memory_mb = default_limits(job.preset)
     opts = job.options
     return RunnerLimits(timeout_s=opts.timeout_s if opts.timeout_s is not None else timeout_s,
@@ -161,6 +162,8 @@ class _Judge:
             return self._finish(Status.BUILD_FAILED, error=err,
                                 message=f"kernel failed to load: {err['type']}: {err['message']}"[:600])
         load_s = float(reply.get("seconds", 0.0))
+        if job.fidelity == "trace":
+            return self._trace_only(target[0], load_s)
 
         screen = (job.fidelity == "screen" and job.problem.kind == "nkibench"
                   and job.preset != SCREEN_PRESET)
@@ -178,6 +181,17 @@ class _Judge:
             seed = PROFILE_SEED if PROFILE_SEED in opts.seeds else opts.seeds[0]
             return self._verdict(target[0], (seed,), load_s, profile="trace", trace_shape=target[0])
         return self._conclude(verdict, opts.seeds, profile="trace", trace_shape=target[0])
+
+    def _trace_only(self, shape: _Shape, load_s: float) -> EvalResult:
+        """Fidelity ``trace``: the profile of a trace-only run at the job's shape, no correctness check."""
+        self.result.checked_preset = None
+        self.result.compile_time_s = load_s
+        error = self._trace_profile(shape)
+        if error is not None:
+            return self._finish(Status.BUILD_FAILED, error=error,
+                                message=f"kernel failed to trace: {error['type']}: {error['message']}"[:600])
+        return self._finish(Status.PROFILED, message=f"profiled from a trace-only run at the {shape.preset} "
+                                                      f"shape; correctness not checked")
 
     def _verdict(self, shape: _Shape, seeds: tuple[int, ...], load_s: float, *, profile: str,
                  trace_shape: _Shape | None = None) -> EvalResult:
@@ -255,11 +269,12 @@ class _Judge:
             self._task_call(shape, "adversarial inputs", shape.adversarial_inputs)))
 
     def _input_set(self, shape: _Shape, kind: str, index: int,
-                   make_inputs: Callable[[], list[np.ndarray]]) -> InputSet:
+                   make_inputs: Callable[[], list[np.ndarray]], *, reference: bool = True) -> InputSet:
         def compute() -> tuple[list[np.ndarray], Any]:
             inputs = self._task_call(shape, f"the inputs of {kind} {index}", make_inputs)
             ref = self._task_call(shape, f"the reference for {kind} {index}",
-                                  lambda: shape.task.forward(*[np.array(x, copy=True) for x in inputs]))
+                                  lambda: shape.task.forward(*[np.array(x, copy=True) for x in inputs])
+                                  ) if reference else None
             nki = self._task_call(shape, f"the NKI inputs of {kind} {index}",
                                   lambda: shape.task.to_nki([np.array(x, copy=True) for x in inputs]))
             return list(nki), ref
@@ -370,29 +385,34 @@ class _Judge:
             return
         self._take_profile({"op": "profile", "tag": self.profile_tag})
 
-    def _trace_profile(self, shape: _Shape) -> None:
+    def _trace_profile(self, shape: _Shape) -> dict[str, Any] | None:
+        """Profile a trace-only run at ``shape`` (its inputs only matter by shape: no reference is
+        computed for them); returns the kernel's error if the run failed."""
         if not self.opts.profile:
-            return
-        inputs = self._input_set(shape, "seed", PROFILE_SEED,
-                                 lambda: shape.task.get_inputs(PROFILE_SEED))
-        self._take_profile({"op": "trace_profile", "inputs": str(inputs.directory),
-                            "n_inputs": inputs.n_inputs})
-        self._note(f"latency from a trace-only run at the {shape.preset} shape")
+            return None
+        inputs = self._input_set(shape, "profile", PROFILE_SEED, lambda: shape.task.get_inputs(PROFILE_SEED),
+                                 reference=False)
+        error = self._take_profile({"op": "trace_profile", "inputs": str(inputs.directory),
+                                    "n_inputs": inputs.n_inputs})
+        if error is None:
+            self._note(f"latency from a trace-only run at the {shape.preset} shape")
+        return error
 
-    def _take_profile(self, msg: dict[str, Any]) -> None:
+    def _take_profile(self, msg: dict[str, Any]) -> dict[str, Any] | None:
+        """Ask the runner for a profile; returns the kernel's error when it has none."""
         assert self.runner is not None
         reply = self.runner.request(msg)
         if not reply.get("ok"):
-            err = reply.get("error") or {}
-            self._kernel_error(reply)   # raises for an infrastructure error
+            err = self._kernel_error(reply)   # raises for an infrastructure error
             self._note(f"profiling failed: {err.get('type')}: {err.get('message')}")
-            return
+            return err
         raw = reply.get("profile")
         if not isinstance(raw, dict):
-            return
+            return None
         record = profile_record(raw, source=self.job.backend, hw=self.job.hw)
         self.result.profile = record.to_dict()
         self.result.latency_ms = record.latency_ms
+        return None
 
     # -- errors -------------------------------------------------------------------------------
     def _kernel_error(self, reply: dict[str, Any]) -> dict[str, Any]:

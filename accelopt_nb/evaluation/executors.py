@@ -1,7 +1,7 @@
-"""Evaluate many kernels at once: a local pool, or a Dask cluster spanning many machines.
+"""Where evaluations run: a local pool, a Dask cluster spanning many machines, or right here.
 
-Both evaluators are ``concurrent.futures``-style: ``submit(job) -> Future[EvalResult]``. Each job
-still runs in its own sandboxed process; the pool only decides how many run at once and where.
+Every evaluator is ``concurrent.futures``-style: ``submit(job) -> Future[EvalResult]``. In the pools
+each job still runs in its own sandboxed process; a pool only decides how many run at once and where.
 
 * :class:`LocalPoolEvaluator`: ``workers`` threads, each driving one warm worker process
   (:mod:`.pool`; default: one per CPU core) that forks a fresh runner per job. Neuron jobs lease
@@ -10,38 +10,38 @@ still runs in its own sandboxed process; the pool only decides how many run at o
 * :class:`DaskEvaluator`: ``distributed.Client(address).get_executor(...)``. A Trainium fleet runs
   one ``dask worker --resources "NeuronCore=N"`` per instance; neuron jobs ask for one
   ``NeuronCore`` and lease a concrete core on the worker they land on.
+* :class:`SandboxEvaluator`: one job at a time, each in a fresh sandboxed process, in the
+  submitting thread (``evaluate()`` of one kernel).
+* :class:`InProcessEvaluator`: the judge and the kernel in this process, no sandbox: for trusted
+  kernels only (the NKIBench baselines in ``accelopt bench``).
 
-:func:`evaluate_many` drives either, serves cache hits first and yields results as they arrive,
-with a tqdm progress bar. Jobs whose kernels have the same normalised AST (comments, docstrings
-and formatting aside) are evaluated once per batch.
-
-One job's failure is one job's result: any exception while running a job, a worker that dies and
-Dask's ``KilledWorker`` become that job's ``crashed`` result; the rest of the batch completes.
-Infrastructure errors that concern every job (an unknown problem) still raise.
+The evaluation service (:mod:`.service`) drives any of them: it adds the result cache, dedupe and
+the fidelity rules, and turns a lost worker into that job's ``crashed`` result.
 """
 from __future__ import annotations
 
-import ast
-import hashlib
 import os
 import queue
+import tempfile
 import threading
 import time
-from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, Iterable, Iterator, Protocol, Sequence
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
-from accelopt_nb.errors import BackendUnavailableError, ConfigError, EvaluationError, ProblemError
-from accelopt_nb.evaluation.api import _skeleton, open_cache, run_job
+from accelopt_nb.errors import ConfigError, EvaluationError
 from accelopt_nb.evaluation.job import EvalJob
-from accelopt_nb.evaluation.result import EvalResult, Status
-from accelopt_nb.evaluation.static_check import parse_source
+from accelopt_nb.evaluation.result import EvalResult
+from accelopt_nb.evaluation.run import INFRA_ERRORS, crashed_result, describe_exception, run_job, static_verdict
 
 NEURON_RESOURCE = "NeuronCore"
 
 
 class Evaluator(Protocol):
+    """Where jobs run: ``submit(job) -> Future[EvalResult]``; ``workers`` (optional) is how many
+    run at once, when the evaluator knows it."""
+
     def submit(self, job: EvalJob) -> "Future[EvalResult]": ...
     def shutdown(self, wait: bool = True) -> None: ...
 
@@ -75,27 +75,6 @@ def _neuron_core_ids(cores: Sequence[int] | int | None) -> list[int]:
         raise EvaluationError("cannot tell how many NeuronCores this machine has: set "
                               "ACCELOPT_NEURON_CORES or pass neuron_cores=")
     return list(range(n))
-
-
-# Errors that are about the problem or the machine, not the job: they still raise.
-INFRA_ERRORS = (ProblemError, BackendUnavailableError, ConfigError)
-
-
-def crashed_result(job: EvalJob, message: str, t0: float | None = None) -> EvalResult:
-    """The ``crashed`` result of a job whose evaluation failed outside the kernel's verdict."""
-    result = _skeleton(job)
-    result.status, result.message = Status.CRASHED, message[:2000]
-    result.wall_time_s = time.monotonic() - t0 if t0 is not None else 0.0
-    return result
-
-
-def describe_exception(exc: BaseException) -> str:
-    """``Type: message``, even for exceptions whose ``__str__`` itself fails."""
-    try:
-        text = str(exc)
-    except Exception:  # noqa: BLE001 - e.g. a KilledWorker built with a plain address
-        text = repr(getattr(exc, "args", ()))
-    return f"{type(exc).__name__}: {text}"
 
 
 def run_leased(job: EvalJob, leases: CoreLeases | None, worker: Any = None) -> EvalResult:
@@ -251,91 +230,51 @@ class DaskEvaluator:
         self.shutdown()
 
 
-def normalized_source_key(source: str) -> str:
-    """Hash of the kernel's AST without docstrings: comments, docstrings and formatting aside,
-    two kernels with the same key are the same program. Unparsable sources key on their text."""
+def _settled(fn: Callable[[], EvalResult]) -> "Future[EvalResult]":
+    """A finished future of ``fn()`` (its result, or the exception it raised)."""
+    out: Future = Future()
     try:
-        tree = parse_source(source)
-    except (SyntaxError, ValueError):
-        return "text:" + hashlib.sha256(source.encode()).hexdigest()
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                and body and isinstance(body[0], ast.Expr)
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
-    return "ast:" + hashlib.sha256(ast.dump(tree, annotate_fields=False).encode()).hexdigest()
+        out.set_result(fn())
+    except BaseException as exc:  # noqa: BLE001 - handed to whoever reads the future
+        out.set_exception(exc)
+    return out
 
 
-def _dedupe_key(job: EvalJob) -> str:
-    blank = replace(job, kernel_source="", label=None)
-    return f"{normalized_source_key(job.kernel_source)}|{blank.cache_key()}"
+class SandboxEvaluator:
+    """Each job in a fresh sandboxed process, run at once in the submitting thread."""
+
+    workers = 1
+
+    def submit(self, job: EvalJob) -> "Future[EvalResult]":
+        return _settled(lambda: run_job(job))
+
+    def shutdown(self, wait: bool = True) -> None:
+        pass
 
 
-def evaluate_many(jobs: Iterable[EvalJob], executor: Evaluator | None = None, *,
-                  progress: bool = True, cache: Any = True, dedupe: bool = True
-                  ) -> Iterator[EvalResult]:
-    """Evaluate jobs in parallel, yielding each result as it arrives (cache hits first).
+class InProcessEvaluator:
+    """The judge and the kernel in this process, in the submitting thread: no sandbox, no limits.
 
-    Each result's ``label`` is its job's label (the job's position when it has none). Without an
-    ``executor`` a :class:`LocalPoolEvaluator` with one worker per core is used and shut down.
-    ``dedupe``: evaluate kernels with the same normalised AST once; the others get a copy of the
-    result (with their own label and kernel hash, and a note in the log)."""
-    from tqdm.auto import tqdm
+    For trusted kernels only (the NKIBench baselines): a kernel that rebinds NumPy or never
+    returns takes this process with it. The static check still runs first."""
 
-    jobs = [j if j.label is not None else replace(j, label=str(i)) for i, j in enumerate(jobs)]
-    store = open_cache(cache)
-    own = executor is None
-    bar = tqdm(total=len(jobs), desc="evaluating", unit="kernel", disable=not progress)
-    counts: Counter[str] = Counter()
-    futures: dict[Future, EvalJob] = {}
-    twins: dict[str, list[EvalJob]] = {}
+    workers = 1
 
-    def done(job: EvalJob, result: EvalResult) -> EvalResult:
-        result.label = job.label
-        if store is not None and not result.cached:
-            store.put(job, result)
-        counts[result.status.value] += 1
-        bar.update(1)
-        bar.set_postfix(counts, refresh=False)
-        return result
+    def __init__(self, input_cache: str | Path | None = None) -> None:
+        self.input_cache = input_cache
 
-    try:
-        pending = []
-        leaders: dict[str, EvalJob] = {}
-        for job in jobs:
-            hit = store.get(job) if store is not None else None
-            if hit is not None:
-                yield done(job, hit)
-                continue
-            key = _dedupe_key(job) if dedupe else job.label or ""
-            if key in leaders:
-                twins.setdefault(leaders[key].label or "", []).append(job)
-            else:
-                leaders[key] = job
-                pending.append(job)
-        if pending and executor is None:
-            executor = LocalPoolEvaluator()
-        for job in pending:
-            futures[executor.submit(job)] = job
-        for fut in as_completed(futures):
-            job = futures[fut]
-            try:
-                result = fut.result()
-            except INFRA_ERRORS:
-                raise
-            except Exception as exc:  # noqa: BLE001 - lost worker, KilledWorker, ...
-                result = crashed_result(job, f"the evaluation was lost: {describe_exception(exc)}")
-            yield done(job, result)
-            for twin in twins.pop(job.label or "", []):
-                copy = EvalResult.from_dict(result.to_dict())
-                copy.kernel_sha256 = twin.kernel_sha256
-                copy.log.append(f"[evaluator] same normalised kernel as job {job.label!r}: "
-                                f"evaluated once")
-                yield done(twin, copy)
-    finally:
-        for fut in futures:
-            fut.cancel()
-        bar.close()
-        if own and executor is not None:
-            executor.shutdown(wait=True)
+    def submit(self, job: EvalJob) -> "Future[EvalResult]":
+        return _settled(lambda: self._judge(job))
+
+    def _judge(self, job: EvalJob) -> EvalResult:
+        from accelopt_nb.evaluation.engine import evaluate_job  # NumPy-heavy: only where a job runs here
+
+        t0 = time.monotonic()
+        early = static_verdict(job, t0)
+        if early is not None:
+            return early
+        with tempfile.TemporaryDirectory(prefix="accelopt-inprocess-") as tmp:
+            return evaluate_job(job, Path(tmp), input_cache=self.input_cache, isolated=False)
+
+    def shutdown(self, wait: bool = True) -> None:
+        pass

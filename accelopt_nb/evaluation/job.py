@@ -23,8 +23,9 @@ EVALUATOR_VERSION = "2"
 # screen: seeds and adversarial inputs at the small preset, latency from a trace-only run at the
 #         job's preset (a kernel that cannot run at the small shape is checked at the job's shape
 #         with one seed plus the adversarial inputs);
-# confirm: the full checks at the job's preset, for the few kernels a search keeps.
-Fidelity = Literal["full", "screen", "confirm"]
+# confirm: the full checks at the job's preset, for the few kernels a search keeps;
+# trace: no correctness check, only the profile of a trace-only run at the job's preset (status "profiled").
+Fidelity = Literal["full", "screen", "confirm", "trace"]
 FIDELITIES: tuple[str, ...] = get_args(Fidelity)
 # The simulator and the performance model decide verdicts and profiles; their code and data are part of
 # every cache key, so a changed model (a refit, a new rule) never serves results computed by the old one.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import re
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ def _load_problem(ref: ProblemRef, preset: str, workdir: Path) -> tuple[TaskModu
         return task, float(tol if tol is not None else _task_tolerance(task))
     if ref.kind == "task":
         Path(workdir).mkdir(parents=True, exist_ok=True)
-        path = Path(workdir) / f"{ref.name}.py"
+        path = Path(workdir) / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', ref.name)}.py"  # a suite's names hold "/"
         path.write_text(ref.source or "")
         task = load_task(path)
         return task, _task_tolerance(task)

@@ -22,6 +22,7 @@ class Status(str, Enum):
     INCORRECT = "incorrect"          # ran, but failed a seed (values, shape, coverage, precision, rules)
     CHEAT = "cheat"                  # passed every seed but failed an adversarial input
     CORRECT = "correct"              # passed every seed and every adversarial input
+    PROFILED = "profiled"            # fidelity "trace": profiled from a trace-only run, correctness not checked
 
     def __str__(self) -> str:
         return self.value

@@ -25,9 +25,12 @@ from accelopt_nb.errors import ConfigError, EndpointUnreachableError
 
 if TYPE_CHECKING:
     from accelopt_nb.evaluation.executors import Evaluator
-    from accelopt_nb.llm import ModelConfig, PriceTable
+    from accelopt_nb.llm import LLMClient, ModelConfig, PriceTable
+    from accelopt_nb.search.config import SearchConfig
     from accelopt_nb.search.events import ProgressFn
+    from accelopt_nb.search.problem import SearchProblem
     from accelopt_nb.search.session import Session
+    from accelopt_nb.store import RunStore
 
 __all__ = ["LaunchSpec", "ResumeMode", "model_config", "open_session", "preflight"]
 
@@ -110,34 +113,42 @@ def preflight(model: "ModelConfig") -> str:
     return message
 
 
-def open_session(spec: LaunchSpec | str, run_dir: str | Path | None = None, **legacy: Any) -> "Session":
+def open_session(spec: LaunchSpec) -> "Session":
     """Open the run described by ``spec`` (see the module docstring); the session owns and closes
-    the LLM client and any evaluator made here.
+    the LLM client and any evaluator made here."""
+    from accelopt_nb.store import RunStore
 
-    The older form ``open_session(problem, run_dir, model=..., preset=..., overrides=...,
-    run_id=..., resume=bool, cap_usd=...)`` is still accepted and mapped onto a spec (no endpoint
-    check, ``resume=True`` meaning ``auto``)."""
+    _validate(spec)
+    store, run_id, record = _find_run(spec)
+    model = _model(spec, record)
+    prices = _prices(spec, record)
+    problem, config, run_id = _search_setup(spec, record, run_id)
+    store = store or RunStore.open(spec.directory)   # one connection: the ledger's and the session's
+    client = _client(spec, store, run_id, model, prices, record, config)
+    try:
+        return _session(spec, store, run_id, record, problem, config, client, model, prices)
+    except BaseException:
+        client.close()
+        raise
+
+
+def _validate(spec: LaunchSpec) -> None:
     if not isinstance(spec, LaunchSpec):
-        spec = _legacy_spec(spec, run_dir, **legacy)
-    elif run_dir is not None or legacy:
-        raise ConfigError("open_session(spec) takes a LaunchSpec alone")
-    from accelopt_nb.agents.prompts import PromptSet
-    from accelopt_nb.llm import Cassette, Ledger, LLMClient, PriceTable
-    from accelopt_nb.search.config import SearchConfig
-    from accelopt_nb.search.memory import OptimizationMemory
-    from accelopt_nb.search.problem import SearchProblem
-    from accelopt_nb.search.session import Session
-    from accelopt_nb.search.state import new_run_id
-    from accelopt_nb.store import DEFAULT_FILENAME, RunStore
-
+        raise ConfigError(f"open_session takes a LaunchSpec, got {type(spec).__name__}")
     if spec.resume not in ("new", "resume", "auto"):
         raise ConfigError(f"resume must be new, resume or auto, got {spec.resume!r}")
     if (spec.task is None) != (spec.kernel is None):
         raise ConfigError("--task and --kernel go together (a task file and its baseline kernel)")
+
+
+def _find_run(spec: LaunchSpec) -> tuple["RunStore | None", str | None, dict[str, Any] | None]:
+    """The run store of the run directory (if there is one), the run id, and the record of the
+    run to resume (None: a new run)."""
+    from accelopt_nb.store import DEFAULT_FILENAME, RunStore
+
     run_dir = spec.directory
     store = RunStore.open(run_dir) if (run_dir / DEFAULT_FILENAME).is_file() else None
-    run_id = spec.run_id
-    record = None
+    run_id, record = spec.run_id, None
     if spec.resume != "new" and store is not None:
         run_id = run_id or store.latest_run_id()
         if run_id is not None and run_id in store.run_ids():
@@ -145,15 +156,16 @@ def open_session(spec: LaunchSpec | str, run_dir: str | Path | None = None, **le
     if spec.resume == "resume" and record is None:
         raise ConfigError(f"no run store in {run_dir}: nothing to resume" if store is None else
                           f"nothing to resume in {run_dir}: " + (f"no run {spec.run_id!r}" if spec.run_id else "no runs"))
+    return store, run_id, record
 
-    settings = dict(spec.model) if isinstance(spec.model, Mapping) else None
-    if settings is None and spec.model is None:
-        settings = {}
-    if settings is not None:
+
+def _model(spec: LaunchSpec, record: dict[str, Any] | None) -> "ModelConfig":
+    """The run's model (a resumed run's stored one, with given fields overriding), checked."""
+    if spec.model is None or isinstance(spec.model, Mapping):
         stored = (record["config"].get("llm") or {}).get("model") if record else None
-        model = model_config(stored, **settings)
+        model = model_config(stored, **dict(spec.model or {}))
     else:
-        model = spec.model  # type: ignore[assignment]
+        model = spec.model
     require_price(model, spec.unpriced_ok)
     replaying = spec.cassette is not None and spec.cassette_mode == "replay"
     if spec.check_endpoint and not replaying:
@@ -161,33 +173,64 @@ def open_session(spec: LaunchSpec | str, run_dir: str | Path | None = None, **le
         if warning and spec.progress is None:
             import sys
             print(warning, file=sys.stderr)
+    return model
+
+
+def _prices(spec: LaunchSpec, record: dict[str, Any] | None) -> "PriceTable":
+    """A resumed run's price snapshot; else the shipped table, updated from a price YAML if given."""
+    from accelopt_nb.llm import PriceTable
 
     if record is not None and record.get("prices"):
-        prices = PriceTable.from_snapshot(record["prices"])
-    elif isinstance(spec.prices, (str, Path)):
-        prices = PriceTable.load(spec.prices, base=PriceTable.default())
-    else:
-        prices = spec.prices or PriceTable.default()
+        return PriceTable.from_snapshot(record["prices"])
+    if isinstance(spec.prices, (str, Path)):
+        return PriceTable.load(spec.prices, base=PriceTable.default())
+    return spec.prices or PriceTable.default()
+
+
+def _search_setup(spec: LaunchSpec, record: dict[str, Any] | None, run_id: str | None
+                  ) -> tuple["SearchProblem | None", "SearchConfig | None", str]:
+    """The problem (from files, or for a new run by name), a new run's config, and the run id.
+    A resumed run keeps its config and, unless files are given, its stored problem."""
+    from accelopt_nb.search.config import SearchConfig
+    from accelopt_nb.search.problem import SearchProblem
+    from accelopt_nb.search.state import new_run_id
 
     problem = None
     if spec.task is not None:
         problem = SearchProblem.from_files(spec.task, spec.kernel, name=spec.problem)
-    config = None
-    if record is None:
-        config = SearchConfig.from_preset(spec.preset, **dict(spec.overrides))
-        config = config.with_overrides(**{f"runtime.{k}": v for k, v in spec.runtime_overrides().items()})
-        if problem is None:
-            problem = SearchProblem.from_nkibench(spec.problem, config.evaluation.shape_preset)
-        run_id = run_id or new_run_id(problem.name)
+    if record is not None:
+        assert run_id is not None
+        return problem, None, run_id
+    config = SearchConfig.from_preset(spec.preset, **dict(spec.overrides))
+    config = config.with_overrides(**{f"runtime.{k}": v for k, v in spec.runtime_overrides().items()})
+    if problem is None:
+        problem = SearchProblem.from_nkibench(spec.problem, config.evaluation.shape_preset)
+    return problem, config, run_id or new_run_id(problem.name)
+
+
+def _client(spec: LaunchSpec, store: "RunStore", run_id: str, model: "ModelConfig", prices: "PriceTable",
+            record: dict[str, Any] | None, config: "SearchConfig | None") -> "LLMClient":
+    """The LLM client, with the run's ledger (and spending cap) and the cassette, if any."""
+    from accelopt_nb.llm import Cassette, Ledger, LLMClient
+
+    if config is not None:
         concurrency = config.runtime.llm_concurrency
     else:
-        stored_runtime = dict(record["config"]["search"].get("runtime") or {})
+        stored_runtime = dict((record or {})["config"]["search"].get("runtime") or {})
         concurrency = spec.llm_concurrency or stored_runtime.get("llm_concurrency", 16)
-    store = store or RunStore.open(run_dir)
-    assert run_id is not None
     ledger = Ledger.for_store(store, run_id, prices=prices, cap_usd=spec.cap_usd)
     cassette = Cassette(spec.cassette, spec.cassette_mode) if spec.cassette is not None else None  # type: ignore[arg-type]
-    client = LLMClient(model, ledger, cassette, concurrency=concurrency)
+    return LLMClient(model, ledger, cassette, concurrency=concurrency)
+
+
+def _session(spec: LaunchSpec, store: "RunStore", run_id: str, record: dict[str, Any] | None,
+             problem: "SearchProblem | None", config: "SearchConfig | None", client: "LLMClient",
+             model: "ModelConfig", prices: "PriceTable") -> "Session":
+    """Create or resume the session; it closes the client and any evaluator made here."""
+    from accelopt_nb.agents.prompts import PromptSet
+    from accelopt_nb.search.memory import OptimizationMemory
+    from accelopt_nb.search.session import Session
+
     executor = spec.eval_executor
     owned_executor = None
     if executor is None and spec.scheduler:
@@ -198,22 +241,20 @@ def open_session(spec: LaunchSpec | str, run_dir: str | Path | None = None, **le
     prompts_dir = spec.prompts_dir or ((record["config"].get("llm") or {}).get("prompts_dir") if record else None)
     prompts = PromptSet(prompts_dir) if prompts_dir else None
     common: dict[str, Any] = dict(llm=client, memory=memory, progress=spec.progress, eval_executor=executor,
-                                  eval_cache=spec.eval_cache, prompts=prompts)
+                                  eval_cache=spec.eval_cache, store=store, prompts=prompts)
     try:
         if record is not None:
-            session = Session.resume(run_dir, run_id=run_id, problem=problem, runtime=spec.runtime_overrides(),
-                                     **common)
+            session = Session.resume(spec.directory, run_id=run_id, problem=problem,
+                                     runtime=spec.runtime_overrides(), **common)
         else:
             assert config is not None
             if memory is not None:
                 memory.capacity = config.memory.capacity
-            session = Session.create(problem, run_dir=run_dir, config=config, run_id=run_id,
-                                     llm_settings={"model": model.to_dict(), "prompts": (prompts or PromptSet()).source,
-                                                   "prompts_dir": str(Path(prompts_dir).resolve()) if prompts_dir
-                                                   else None},
-                                     prices=prices.snapshot(), **common)
+            llm_settings = {"model": model.to_dict(), "prompts": (prompts or PromptSet()).source,
+                            "prompts_dir": str(Path(prompts_dir).resolve()) if prompts_dir else None}
+            session = Session.create(problem, run_dir=spec.directory, config=config, run_id=run_id,
+                                     llm_settings=llm_settings, prices=prices.snapshot(), **common)
     except BaseException:
-        client.close()
         if owned_executor is not None:
             owned_executor.shutdown()
         raise
@@ -221,15 +262,6 @@ def open_session(spec: LaunchSpec | str, run_dir: str | Path | None = None, **le
     if owned_executor is not None:
         session.on_close.append(owned_executor.shutdown)
     return session
-
-
-def _legacy_spec(problem: str, run_dir: str | Path | None, *, model: Any, preset: str | Path = "smoke",
-                 overrides: Mapping[str, Any] | None = None, run_id: str | None = None, resume: bool = False,
-                 cap_usd: float | None = None, prices: Any = None, progress: Any = None, eval_cache: Any = True,
-                 eval_executor: Any = None) -> LaunchSpec:
-    return LaunchSpec(problem, run_dir=run_dir, model=model, preset=preset, overrides=dict(overrides or {}),
-                      run_id=run_id, resume="auto" if resume else "new", cap_usd=cap_usd, prices=prices,
-                      progress=progress, eval_cache=eval_cache, eval_executor=eval_executor, check_endpoint=False)
 
 
 def require_price(model: "ModelConfig", unpriced_ok: bool) -> None:

@@ -1,7 +1,7 @@
 """The summarize step's LLM work: measured slow→fast pairs → summarizer calls → memory items.
 
 :func:`rewrite_pairs` picks an iteration's pairs (at most TopK, positives best-first, then the
-reversed negatives; :func:`accelopt_nb.search.memory.select_rewrites`); :func:`summarize_calls`
+reversed negatives; :func:`accelopt_nb.search.memory.select_rewrites`); :class:`SummarizeStage`
 asks the summarizer about each pair not summarized yet and records the lessons. An answer "No
 optimization found" spends no memory slot.
 """
@@ -10,16 +10,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from accelopt_nb.agents.summarizer import ParsedSummary
+from accelopt_nb.errors import BudgetExceededError, ConfigError, LLMError
 from accelopt_nb.llm.client import CallRequest
 from accelopt_nb.llm.completion import Completion
 from accelopt_nb.search.events import StepStats
 from accelopt_nb.search.memory import MemoryItem, RewritePair, RewriteRecord, memory_item_from_pair, select_rewrites
+from accelopt_nb.search.requests import summarizer_request
 from accelopt_nb.search.state import RunState
+from accelopt_nb.search.steps import failure_record
 
 if TYPE_CHECKING:
-    from accelopt_nb.search.session import Session
+    from accelopt_nb.search.context import SearchContext
 
-__all__ = ["rewrite_pairs", "summarize_calls"]
+__all__ = ["SummarizeStage", "rewrite_pairs"]
 
 
 def rewrite_pairs(state: RunState, iteration: int | None = None) -> list[RewritePair]:
@@ -35,47 +38,72 @@ def rewrite_pairs(state: RunState, iteration: int | None = None) -> list[Rewrite
     return select_rewrites(records, m.top_k, m.positive_threshold, m.negative_threshold)
 
 
-def summarize_calls(s: "Session", stats: StepStats, existing: dict[str, MemoryItem],
-                    failures: list[dict[str, Any]], not_found: list[str]) -> list[MemoryItem]:
-    """Summarize the current iteration's pairs; returns the new items in pair order."""
-    from accelopt_nb.search.session import failure_record
+class SummarizeStage:
+    """The summarizer's calls of one iteration: one per pair not summarized yet (``existing``)."""
 
-    t = s.iteration
-    pairs = rewrite_pairs(s.state)
-    results: dict[str, MemoryItem] = {}
-    requests = []
-    for pair in pairs:
-        iid = f"{s.run_id}:i{t}:{pair.slow_id}>{pair.fast_id}"
-        if iid in existing:
-            results[iid] = existing[iid]
-            continue
-        slow, fast = s.kernels[pair.slow_id], s.kernels[pair.fast_id]
-        messages = s.summarizer.messages(slow_source=pair.slow_source, fast_source=pair.fast_source,
-                                         speedup=pair.speedup, slow_ms=slow.latency_ms, fast_ms=fast.latency_ms)
-        requests.append(s.call_request("summarizer", messages, key=(iid, pair), validate=s.summarizer.validate,
-                                       sample=0, slot=f"i{t}:{pair.slow_id}>{pair.fast_id}"))
-    s._emit("summarize", t, "start", total=len(requests))
+    name = step = "summarize"
 
-    def done(req: CallRequest, c: Completion) -> None:
+    def __init__(self, ctx: "SearchContext", stats: StepStats, existing: dict[str, MemoryItem]) -> None:
+        self.ctx = ctx
+        self.stats = stats
+        self.existing = existing
+        self.failures: list[dict[str, Any]] = []
+        self.not_found: list[str] = []           # pairs the summarizer found no difference in
+        self.results: dict[str, MemoryItem] = {}
+        self.expected = 0
+
+    def item_id(self, pair: RewritePair) -> str:
+        return f"{self.ctx.run_id}:i{self.ctx.state.iteration}:{pair.slow_id}>{pair.fast_id}"
+
+    def run(self) -> list[MemoryItem]:
+        """Summarize the current iteration's pairs; returns the new items in pair order."""
+        ctx = self.ctx
+        pairs = rewrite_pairs(ctx.state)
+        requests = []
+        for pair in pairs:
+            iid = self.item_id(pair)
+            if iid in self.existing:
+                self.results[iid] = self.existing[iid]
+            else:
+                requests.append(summarizer_request(ctx, iid, pair))
+        self.expected = len(requests)
+        ctx.book.emit("summarize", ctx.state.iteration, "start", total=self.expected)
+        self._fan_out(requests)
+        # Enqueue in pair order (positives best-first, then negatives), not completion order.
+        return [self.results[iid] for iid in map(self.item_id, pairs) if iid in self.results]
+
+    def on_answer(self, req: CallRequest, c: Completion) -> None:
         iid, pair = req.key
-        stats.calls += 1
+        st, ctx = self.stats, self.ctx
+        st.calls += 1
         if not c.ok:
-            stats.add_failure(c.error, unusable=c.status == "unusable")
-            failures.append(failure_record(c, item_id=iid))
+            st.add_failure(c.error, unusable=c.status == "unusable")
+            self.failures.append(failure_record(c, item_id=iid))
         else:
             parsed: ParsedSummary = c.parsed
             if not parsed.found:
-                not_found.append(iid)  # no meaningful difference: no memory slot is spent on it
+                self.not_found.append(iid)  # no meaningful difference: no memory slot is spent on it
             else:
-                item = memory_item_from_pair(pair, parsed.title, parsed.summary, problem=s.problem.name,
-                                             iteration=t, run_id=s.run_id)
+                item = memory_item_from_pair(pair, parsed.title, parsed.summary, problem=ctx.problem.name,
+                                             iteration=ctx.state.iteration, run_id=ctx.run_id)
                 item.item_id = iid
-                s.state.record_memory_item(item, call_id=c.call_id,
-                                           extra={"reasoning": parsed.reasoning or c.reasoning,
-                                                  "finish_reason": c.finish_reason})
-                results[iid] = item
-        s._emit("summarize", t, "call_done", done=stats.calls, total=len(requests), failed=stats.failed)
+                ctx.state.record_memory_item(item, call_id=c.call_id,
+                                             extra={"reasoning": parsed.reasoning or c.reasoning,
+                                                    "finish_reason": c.finish_reason})
+                self.results[iid] = item
+        ctx.book.emit("summarize", ctx.state.iteration, "call_done", done=st.calls, total=self.expected,
+                      failed=st.failed)
 
-    s.fan_out(requests, done, stats)
-    # Enqueue in pair order (positives best-first, then negatives), not completion order.
-    return [results[iid] for iid in (f"{s.run_id}:i{t}:{p.slow_id}>{p.fast_id}" for p in pairs) if iid in results]
+    def _fan_out(self, requests: list[CallRequest]) -> None:
+        """Run the calls; a stop or the spending cap leaves calls missing (the step stays open)."""
+        if not requests:
+            return
+        driver = requests[0].client or self.ctx.client(requests[0].role)
+        stop = lambda: self.ctx.stop_requested  # noqa: E731
+        try:
+            missing = driver.complete_each(requests, self.on_answer, stop=stop)
+        except (BudgetExceededError, LLMError, ConfigError):
+            self.stats.missing = max(0, len(requests) - self.stats.calls)
+            raise
+        self.stats.missing += len(missing)
+        self.stats.stopped = stop() and bool(missing)

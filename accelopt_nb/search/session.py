@@ -12,7 +12,7 @@ One iteration is five steps, each a method of :class:`Session`:
    iterations asks no summarizer: nobody would read its lessons.
 
 :meth:`Session.step` runs whatever remains of the current iteration; with ``runtime.pipeline``
-the first three steps run as one stream (:mod:`accelopt_nb.search.pipeline`): a plan starts its
+the first three steps run as one stream (:mod:`accelopt_nb.search.stream`): a plan starts its
 executor calls as soon as it arrives, and a kernel is evaluated as soon as it arrives. Each step
 is still marked done on its own, in order. :meth:`Session.run` runs iterations until T are
 complete. The run's state lives in the run store (:class:`~accelopt_nb.search.state.RunState`),
@@ -31,6 +31,7 @@ of plans and kernels per iteration, always drawn from the baseline kernel, with 
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from contextlib import contextmanager
@@ -39,22 +40,21 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from accelopt_nb.agents.executor import Executor
 from accelopt_nb.agents.planner import ParsedPlan, Planner, parse_plan
-from accelopt_nb.agents.prompts import PromptSet, reference_for_agents
+from accelopt_nb.agents.prompts import ROLES, PromptSet, reference_for_agents
 from accelopt_nb.agents.summarizer import Summarizer
-from accelopt_nb.errors import (BudgetExceededError, ConfigError, EvaluationError, LLMError, StepFailedError,
-                                StoreError)
-from accelopt_nb.llm.client import CallRequest, LLMClient
-from accelopt_nb.llm.completion import Completion
+from accelopt_nb.errors import ConfigError, EvaluationError, LLMError, StoreError
+from accelopt_nb.llm.client import LLMClient
 from accelopt_nb.search.beam import Candidate, select_beam
 from accelopt_nb.search.config import SearchConfig
-from accelopt_nb.agents.prompts import ROLES
-from accelopt_nb.search.events import ProgressEvent, ProgressFn, StepStats
-from accelopt_nb.search.lessons import rewrite_pairs, summarize_calls
+from accelopt_nb.search.evaluations import Evaluations
+from accelopt_nb.search.events import ProgressFn, StepStats
+from accelopt_nb.search.lessons import SummarizeStage, rewrite_pairs
 from accelopt_nb.search.memory import MemoryItem, OptimizationMemory, RewritePair
-from accelopt_nb.search.pipeline import Front, Requests
 from accelopt_nb.search.problem import SearchProblem
 from accelopt_nb.search.state import (BASELINE_ID, BASELINE_ITERATION, PHASES, KernelView, PlanView, RunState,
                                       new_run_id)
+from accelopt_nb.search.steps import StepBook, kernel_order
+from accelopt_nb.search.stream import IterationStream, plan_info
 
 if TYPE_CHECKING:
     from accelopt_nb.evaluation import EvalOptions
@@ -64,14 +64,11 @@ if TYPE_CHECKING:
 
 __all__ = ["BASELINE_ID", "PHASES", "ROLES", "KernelView", "PlanView", "Session", "new_run_id"]
 
-ROLE_OF_PHASE = {"plan": "planner", "execute": "executor", "summarize": "summarizer"}
 LLM = LLMClient | Mapping[str, LLMClient] | None
 
 
 def _step_call(method):
     """Run a public step method inside :meth:`Session._call` (stop requests, nesting)."""
-    import functools
-
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         with self._call():
@@ -106,10 +103,8 @@ class Session:
         self.reference_source = reference_for_agents(problem.reference_source, config.prompts.show_adversarial)
         self.state = RunState(store=store, run_id=run_id, problem=problem, config=config, memory=memory)
         self.memory_path = Path(memory_path) if memory_path is not None else None
-        self.front = Front(self, eval_executor=eval_executor, eval_cache=eval_cache, eval_options=eval_options)
-        self.progress = progress
-        self.last_step: StepStats | None = None
-        self.step_stats: list[StepStats] = []
+        self.book = StepBook(problem.name, progress)
+        self.evals = Evaluations(self, executor=eval_executor, cache=eval_cache, options=eval_options)
         self._stop = threading.Event()
         self._depth = 0  # nesting of step/run/phase calls; the outermost one clears a stop request
         self.on_close: list[Callable[[], Any]] = []  # what open_session made for this session
@@ -119,17 +114,20 @@ class Session:
     def create(cls, problem: SearchProblem | str, *, run_dir: str | Path, config: SearchConfig | None = None,
                preset: str | Path = "smoke", llm: LLM = None, run_id: str | None = None,
                memory: OptimizationMemory | None = None, llm_settings: Mapping[str, Any] | None = None,
-               prices: Mapping[str, Any] | None = None, **kwargs: Any) -> "Session":
+               prices: Mapping[str, Any] | None = None, store: "RunStore | None" = None,
+               **kwargs: Any) -> "Session":
         """Start a new run: record it, evaluate the baseline, and get ready for iteration 0.
 
         ``prices``: the price table's snapshot (``PriceTable.snapshot()``), kept with the run.
+        ``store``: the run store of ``run_dir`` when the caller has it open already (one
+        connection per session).
         """
         from accelopt_nb.store import RunStore
 
         config = config or SearchConfig.from_preset(preset)
         if isinstance(problem, str):
             problem = SearchProblem.from_nkibench(problem, config.evaluation.shape_preset)
-        store = RunStore.open(run_dir)
+        store = store or RunStore.open(run_dir)
         run_id = run_id or new_run_id(problem.name)
         record = {"problem": problem.name, "shape_preset": problem.preset, "search": config.to_dict(),
                   "llm": dict(llm_settings or {}), "accelopt_nb": _version()}
@@ -143,18 +141,19 @@ class Session:
     @classmethod
     def resume(cls, run_dir: str | Path, *, run_id: str | None = None, problem: SearchProblem | None = None,
                llm: LLM = None, memory: OptimizationMemory | None = None,
-               runtime: Mapping[str, Any] | None = None, **kwargs: Any) -> "Session":
+               runtime: Mapping[str, Any] | None = None, store: "RunStore | None" = None,
+               **kwargs: Any) -> "Session":
         """Reopen a run and continue from its last completed step (the latest run if no id is given).
 
         ``runtime``: overrides of the ``runtime`` settings (concurrency, pipelining), which do
-        not change what the run computes.
+        not change what the run computes. ``store``: the run store of ``run_dir``, if open already.
         """
         from accelopt_nb.store import DEFAULT_FILENAME, RunStore
 
         path = Path(run_dir)
-        if not (path / DEFAULT_FILENAME).is_file():
+        if store is None and not (path / DEFAULT_FILENAME).is_file():
             raise StoreError(f"no run store in {path} (expected {path / DEFAULT_FILENAME}); nothing to resume")
-        store = RunStore.open(path)
+        store = store or RunStore.open(path)
         run_id = run_id or store.latest_run_id()
         if run_id is None:
             raise StoreError(f"the run store in {path} holds no runs")
@@ -179,10 +178,10 @@ class Session:
         self.state = RunState.load(self.store, self.run_id, self.problem, self.config, memory=self.state.memory,
                                    restore_memory=restore_memory)
         if not self.state.has_baseline:
-            self._emit("baseline", BASELINE_ITERATION, "start", total=1)
-            result = self.front.evaluate_one(BASELINE_ID, self.problem.baseline_source)
+            self.book.emit("baseline", BASELINE_ITERATION, "start", total=1)
+            result = self.evals.evaluate_one(BASELINE_ID, self.problem.baseline_source)
             view = self.state.record_baseline(result)
-            self._emit("baseline", BASELINE_ITERATION, "end", done=1, total=1, failed=int(not view.correct),
+            self.book.emit("baseline", BASELINE_ITERATION, "end", done=1, total=1, failed=int(not view.correct),
                        message=f"baseline {view.status}, {_ms(view.latency_ms)}")
         baseline = self.state.baseline
         if not baseline.correct:
@@ -252,11 +251,8 @@ class Session:
         """The kernels of an iteration (the current one by default), in generation order."""
         return self.state.iteration_kernels(iteration)
 
-    # Older names, kept for notebooks written against them.
-    _iteration_plans = iteration_plans
-    _iteration_kernels = iteration_kernels
-
-    def _done_steps(self) -> dict[tuple[int, str], dict[str, Any]]:
+    def done_steps(self) -> dict[tuple[int, str], dict[str, Any]]:
+        """``(iteration, step) -> info`` of every completed step."""
         return self.state.done_steps()
 
     def kernels_df(self):
@@ -268,6 +264,29 @@ class Session:
         return history(self.state)
 
     # ------------------------------------------------------------------ stopping and events
+    @property
+    def progress(self) -> ProgressFn | None:
+        """Where progress events go (settable)."""
+        return self.book.progress
+
+    @progress.setter
+    def progress(self, fn: ProgressFn | None) -> None:
+        self.book.progress = fn
+
+    @property
+    def last_step(self) -> StepStats | None:
+        """What the last step that ended did with its calls (None before any, and at each ``step()``)."""
+        return self.book.last
+
+    @last_step.setter
+    def last_step(self, stats: StepStats | None) -> None:
+        self.book.last = stats
+
+    @property
+    def step_stats(self) -> list[StepStats]:
+        """Every step that ended in this session, in order."""
+        return self.book.ended
+
     def request_stop(self) -> None:
         """Ask the running step to stop: no new LLM call or evaluation starts, the ones in
         flight finish and are stored, and the step is left not done (a resume continues it).
@@ -277,11 +296,6 @@ class Session:
     @property
     def stop_requested(self) -> bool:
         return self._stop.is_set()
-
-    def _emit(self, phase: str, iteration: int, kind: str, **fields: Any) -> None:
-        if self.progress is not None:
-            self.progress(ProgressEvent(phase=phase, iteration=iteration, kind=kind,  # type: ignore[arg-type]
-                                        problem=self.problem.name, **fields))
 
     @contextmanager
     def _call(self):
@@ -300,27 +314,7 @@ class Session:
                               f"(steps run in the order {', '.join(PHASES)})")
 
     def _close_step(self, stats: StepStats, info: dict[str, Any], message: str) -> None:
-        """Mark the step done, or leave it open when calls are missing or all of them failed."""
-        self.last_step = stats
-        self.step_stats.append(stats)
-        stats.seconds = time.monotonic() - self.state.started.get(stats.phase, time.monotonic())
-        info = {**info, "stats": stats.to_dict()}
-        if stats.stopped or stats.missing:
-            self.state.mark_failed(stats.phase, info)
-            self._emit(stats.phase, stats.iteration, "end", done=stats.calls, total=stats.calls + stats.missing,
-                       failed=stats.failed, message=f"stopped: {stats.missing} call(s) not made; resume continues")
-            return
-        if stats.all_failed and stats.phase in ROLE_OF_PHASE:
-            self.state.mark_failed(stats.phase, info)
-            self._emit(stats.phase, stats.iteration, "end", done=stats.calls, total=stats.calls,
-                       failed=stats.failed, message=f"all {stats.calls} calls failed")
-            raise StepFailedError(f"{stats.phase} step of iteration {stats.iteration}: all {stats.calls} LLM calls "
-                                  f"failed (first error: {stats.first_error}); the step is not done, a resume "
-                                  f"retries it")
-        self.state.mark_done(stats.phase, info)
-        stats.done = True
-        self._emit(stats.phase, stats.iteration, "end", done=stats.calls, total=stats.calls, failed=stats.failed,
-                   message=message)
+        self.book.close(self.state, stats, info, message)
 
     # ------------------------------------------------------------------ step 1: plan
     @_step_call
@@ -343,18 +337,14 @@ class Session:
                         self.state.record_plan(pid, kid, (b, j), text=parsed.text, step=parsed.step,
                                                origin="manual", data={"notes": list(parsed.notes)})
             stats = StepStats("plan", self.iteration)
-            self._close_step(stats, self._plan_info(stats, []), f"{len(self.iteration_plans())} plans")
+            self._close_step(stats, plan_info(self, []), f"{len(self.iteration_plans())} plans")
         else:
-            self.front.run(("plan",))
+            IterationStream(self, ("plan",)).run()
         return self.iteration_plans()
 
     def plan_sources(self) -> list[str]:
         """The kernels plans are drawn from this iteration."""
         return [BASELINE_ID] if self.config.strategy == "repeated" else list(self.beam)
-
-    def _plan_info(self, stats: StepStats, failures: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"plans": len(self.iteration_plans()), "failed": failures, "from": self.plan_sources(),
-                "memory": [i.to_dict() for i in self.memory]}
 
     # ------------------------------------------------------------------ step 2: execute
     @_step_call
@@ -381,7 +371,7 @@ class Session:
                     if kid not in self.kernels:
                         self.state.record_kernel(kid, src, p, origin="manual", order=kernel_order(p, s), data={})
         if llm:
-            self.front.run(("execute",), skip_plans=set(manual))
+            IterationStream(self, ("execute",), skip_plans=set(manual)).run()
         else:
             stats = StepStats("execute", self.iteration)
             self._close_step(stats, {"kernels": len(self.iteration_kernels()), "failed": []},
@@ -393,7 +383,7 @@ class Session:
     def evaluate(self) -> list[KernelView]:
         """Evaluate this iteration's kernels (in parallel; each result stored as it arrives)."""
         self._require_phase("evaluate")
-        self.front.run(("evaluate",))
+        IterationStream(self, ("evaluate",)).run()
         return self.iteration_kernels()
 
     # ------------------------------------------------------------------ step 4: select
@@ -409,7 +399,7 @@ class Session:
         # slot (most already were, in the stream); a kernel the confirmation rejects (or finds
         # slower) makes room for the next one.
         while unconfirmed := [c.kernel_id for c in chosen if not self.kernels[c.kernel_id].confirmed]:
-            self.front.confirm(unconfirmed)
+            self.evals.confirm_now(unconfirmed, "select")
             chosen = self.beam_choice()
         if not chosen:  # cannot happen while the baseline is correct; guard anyway
             raise EvaluationError("no correct kernel left to form a beam")
@@ -445,10 +435,9 @@ class Session:
         self.state.mark_started("summarize")
         t = self.iteration
         stats = StepStats("summarize", t)
-        failures: list[dict[str, Any]] = []
-        not_found: list[str] = []
         new_items: list[MemoryItem] = []
         existing = self.state.stored_memory_items(t)
+        stage = SummarizeStage(self, stats, existing)
         if manual is not None:
             for n, entry in enumerate(manual):
                 item = entry if isinstance(entry, MemoryItem) else MemoryItem(
@@ -460,40 +449,17 @@ class Session:
                     self.state.record_memory_item(item)
                 new_items.append(existing.get(item.item_id, item))
         elif self.config.summarizes(t):
-            new_items = summarize_calls(self, stats, existing, failures, not_found)
+            new_items = stage.run()
         present = {i.item_id for i in self.memory}
         evicted = self.memory.add([i for i in new_items if i.item_id not in present])
         if self.memory_path is not None and self.config.uses_memory:
             self.memory.save(self.memory_path)
         info = {"new": [i.item_id for i in new_items], "evicted": [i.item_id for i in evicted],
-                "failed": failures, "no_optimization": not_found, "memory": [i.to_dict() for i in self.memory],
+                "failed": stage.failures, "no_optimization": stage.not_found, "memory": [i.to_dict() for i in self.memory],
                 "skipped": manual is None and self.config.uses_memory and not self.config.summarizes(t)}
         self._close_step(stats, info,
                          f"{len(new_items)} new memory items, {len(self.memory)}/{self.memory.capacity} in memory")
         return new_items
-
-    # ------------------------------------------------------------------ LLM calls
-    def call_request(self, role: str, messages: Any, *, key: Any, validate: Any, sample: int,
-                     slot: str) -> CallRequest:
-        """A call of ``role`` with the run's sampling settings (seed mode, unusable retries)."""
-        s = self.config.sampling
-        params = {"seed": None} if s.seed_mode == "none" else None
-        return CallRequest(messages=messages, role=role, key=key, validate=validate, sample=sample,
-                           slot=f"{self.problem.name}/{slot}", params=params, run_id=self.run_id,
-                           iteration=self.iteration, unusable_retries=s.unusable_retries, client=self.client(role))
-
-    def fan_out(self, requests: Requests, on_done: Any, stats: StepStats) -> None:
-        """Run calls through the first request's client; stop and budget leave calls missing."""
-        if not requests:
-            return
-        driver = requests[0].client or self.client(requests[0].role)
-        try:
-            missing = driver.complete_each(requests, on_done, stop=self._stop.is_set)
-        except (BudgetExceededError, LLMError, ConfigError):
-            stats.missing = max(0, len(requests) - stats.calls)
-            raise
-        stats.missing += len(missing)
-        stats.stopped = self._stop.is_set() and bool(missing)
 
     # ------------------------------------------------------------------ driving
     @_step_call
@@ -501,10 +467,10 @@ class Session:
         """Run the remaining steps of the current iteration (all five on a fresh iteration)."""
         t = self.iteration
         self.last_step = None
-        self._emit("iteration", t, "start")
+        self.book.emit("iteration", t, "start")
         if self.config.runtime.pipeline and self.next_phase in ("plan", "execute"):
             first = PHASES.index(self.next_phase)
-            self.front.run(PHASES[first:3])
+            IterationStream(self, PHASES[first:3]).run()
         while self.iteration == t and not self._stopped():
             getattr(self, self.next_phase)()
 
@@ -532,7 +498,7 @@ class Session:
         return build_report(self.state)
 
     def close(self) -> None:
-        self.front.close()
+        self.evals.close()
         while self.on_close:
             self.on_close.pop()()
 
@@ -545,19 +511,6 @@ class Session:
     def __repr__(self) -> str:
         return (f"Session({self.problem.name!r}, run {self.run_id!r}, iteration {self.iteration}, "
                 f"next {self.next_phase}(), beam {len(self.beam)}, memory {len(self.memory)})")
-
-
-def kernel_order(plan: PlanView, sample: int) -> int:
-    """Generation order of a kernel from its plan's slot alone, so ties break the same way in a
-    resumed or pipelined run as in a sequential one."""
-    b, j = plan.slot
-    manual = 500 if plan.origin == "manual" else 0
-    return ((b * 1000 + j + manual) * 10_000) + sample
-
-
-def failure_record(c: Completion, **ids: Any) -> dict[str, Any]:
-    return {**ids, "call_id": c.call_id, "status": c.status, "error": c.error, "finish_reason": c.finish_reason,
-            "raw": _raw_of(c)}
 
 
 def parse_plan_lenient(text: str) -> ParsedPlan:
@@ -592,14 +545,6 @@ def _normalize_llm(llm: LLM) -> dict[str, LLMClient]:
             raise ConfigError(f"unknown agent role(s) {sorted(bad)} in llm=; roles: {ROLES}")
         return dict(llm)
     return {role: llm for role in ROLES}
-
-
-def _raw_of(completion: Completion) -> str | None:
-    if completion.text:
-        return completion.text[-4000:]
-    if completion.rejections:
-        return completion.rejections[-1].text[-4000:]
-    return None
 
 
 def _ms(v: float | None) -> str:
