@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 from accelopt_nb.agents.executor import parse_kernel
 from accelopt_nb.agents.extract import ExtractedCode
 from accelopt_nb.agents.prompts import PromptSet
+from nkibench.problem import DEFAULT_TOLERANCE
 
 __all__ = ["FIXABLE", "Fixer", "failure_report", "is_fixable"]
 
@@ -98,7 +99,7 @@ class Fixer:
     role = ROLE
 
     def __init__(self, prompts: PromptSet | None = None, *, hw: str = "trn1", dtypes: str = "float32",
-                 tolerance: float = 2e-5, n_seeds: int = 5, adversarial: bool = False,
+                 tolerance: float = DEFAULT_TOLERANCE, n_seeds: int = 5, adversarial: bool = False,
                  prompt_set: str = "extended") -> None:
         self.prompts = prompts or PromptSet()
         self.hw = hw

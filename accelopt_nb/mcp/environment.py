@@ -343,7 +343,8 @@ class Environment:
         preset = self._preset(p, shapes)
         sp = self._search_problem(p.name, preset)
         peaks = {}
-        for hw in ("trn1", "trn2"):
+        from accelopt_nb.perf.hardware import presets as hardware_names
+        for hw in hardware_names():
             try:
                 pk = p.peak(preset, hw)
             except AccelOptError:

@@ -18,7 +18,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent
 from pydantic import Field, ValidationError
 
+from accelopt_nb.evaluation.job import FIDELITIES
 from accelopt_nb.mcp.environment import BASELINE_ID, Environment, ToolFailure
+from accelopt_nb.perf.hardware import presets as hardware_names
 
 __all__ = ["build_server", "serve", "TOOL_NAMES", "SERVER_NAME"]
 
@@ -38,8 +40,9 @@ Problem = Annotated[str, Field(description="NKIBench problem name (see list_prob
 Shapes = Annotated[str | None, Field(
     description="shape preset: 'small' (default; seconds on a CPU) or 'paper' (the paper's shapes: use "
                 "fidelity 'screen' there, which checks at the small shape and estimates the latency at paper)")]
-Hw = Annotated[Literal["trn1", "trn2"] | None, Field(description="hardware model (default: the server's, trn1)")]
-Fid = Annotated[Literal["full", "screen", "confirm"] | None, Field(
+# the choices come from their homes: the hardware registry and the evaluation service's fidelity levels
+Hw = Annotated[Literal[tuple(hardware_names())] | None, Field(description="hardware model (default: the server's, trn1)")]
+Fid = Annotated[Literal[FIDELITIES] | None, Field(
     description="judge fidelity: full (default; every check at the preset), screen (checks at the small "
                 "shape, latency from a trace-only run: fast, for many candidates), confirm (full checks, for "
                 "the kernels that matter)")]
