@@ -223,3 +223,59 @@ def test_a_dropped_connection_is_replaced(store, pg_url):
     assert store.run_ids() == ["r1"]                            # reconnected for the next statement
     store.add_kernel("r1", problem_id="p", source=SOURCE + "#2\n", iteration=1)
     assert store.table_counts("r1")["kernels"] == 2
+
+
+# ------------------------------------------------------------ two searches writing one team database
+@pytest.mark.slow
+def test_two_concurrent_optimize_runs_share_one_database(tmp_path, pg_url):
+    """`accelopt optimize --store postgresql://...` twice at once (one fake model server): both runs land
+    in the database whole, with lineage, evaluations per hardware, plans and lessons."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fakes.fake_nki_llm import FakeNKIModel, harmless_variation, matmul_resident_rhs
+    from fakes.fake_openai_server import FakeOpenAIServer
+
+    root = Path(__file__).resolve().parent.parent
+    model = FakeNKIModel(plans=["KEEP B RESIDENT in SBUF: load it once, not once per row block.",
+                                "HARMLESS: tidy the loop nest without changing it."],
+                         rewrites=[("RESIDENT", matmul_resident_rhs), ("HARMLESS", harmless_variation)],
+                         lesson="**Keep a reused operand resident in SBUF**\nLoad it once outside the row loop.")
+    env = {**os.environ, "PYTHONPATH": str(root), "ACCELOPT_CACHE_DIR": str(tmp_path / "cache")}
+
+    def optimize(url: str, who: str, *extra: str) -> list[str]:
+        return [sys.executable, "-m", "accelopt_nb.cli", "optimize", "matmul", "--preset", "smoke", "-T", "1",
+                "--shapes", "small", "--base-url", url, "--model", "fake-nki", "--price", "gpt-oss-120b@groq",
+                "--run-dir", str(tmp_path / who), "--store", pg_url, "--run-id", f"matmul-{who}",
+                "--no-progress", "--json", *extra]
+
+    with FakeOpenAIServer(models=["fake-nki"], responder=model.responder) as srv:
+        procs = [subprocess.Popen(optimize(srv.url, who), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for who in ("ann", "ben")]
+        outs = [p.communicate(timeout=500) for p in procs]
+        for p, (out, err) in zip(procs, outs):
+            assert p.returncode == 0, err
+        reports = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+        nameless = subprocess.run([a for a in optimize(srv.url, "ann", "--resume") if not a.startswith("matmul-")
+                                   and a != "--run-id"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                  timeout=120)
+        assert nameless.returncode == 2 and "holds everyone's runs" in nameless.stderr
+
+    store = RunStore(pg_url)
+    assert sorted(store.run_ids()) == ["matmul-ann", "matmul-ben"]
+    assert not (tmp_path / "ann" / "accelopt.sqlite").exists()          # the database, not a local file
+    for report in reports:
+        run = report["run_id"]
+        counts = store.table_counts(run)
+        assert counts["kernels"] == 3 and counts["evaluations"] >= 3 and counts["plans"] == 2
+        assert counts["memory_items"] == report["memory_items"] and counts["llm_calls"] > 0
+        assert {r["hw"] for r in store.rows("evaluations", run)} == {"trn1"}
+        best = best_kernels(store, problem="matmul", hw="trn1", limit=20)
+        mine = [b for b in best if b["run_id"] == run]
+        chain = lineage(store, run, mine[0]["kernel_id"], hw="trn1")
+        assert chain[0]["kernel_id"] == "baseline" and chain[-1]["kernel_id"] == mine[0]["kernel_id"]
+        assert chain[-1]["speedup_over_parent"] == pytest.approx(report["speedup"], rel=1e-6)
+        assert "RESIDENT" in chain[-1]["plan"]
+    store.close()

@@ -68,6 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--cassette-mode", choices=["record", "replay", "auto"], default="auto")
     r = parser.add_argument_group("run")
     r.add_argument("--run-dir", type=Path, help="experiment directory (default: runs/<problem>)")
+    r.add_argument("--store", metavar="PATH_OR_URL",
+                   help="run store (default: <run-dir>/accelopt.sqlite): another SQLite file, or "
+                        "postgresql://user@host/db for a database a team shares")
     r.add_argument("--run-id", help="run id (default: generated; with --resume: the latest run)")
     r.add_argument("--resume", action="store_true", help="continue the run from its last completed step")
     r.add_argument("--no-progress", action="store_true", help="no progress display")
@@ -97,7 +100,7 @@ def launch_spec(args: argparse.Namespace):
     model = {"model_preset": args.model_preset, "base_url": args.base_url, "model": args.model,
              "api_key_env": args.api_key_env, "price": args.price, "reasoning_effort": args.reasoning_effort,
              "temperature": args.temperature, "max_tokens": args.max_tokens, "timeout_s": args.timeout}
-    return LaunchSpec(problem=args.problem, run_dir=args.run_dir, task=args.task, kernel=args.kernel,
+    return LaunchSpec(problem=args.problem, run_dir=args.run_dir, store=args.store, task=args.task, kernel=args.kernel,
                       run_id=args.run_id, resume="resume" if args.resume else "new", preset=args.preset,
                       overrides=search_overrides(args), model=model, prices=args.prices, cap_usd=args.cap_usd,
                       cassette=args.cassette, cassette_mode=args.cassette_mode, llm_concurrency=args.concurrency,
@@ -130,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         emit_json(report.to_dict(), default=str)
     else:
         print(report.to_text())
-        print(f"  best kernel: {best_path}\n  report: {report_path}\n  run store: {session.store.path} "
+        print(f"  best kernel: {best_path}\n  report: {report_path}\n  run store: {session.store.location} "
               f"(run {report.run_id})")
     sys.stdout.flush()
     return status

@@ -44,6 +44,7 @@ class LaunchSpec:
 
     problem: str                                   # NKIBench name, or a label with task/kernel
     run_dir: str | Path | None = None              # default: runs/<problem>
+    store: str | Path | None = None                # default: <run_dir>/accelopt.sqlite; or a postgresql:// URL
     task: str | Path | None = None                 # an NKIBench-format task file ...
     kernel: str | Path | None = None               # ... and its baseline kernel
     run_id: str | None = None
@@ -146,16 +147,26 @@ def _find_run(spec: LaunchSpec) -> tuple["RunStore | None", str | None, dict[str
     run to resume (None: a new run)."""
     from accelopt_nb.store import DEFAULT_FILENAME, RunStore
 
+    from accelopt_nb.store.backends import is_database_url
+
     run_dir = spec.directory
-    store = RunStore.open(run_dir) if (run_dir / DEFAULT_FILENAME).is_file() else None
+    shared = spec.store is not None and is_database_url(spec.store)
+    if spec.store is not None:
+        store: RunStore | None = RunStore(spec.store)
+    else:
+        store = RunStore.open(run_dir) if (run_dir / DEFAULT_FILENAME).is_file() else None
+    where = store.location if spec.store is not None and store is not None else str(run_dir)
     run_id, record = spec.run_id, None
     if spec.resume != "new" and store is not None:
-        run_id = run_id or store.latest_run_id()
+        if run_id is None and shared and spec.resume == "resume":
+            raise ConfigError(f"{where} holds everyone's runs: name the run to resume (--run-id)")
+        # In a shared database, the latest run may be anyone's: "auto" resumes only a named run there.
+        run_id = run_id or (None if shared else store.latest_run_id())
         if run_id is not None and run_id in store.run_ids():
             record = store.get_run(run_id)
     if spec.resume == "resume" and record is None:
         raise ConfigError(f"no run store in {run_dir}: nothing to resume" if store is None else
-                          f"nothing to resume in {run_dir}: " + (f"no run {spec.run_id!r}" if spec.run_id else "no runs"))
+                          f"nothing to resume in {where}: " + (f"no run {spec.run_id!r}" if spec.run_id else "no runs"))
     return store, run_id, record
 
 
