@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from accelopt_nb.agents.prompts import ROLES
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -117,7 +119,7 @@ def usage_by_role(store: "RunStore", run_id: str) -> list[RoleUsage]:
     """Sum the run's ledger rows (the store's ``llm_calls`` table) per agent role."""
     df = store.llm_calls_df(run_id)
     out = []
-    for role in ("planner", "executor", "summarizer"):
+    for role in ROLES:
         sub = df[df["role"] == role] if not df.empty else df
         u = RoleUsage(role=role)
         if not sub.empty:
