@@ -89,3 +89,31 @@ def test_cli_lists_presets_and_prices(capsys):
     assert main(["llm", "prices"]) == 0
     out = capsys.readouterr().out
     assert "as of 2026-11" in out and "proxy of gpt-oss-120b@groq" in out
+
+
+def test_the_tiny_cpu_model_is_served_by_llama_cpp_from_a_packaged_gguf(tmp_path, monkeypatch, capsys):
+    from accelopt_nb.llm.serving import build_llama_cpp_command, find_gguf, llama_cpp_options, serve_command
+
+    cfg = ModelConfig.from_preset("smollm2-135m")
+    with pytest.raises(ConfigError, match="llama.cpp, not vLLM"):
+        serve_options(cfg)
+    # the GGUF inside an installed package, found without importing the package
+    pkg = tmp_path / "site" / "fake_gguf_pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('never imported')\n")
+    (pkg / "m.gguf").write_bytes(b"GGUF")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert find_gguf({"gguf_package": "fake_gguf_pkg", "gguf_file": "m.gguf"}) == pkg / "m.gguf"
+    with pytest.raises(ServingUnavailableError, match="pip install"):
+        find_gguf({"gguf_package": "no_such_pkg_here", "gguf_file": "m.gguf"})
+    local = cfg.replace(serve={"engine": "llama_cpp", "gguf": str(pkg / "m.gguf"), "n_ctx": 4096})
+    cmd = build_llama_cpp_command(llama_cpp_options(local, port=9123), python="py")
+    assert cmd[:3] == ["py", "-m", "llama_cpp.server"]
+    args = dict(zip(cmd[3::2], cmd[4::2]))
+    assert args == {"--model": str(pkg / "m.gguf"), "--model_alias": "smollm2-135m", "--host": "127.0.0.1",
+                    "--port": "9123", "--n_ctx": "4096"}
+    assert serve_command(local)[serve_command(local).index("--port") + 1] == "8011"  # from the base_url
+    with pytest.raises(ConfigError, match="unknown serve engine"):
+        serve_command(cfg.replace(serve={"engine": "tgi"}))
+    assert main(["llm", "serve-cmd", "--model-preset", "smollm2-135m", "--tp", "2"]) != 0
+    assert "--tp: vLLM options; smollm2-135m is served by llama.cpp" in capsys.readouterr().err

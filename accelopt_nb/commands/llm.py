@@ -25,8 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="output limit of the test completion (reasoning models think first)")
     check.add_argument("--timeout", type=float, default=120.0, help="request timeout in seconds")
 
-    serve = sub.add_parser("serve-cmd", help="print (or --run) the `vllm serve` command for a preset",
-                           description="Build the vLLM command line for a self-hosted model preset.")
+    serve = sub.add_parser("serve-cmd", help="print (or --run) the model server command for a preset",
+                           description="Build the server command line for a self-hosted model preset: vLLM for "
+                                       "the paper's models, llama.cpp for smollm2-135m (a tiny CPU model).")
     serve.add_argument("--model-preset", default="gpt-oss-120b", help="model preset (default: gpt-oss-120b)")
     add_renamed(serve, "--preset", "--model-preset", dest="model_preset")
     serve.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=int,
@@ -38,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
                        help="extra argument passed to vllm serve (repeatable)")
     serve.add_argument("--run", action="store_true",
-                       help="start the server (needs vllm installed) instead of printing the command")
+                       help="start the server (needs vllm, or accelopt_nb[llm-server] for llama.cpp presets) "
+                            "instead of printing the command")
 
     sub.add_parser("presets", help="list the model presets")
     sub.add_parser("prices", help="show the price table (USD per 1M tokens)")
@@ -72,16 +74,24 @@ def _run_check(args: argparse.Namespace) -> int:
 
 def _run_serve(args: argparse.Namespace) -> int:
     from accelopt_nb.llm.config import ModelConfig
-    from accelopt_nb.llm.serving import build_vllm_command, format_command, serve_options, start_vllm
+    from accelopt_nb.llm.serving import format_command, serve_command, start_server
 
-    options = serve_options(ModelConfig.from_preset(args.model_preset), tensor_parallel_size=args.tp,
-                            port=args.port, host=args.host, max_model_len=args.max_model_len,
-                            gpu_memory_utilization=args.gpu_memory_utilization,
-                            extra_args=tuple(args.vllm_arg) or None)
+    config = ModelConfig.from_preset(args.model_preset)
+    if (config.serve or {}).get("engine") == "llama_cpp":
+        vllm_only = {"--tp": args.tp, "--max-model-len": args.max_model_len,
+                     "--gpu-memory-utilization": args.gpu_memory_utilization, "--vllm-arg": args.vllm_arg or None}
+        given = [flag for flag, value in vllm_only.items() if value is not None]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: vLLM options; {args.model_preset} is served by llama.cpp")
+        overrides: dict = dict(port=args.port, host=args.host)
+    else:
+        overrides = dict(tensor_parallel_size=args.tp, port=args.port, host=args.host,
+                         max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
+                         extra_args=tuple(args.vllm_arg) or None)
     if not args.run:
-        print(format_command(build_vllm_command(options)))
+        print(format_command(serve_command(config, **overrides)))
         return 0
-    proc = start_vllm(options)
+    proc = start_server(config, **overrides)
     try:
         return proc.wait()
     except KeyboardInterrupt:
