@@ -165,6 +165,10 @@ class EndpointUnreachableError(LLMError):
     started. The message names the URL and the reason."""
 
 
+class SessionBusyError(AccelOptError):
+    """Another thread is running a step of this session (one writer at a time: the panel, a magic, a script)."""
+
+
 class StepFailedError(AccelOptError):
     """Every LLM call of a search step failed; the step is not marked done, so a resume retries it."""
 

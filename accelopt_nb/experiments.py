@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from accelopt_nb.errors import AccelOptError, ConfigError
+from accelopt_nb.notebook.causes import run_failures
 from accelopt_nb.search.launch import LaunchSpec, model_config, open_session, preflight, require_price
 
 ARM_FILE = "arm.json"   # in each arm's folder: the arm as written (its name may hold spaces and '+')
@@ -80,19 +81,46 @@ def _write_arm_file(root: Path, arm: "Arm") -> Path:
 
 @dataclass
 class ArmOutcome:
-    """How one (arm, problem) run ended: ``complete`` (T iterations done) or not, and why."""
+    """How one (arm, problem) run ended: ``complete`` (T iterations done, no LLM call lost) or not, and why.
+
+    ``failures``: the run's failed LLM calls by cause (transport, model error, unusable answer),
+    the calls its open steps never made, and its kernels by failure (:mod:`accelopt_nb.notebook.causes`).
+    A run with lost calls (transport, model error, cap, not made) is not complete; unusable answers
+    are the model's result and do not keep it from completing.
+    """
 
     arm: str
     problem: str
     complete: bool
     iterations_done: int = 0
     error: str | None = None
+    model: str | None = None
+    run_id: str | None = None
+    warning: str | None = None        # what the endpoint check said (e.g. the model is not listed)
+    failures: dict[str, Any] = field(default_factory=dict)   # causes.Failures.to_dict()
+
+    def reason(self) -> str:
+        """One line: why the run is not complete (or what went wrong on the way), '' when nothing did."""
+        from accelopt_nb.notebook.causes import Failures
+
+        f = Failures.from_dict(self.failures) if self.failures else Failures()
+        parts = [self.error] if self.error else []
+        if f.llm or f.missing:
+            first = next((f.first[c] for c in f.first if c in f.llm), None)
+            parts.append(f"LLM calls: {f.llm_text()}" + (f" (first: {first})" if first else ""))
+        if not self.complete and not parts:
+            parts.append(f"{self.iterations_done} iteration(s) done")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
 
 
 def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], root: str | Path, *,
              default_model: Mapping[str, Any] | None = None, progress: bool = True, parallel: int = 1,
              eval_workers: int | None = None, scheduler: str | None = None, llm_concurrency: int | None = None,
-             unpriced_ok: bool = True, check_endpoint: bool = True) -> list[ArmOutcome]:
+             unpriced_ok: bool = True, check_endpoint: bool = True,
+             allow_model_change: bool = False) -> list[ArmOutcome]:
     """Run (or resume) every arm on every problem to its configured number of iterations.
 
     ``parallel`` runs that many (arm, problem) searches at once; their evaluations share one
@@ -100,7 +128,12 @@ def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], r
     step failed outright (every LLM call of a step failed) or hit the spending cap is reported
     as not complete, and the batch goes on; re-running the batch resumes it. ``unpriced_ok=False``
     refuses a model without a price (a cost experiment must not count it as free). Every arm's
-    endpoint is checked before any run starts (``check_endpoint``).
+    endpoint is checked before any run starts (``check_endpoint``); what the check warns about (a
+    model the server does not list) is printed and kept in the outcome. A run made with another model
+    is not resumed with this one unless ``allow_model_change`` (recorded in the run).
+
+    A run is complete when its T iterations are done and it lost no LLM call (transport, a model
+    error, the cap, or calls never made): a rerun resumes an incomplete one.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -118,44 +151,51 @@ def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], r
     jobs = [(a, p) for a in arms for p in problems]
     # Fail in seconds, before any run starts, if an arm has no price (a cost experiment) or its
     # endpoint is down.
-    checked: set[tuple[str | None, str]] = set()
+    checked: dict[tuple[str | None, str], str] = {}     # endpoint -> the check's warning ("" if none)
+    warnings: dict[str, str] = {}
     for arm in arms:
         model = model_config(**arm_model(arm, default_model))
         try:
             require_price(model, unpriced_ok)
         except ConfigError as exc:
             raise ConfigError(f"arm {arm.name!r}: {exc}") from None
-        if check_endpoint and (model.base_url, model.model) not in checked:
+        key = (model.base_url, model.model)
+        if check_endpoint and key not in checked:
             try:
-                preflight(model)
+                checked[key] = preflight(model)
             except AccelOptError as exc:
                 raise type(exc)(f"arm {arm.name!r}: {exc}") from None
-            checked.add((model.base_url, model.model))
+            if checked[key]:
+                print(f"arm {arm.name!r}: {checked[key]}", flush=True)   # e.g. a model the server does not list
+        warnings[arm.name] = checked.get(key, "")
     for arm in arms:
         _write_arm_file(root, arm)
     evaluator = _shared_evaluator(eval_workers, scheduler)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=len(jobs), desc="experiment", unit="run")
+    bar = _RunLines(len(jobs)) if progress else None
 
     def one(job: tuple[Arm, str]) -> ArmOutcome:
         arm, problem = job
+        outcome = ArmOutcome(arm.name, problem, False, warning=warnings.get(arm.name) or None)
         try:
             session = open_session(_arm_spec(arm, problem, root, default_model, evaluator, llm_concurrency,
-                                             unpriced_ok))
-            with session:
-                try:
-                    session.run()
-                except AccelOptError as exc:  # a failed step or the cap: the run stays resumable
-                    return ArmOutcome(arm.name, problem, False, session.iteration, f"{type(exc).__name__}: {exc}")
-                complete = session.iteration >= session.config.iterations
-                return ArmOutcome(arm.name, problem, complete, session.iteration,
-                                  None if complete else "stopped")
-        finally:
-            if bar is not None:
-                bar.set_postfix_str(f"{arm.name}/{problem}")
-                bar.update(1)
+                                             unpriced_ok, allow_model_change))
+        except AccelOptError as exc:     # e.g. resuming with another model than the run's
+            outcome.error = f"{type(exc).__name__}: {exc}"
+            return _finish(outcome, bar)
+        with session:
+            outcome.run_id = session.run_id
+            planner = session.clients.get("planner")
+            outcome.model = planner.config.model if planner is not None else None
+            try:
+                session.run()
+            except AccelOptError as exc:  # a failed step, a refused model, the cap: the run stays resumable
+                outcome.error = f"{type(exc).__name__}: {exc}"
+            outcome.iterations_done = session.iteration
+            failures = run_failures(session.store, session.run_id)
+            outcome.failures = failures.to_dict()
+            outcome.complete = (outcome.error is None and session.iteration >= session.config.iterations
+                                and not failures.incomplete)
+        return _finish(outcome, bar)
 
     try:
         if parallel == 1:
@@ -164,11 +204,32 @@ def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], r
             with ThreadPoolExecutor(parallel, thread_name_prefix="accelopt-arm") as pool:
                 outcomes = list(pool.map(one, jobs))
     finally:
-        if bar is not None:
-            bar.close()
         if evaluator is not None:
             evaluator.shutdown()
     return outcomes
+
+
+class _RunLines:
+    """One printed line per finished run: readable live, in a terminal, and in a saved notebook."""
+
+    def __init__(self, total: int) -> None:
+        import threading
+        self.total, self.done = total, 0
+        self._lock = threading.Lock()
+
+    def __call__(self, o: ArmOutcome) -> None:
+        with self._lock:
+            self.done += 1
+            state = "complete" if o.complete else "NOT COMPLETE"
+            why = o.reason()
+            print(f"[{self.done}/{self.total}] {o.arm} / {o.problem}: {state}, {o.iterations_done} iteration(s)"
+                  + (f" -- {why}" if why else ""), flush=True)
+
+
+def _finish(outcome: ArmOutcome, lines: "_RunLines | None") -> ArmOutcome:
+    if lines is not None:
+        lines(outcome)
+    return outcome
 
 
 def arm_model(arm: Arm, default_model: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -178,11 +239,12 @@ def arm_model(arm: Arm, default_model: Mapping[str, Any] | None) -> dict[str, An
 
 
 def _arm_spec(arm: Arm, problem: str, root: Path, default_model: Mapping[str, Any] | None, evaluator: Any,
-              llm_concurrency: int | None, unpriced_ok: bool) -> LaunchSpec:
+              llm_concurrency: int | None, unpriced_ok: bool, allow_model_change: bool = False) -> LaunchSpec:
     # endpoints were checked once for the whole batch
     return LaunchSpec(problem, run_dir=root / arm_folder(arm.name) / problem, model=arm_model(arm, default_model),
                       preset=arm.preset, overrides=dict(arm.overrides), resume="auto", eval_executor=evaluator,
-                      llm_concurrency=llm_concurrency, unpriced_ok=unpriced_ok, check_endpoint=False)
+                      llm_concurrency=llm_concurrency, unpriced_ok=unpriced_ok, check_endpoint=False,
+                      allow_model_change=allow_model_change)
 
 
 def _shared_evaluator(workers: int | None, scheduler: str | None) -> Any:
@@ -262,8 +324,8 @@ def plot_speedup_curves(curves: pd.DataFrame, ax=None, title: str = "Best speedu
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(6.5, 4))
-    for arm, a in g.groupby("arm"):
-        ax.plot(a["iteration"], a["geomean_speedup"], marker="o", label=arm)
+    from accelopt_nb.reproduce.search_figures import plot_arm_lines
+    plot_arm_lines(ax, g, "iteration")
     ax.axhline(1.0, color="grey", lw=0.8)
     from matplotlib.ticker import MaxNLocator
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -282,12 +344,10 @@ def plot_cost(curves: pd.DataFrame, ax=None, title: str = "Speedup vs LLM cost")
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(6.5, 4))
-    unpriced = []
-    for arm, a in g.groupby("arm"):
-        if a["cum_cost_usd"].isna().any():
-            unpriced.append(str(arm))  # no cost to place it at: named, not drawn at $0
-            continue
-        ax.plot(a["cum_cost_usd"], a["geomean_speedup"], marker="o", label=arm)
+    from accelopt_nb.reproduce.search_figures import plot_arm_lines
+    # an arm with an unpriced call has no cost to place it at: named, not drawn at $0
+    unpriced = sorted(str(arm) for arm, a in g.groupby("arm") if a["cum_cost_usd"].isna().any())
+    plot_arm_lines(ax, g[~g["arm"].isin(unpriced)], "cum_cost_usd")
     if unpriced:
         ax.text(0.02, 0.02, "unpriced: " + ", ".join(unpriced), transform=ax.transAxes, fontsize=8)
     ax.set_xlabel("cumulative LLM cost (USD, all problems)")

@@ -205,6 +205,16 @@ def test_fake_model_in_one_line_then_open_show_best_close(ip, tmp_path):
             ip.run_line_magic("accelopt", "status")
         reopened = ip.run_line_magic("accelopt", f"open matmul --resume --run-dir {tmp_path / 'a'}")
         assert reopened.value.run_id == session.run_id
+        # resuming with another model is refused unless asked for, and then recorded in the run
+        other = f"--base-url {shown.value} --model fake-gpt-oss-120b"
+        with pytest.raises(UsageError, match="was made with model 'fake-nki'.*--allow-model-change"):
+            ip.run_line_magic("accelopt", f"open matmul --resume --run-dir {tmp_path / 'a'} {other}")
+        assert _magics(ip).session is reopened.value                   # ... and the open session stays
+        changed = ip.run_line_magic("accelopt", f"open matmul --resume --run-dir {tmp_path / 'a'} {other} "
+                                                "--allow-model-change")
+        assert changed.value.clients["planner"].config.model == "fake-gpt-oss-120b"
+        report = ip.run_line_magic("accelopt", "report --no-files")
+        assert "model changed from 'fake-nki'" in report.text and "to 'fake-gpt-oss-120b'" in report.text
     finally:
         ip.run_line_magic("accelopt", "fake-model --stop")
     with pytest.raises(UsageError, match="needs a model"):
@@ -253,13 +263,35 @@ def test_a_step_whose_calls_fail_says_so_in_red(ip, tmp_path):
     with FakeOpenAIServer(models=["fake-nki"], responder=responder) as srv:
         _open(ip, srv.url, tmp_path / "run")
         shown = ip.run_line_magic("accelopt", "step plan")
-        assert "FAILED: 1 LLM call(s) failed" in shown.text and "model overloaded" in shown.text
+        # named by its cause: the server refused the call (HTTP 400), a model error, not "the LLM failed"
+        assert "FAILED: LLM calls: 1 model error" in shown.text and "model overloaded" in shown.text
         assert "accelopt-failure" in shown.html and "#b00020" in shown.html
         # a step whose calls all fail is an error, in one line, and is not marked done
         srv.responder = lambda body: Fail(400, "model overloaded")
         with pytest.raises(UsageError, match="StepFailedError: execute step of iteration 0: all 1 LLM calls failed"):
             ip.run_line_magic("accelopt", "step execute")
         assert ip.user_ns["accelopt_session"].next_phase == "execute"
+
+
+def test_kernel_failures_are_named_as_kernel_failures_not_llm_ones(ip, tmp_path):
+    """A hand-written kernel that does not build, another the static check rejects: no LLM was involved."""
+    ip.run_line_magic("accelopt", "fake-model")
+    try:
+        ip.run_line_magic("accelopt", f"open matmul --preset smoke --shapes small --run-dir {tmp_path / 'r'}")
+        ip.run_cell_magic("accelopt", "plan", "Write it wrong.\n---\nWrite it worse.")
+        plans = [p.plan_id for p in ip.user_ns["accelopt_session"].iteration_plans()]
+        good = nkibench.get_problem("matmul").baseline_source()
+        import yaml
+        kernels = {plans[0]: good.replace("def kernel(lhs, rhs):", "def kernel(lhs, rhs)"),   # a syntax error
+                   plans[1]: "import os\n" + good}                                             # a forbidden import
+        ip.run_cell_magic("accelopt", "step", yaml.safe_dump({"phase": "execute", "llm": False, "kernels": kernels}))
+        shown = ip.run_line_magic("accelopt", "step evaluate")
+        first_line = shown.text.split("\n")[0]
+        assert "LLM" not in first_line and "FAILED" not in first_line and first_line.startswith("kernels: ")
+        assert "1 kernel build failed" in shown.text and "1 kernel rejected" in shown.text
+        assert "accelopt-failure" in shown.html and "kernel build failed" in shown.html
+    finally:
+        ip.run_line_magic("accelopt", "fake-model --stop")
 
 
 # ---- a whole session by hand ---------------------------------------------------------------------------

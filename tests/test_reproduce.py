@@ -70,6 +70,92 @@ def test_figure_sink_writes_png_svg_csv_and_names_the_model(tmp_path):
     assert entry["name"] == "curve" and entry["model"] == FAKE_MODEL_LABEL
 
 
+def test_figures_state_their_provenance_on_the_figure_in_the_manifest_and_in_the_index(tmp_path):
+    from accelopt_nb.reproduce.figures import Provenance
+    from accelopt_nb.reproduce.runner import Job, Outcome, spec_of, write_index
+
+    prov = Provenance(model="none", endpoint="none", shapes="small", fidelity="trn1 performance model")
+    sink = FigureSink(tmp_path / "23_nkibench_table", "23_nkibench_table", "no agent", prov)
+    fig, ax = new_figure()
+    ax.bar([0], [1])
+    sink.save(fig, "table", pd.DataFrame({"x": [0]}))
+    assert any(t.get_text() == prov.text() for t in fig.texts)          # on the figure itself
+    [entry] = read_manifest(tmp_path)
+    assert entry["provenance"] == prov.to_dict()
+    job = Job(spec_of("nkibench_table"), tmp_path / "23_nkibench_table_paper.yaml",
+              {"model": "openai/gpt-oss-120b"})                          # the config names a model ...
+    outcome = Outcome(job, True, 1.0, tmp_path / "23_nkibench_table" / "x.ipynb", figures=read_manifest(tmp_path))
+    index = write_index([outcome], tmp_path, mode="paper", seconds=1.0, checkout=tmp_path).read_text()
+    assert "- model: none" in index and "gpt-oss-120b" not in index.split("settings")[0]   # ... the figure used none
+    assert "model: none · endpoint: none · shapes: small · fidelity: trn1 performance model" in index
+
+
+def test_arms_get_distinct_styles_and_identical_curves_say_so():
+    from accelopt_nb.reproduce.figures import arm_styles, same_as
+    from accelopt_nb.reproduce.search_figures import plot_arm_lines
+
+    styles = arm_styles(["a", "b", "c", "d"])
+    for key in ("color", "marker", "linestyle"):
+        assert len({s[key] for s in styles.values()}) == 4
+    assert same_as({"a": [(0, 1.0), (1, 1.5)], "b": [(0, 1.0), (1, 1.5)], "c": [(0, 1.0)]}) == {"b": "a"}
+    g = pd.DataFrame({"arm": ["beam", "beam", "sampling", "sampling"], "iteration": [0, 1, 0, 1],
+                      "geomean_speedup": [1.0, 1.4, 1.0, 1.4]})
+    fig, ax = new_figure()
+    plot_arm_lines(ax, g, "iteration")
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert labels == ["beam", "sampling (same as beam)"]
+    assert ax.get_lines()[0].get_linestyle() != ax.get_lines()[1].get_linestyle()
+
+
+def test_mamba_figure_puts_measured_trn1_beside_the_model_and_says_how_far_apart():
+    from accelopt_nb.reproduce.humans import COLUMNS, model_vs_measured, plot_humans
+
+    rows = [  # the model's numbers as the performance model gave them at the paper's shape (rounded)
+        {"kernel": "v1 = baseline", "kind": "baseline", "correct": True, "pct_peak": 37.3, "pct_peak_low": 14.7,
+         "pct_peak_high": 70.6, "measured_pct_peak": 28.4, "kernel_class": "elementwise"},
+        {"kernel": "human v2", "kind": "human", "correct": True, "pct_peak": 47.6, "pct_peak_low": 33.1,
+         "pct_peak_high": 63.7, "kernel_class": "fused"},
+        {"kernel": "human v3 (best)", "kind": "human", "correct": True, "pct_peak": 67.2, "pct_peak_low": 60.0,
+         "pct_peak_high": 75.0, "measured_pct_peak": 52.7, "kernel_class": "fused"},
+        {"kernel": "AccelOpt best (paper)", "kind": "paper_agent", "measured_pct_peak": 54.6}]
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    df["speedup"] = df["pct_peak"] / df["pct_peak"].iloc[0]
+    df["measured_speedup"] = df["measured_pct_peak"] / df["measured_pct_peak"].iloc[0]
+    both = model_vs_measured(df).set_index("kernel")
+    assert both.loc["v1 = baseline", "inside_interval"] and not both.loc["human v3 (best)", "inside_interval"]
+    fig = plot_humans(df, _sink_for_tests(), hw="trn1", shape_label="(M=7168, C=256, S=16)")
+    ax = fig.axes[0]
+    note = next(t.get_text() for t in ax.texts if t.get_text().startswith("model vs measured"))
+    assert "v1 +31%" in note and "v3 +28%" in note and "v3 outside the model's error bar" in note
+    assert "optimistic" in note and "1.80x (model) vs 1.86x (measured)" in note
+    labels = ax.get_legend_handles_labels()[1]
+    assert any("measured on trn1" in x for x in labels) and any("error bar" in x for x in labels)
+    assert [t.get_text() for t in ax.get_xticklabels()][0] == "v1 = baseline"
+
+
+def _sink_for_tests():
+    import tempfile
+    return FigureSink(Path(tempfile.mkdtemp(prefix="accelopt_fig_")), "test", None)
+
+
+def test_saturation_rows_never_overlap_and_say_when_traffic_is_not_the_limit():
+    from accelopt_nb.reproduce.saturation import COLUMNS, plot_saturation
+
+    names = [f"p{i}" for i in range(14)]
+    df = pd.DataFrame([{"problem": p, "hw": "trn1", "roofline_bound": "memory", "searched": p == "p3",
+                        "headroom_before": 2 + i / 10, "headroom_before_low": 1.5, "headroom_before_high": 3.0 + i,
+                        "headroom_after": 1.8, "headroom_after_low": 1.4, "headroom_after_high": 2.2,
+                        "pct_peak_before": 50 - i, "pct_peak_after": 55, "traffic_eff_before": 1.0,
+                        "traffic_eff_after": 1.0, "paper_headroom_before": float("nan")} for i, p in enumerate(names)],
+                      columns=COLUMNS)
+    fig = plot_saturation(df, _sink_for_tests(), preset="small")
+    left, right = fig.axes[0], fig.axes[1]
+    ticks = [t.get_text() for t in left.get_yticklabels()]
+    assert len(ticks) == 14 and len(set(left.get_yticks())) == 14 and "p3 ★ [memory]" in ticks
+    assert list(right.get_yticks()) == list(left.get_yticks())           # one row per problem on both sides
+    assert any("minimum HBM bytes" in t.get_text() for t in right.texts)
+
+
 def test_reach_table_counts_iterations_and_cost_to_the_matched_improvement():
     rows = []
     for arm, speeds in {"memory": [1.0, 1.5, 2.0], "none": [1.0, 1.2, 1.5]}.items():
@@ -111,8 +197,20 @@ def test_best_kernels_of_a_fake_run_raise_the_nkibench_table(tmp_path, monkeypat
     assert curves["best_speedup"].iloc[-1] > 1.0
     best = best_kernels(tmp_path / "runs")
     assert list(best["problem"]) == ["matmul"] and best["speedup"].iloc[0] > 1.0
-    table = nkibench_table("small", ["trn1"], best, problems=["matmul"]).iloc[0]
-    assert table["best_pct_peak"] > table["baseline_pct_peak"] and table["paper_baseline_pct_peak"] == 61.65
+    table = nkibench_table("small", ["trn1"], best, problems=["matmul", "silu"]).set_index("problem")
+    mm, silu = table.loc["matmul"], table.loc["silu"]
+    assert mm["searched"] and mm["best_pct_peak"] > mm["baseline_pct_peak"]
+    assert mm["baseline_pct_low"] < mm["baseline_pct_peak"] < mm["baseline_pct_high"]      # the model's error bar
+    assert not silu["searched"] and pd.isna(silu["best_pct_peak"])    # never searched: no "best" that is its baseline
+    # the paper measured its kernels at its shapes: nothing is set beside small shapes
+    assert not mm["paper_comparable"] and pd.isna(mm["paper_baseline_pct_peak"])
+    from accelopt_nb.reproduce.nkibench_table import paper_shapes_match
+    assert paper_shapes_match("matmul", "paper") and not paper_shapes_match("matmul", "small")
+    from accelopt_nb.reproduce.notebook import kernels_provenance
+    prov = kernels_provenance(tmp_path / "runs", best, shapes="small", fidelity="trn1 performance model")
+    assert prov.model == "fake-nki" and prov.endpoint.startswith("http://127.0.0.1:")
+    none = kernels_provenance(tmp_path / "runs", best.iloc[0:0], shapes="small", fidelity="f")
+    assert (none.model, none.endpoint) == ("none", "none")
 
 
 @pytest.mark.slow
@@ -189,3 +287,67 @@ def test_unpriced_ok_applies_to_cost_experiments_only():
     assert [j.params.get("unpriced_ok") for j in jobs] == [None, False]
     allow_unpriced(jobs)
     assert [j.params.get("unpriced_ok") for j in jobs] == [None, True]
+
+
+# ---- failures named by their cause, in the index and the exit status ------------------------------------
+def _search_config(tmp_path, url: str, model: str, arms: list) -> Path:
+    cfg = tmp_path / "search.yaml"
+    cfg.write_text(yaml.safe_dump({"notebook": "20_beam_vs_sampling.ipynb", "base_url": url, "model": model,
+                                   "price": "free", "problems": ["matmul"], "shape_preset": "small", "iterations": 1,
+                                   "arms": arms}))
+    return cfg
+
+
+@pytest.mark.slow
+def test_a_wrong_model_name_is_reported_as_a_model_error_with_its_404(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("papermill")
+    from accelopt_nb.fake_model.server import FakeOpenAIServer
+    from accelopt_nb.reproduce.offline import fake_responder
+    from accelopt_nb.reproduce.runner import EXIT_MODEL
+
+    monkeypatch.setenv("ACCELOPT_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    with FakeOpenAIServer(models=["fake-nki"], responder=fake_responder()) as srv:
+        cfg = _search_config(tmp_path, srv.url, "fake-nkii", [{"name": "beam", "preset": "smoke"}])
+        assert cli_main(["reproduce", str(cfg), "--out", str(out)]) == EXIT_MODEL
+    seen = capsys.readouterr()
+    assert "model 'fake-nkii' is not listed" in seen.out           # the preflight's warning, shown
+    assert "HTTP 404" in seen.err and "no endpoint to run them" not in seen.err
+    index = (out / "index.md").read_text()
+    assert "model 'fake-nkii' is not listed" in index and "**NOT COMPLETE**" in index and "model error" in index
+    assert "exit status 4" in index
+
+
+@pytest.mark.slow
+def test_an_arm_that_lost_planner_calls_is_not_complete_and_the_run_says_why(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("papermill")
+    import threading
+
+    from accelopt_nb.fake_model.nki_model import role_of
+    from accelopt_nb.fake_model.server import Fail, FakeOpenAIServer
+    from accelopt_nb.reproduce.offline import fake_responder
+    from accelopt_nb.reproduce.runner import EXIT_TRANSPORT
+
+    monkeypatch.setenv("ACCELOPT_CACHE_DIR", str(tmp_path / "cache"))
+    answer, lock, planner_requests = fake_responder(), threading.Lock(), [0]
+
+    def flaky(body):  # one call at a time: the first two planner calls get no answer through all 6 attempts
+        if role_of(body) == "planner":
+            with lock:
+                planner_requests[0] += 1
+                if planner_requests[0] <= 12:
+                    return Fail(503, "upstream overloaded", retry_after=0)
+        return answer(body)
+
+    out = tmp_path / "out"
+    arm = {"name": "beam + memory", "preset": "smoke",
+           "overrides": {"plans_per_kernel": 4, "runtime.llm_concurrency": 1}}
+    with FakeOpenAIServer(models=["fake-nki"], responder=flaky) as srv:
+        cfg = _search_config(tmp_path, srv.url, "fake-nki", [arm])
+        assert cli_main(["reproduce", str(cfg), "--out", str(out)]) == EXIT_TRANSPORT
+    index = (out / "index.md").read_text()
+    assert "search runs: 0 of 1 complete" in index and "**NOT COMPLETE**" in index
+    assert "2 LLM transport" in index and "upstream overloaded" in index and "exit status 3" in index
+    [figure] = read_manifest(out)
+    assert figure["incomplete"].startswith("INCOMPLETE: beam + memory/matmul")   # the figure says so too
+    assert "run the same command again" in capsys.readouterr().err

@@ -108,5 +108,157 @@ def test_failed_calls_show_in_red_never_done(make_session):
         panel.wait(60)
         msg = panel.message.value
         assert "accelopt-failure" in msg and "#b00020" in msg and "done" not in msg
-        assert "LLM call(s) failed" in msg and "context length exceeded" in msg
+        assert "1 model error" in msg and "context length exceeded" in msg     # HTTP 400: the server refused
         assert panel.progress.bar.bar_style == "danger" and panel.progress.state.failed >= 1
+
+
+# ---- one writer at a time, and Stop at any point leaves a resumable store ----------------------------------
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory):
+    """One evaluation cache for the module: the same kernels evaluated again are cache hits."""
+    return tmp_path_factory.mktemp("eval_cache")
+
+
+def _fake_session(run_dir, url, *, iterations=1, pipeline=True, progress=None):
+    client = LLMClient(ModelConfig.from_dict({"base_url": url, "model": "fake-nki"}))
+    config = SearchConfig.from_preset("smoke").with_overrides(**{"iterations": iterations, "runtime.pipeline": pipeline})
+    session = Session.create("matmul", run_dir=run_dir, config=config, llm=client, progress=progress)
+    session.on_close.append(client.close)
+    return session
+
+
+def _store_is_consistent(session) -> None:
+    """Every step row decodes, no step is marked done twice, every kernel's plan exists."""
+    steps = session.store.rows("steps", session.run_id)
+    assert all(isinstance(s.get("info") or {}, dict) for s in steps)
+    kernels = session.store.rows("kernels", session.run_id)
+    plans = {p["plan_id"] for p in session.store.rows("plans", session.run_id)}
+    assert all(k["plan_id"] in plans for k in kernels if k["plan_id"])
+
+
+@pytest.mark.slow
+def test_two_threads_one_session_the_second_writer_is_refused(tmp_path, monkeypatch, shared_cache):
+    from accelopt_nb.errors import SessionBusyError
+    from accelopt_nb.reproduce.offline import fake_responder
+
+    monkeypatch.setenv("ACCELOPT_CACHE_DIR", str(shared_cache))
+    gate, answer = threading.Event(), fake_responder()
+
+    def held(body):
+        gate.wait(60)
+        return answer(body)
+
+    with FakeOpenAIServer(models=["fake-nki"], responder=held) as srv:
+        session = _fake_session(tmp_path / "run", srv.url)
+        errors: list[BaseException] = []
+        first = threading.Thread(target=lambda: session.run(), name="writer-1")
+        first.start()
+        for _ in range(600):
+            if session.busy:
+                break
+            time.sleep(0.05)
+        assert session.busy and "run()" in session.busy
+
+        def second():
+            try:
+                session.step()
+            except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+                errors.append(exc)
+        t2 = threading.Thread(target=second, name="writer-2")
+        t2.start()
+        t2.join(30)
+        gate.set()
+        first.join(180)
+        assert len(errors) == 1 and isinstance(errors[0], SessionBusyError) and "busy" in str(errors[0])
+        assert session.iteration == 1 and session.busy is None            # the first writer finished, alone
+        _store_is_consistent(session)
+        session.close()
+
+
+@pytest.mark.slow
+def test_a_step_cell_while_the_panel_runs_is_refused_in_one_line(tmp_path, monkeypatch, shared_cache):
+    from IPython.core.error import UsageError
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    from accelopt_nb.reproduce.offline import fake_responder
+
+    monkeypatch.setenv("ACCELOPT_CACHE_DIR", str(shared_cache))
+    monkeypatch.chdir(tmp_path)
+    gate, answer = threading.Event(), fake_responder()
+
+    def held(body):
+        gate.wait(60)
+        return answer(body)
+
+    cfg = Config()
+    cfg.HistoryManager.enabled = False
+    ip = InteractiveShell(config=cfg)
+    try:
+        ip.run_line_magic("load_ext", "accelopt_nb")
+        with FakeOpenAIServer(models=["fake-nki"], responder=held) as srv:
+            ip.run_line_magic("accelopt", f"open matmul --preset smoke --shapes small --base-url {srv.url} "
+                                          f"--model fake-nki --price free --run-dir {tmp_path / 'run'}")
+            panel = ip.run_line_magic("accelopt", "panel")
+            panel.run_button.click()                                     # the panel runs in its thread ...
+            for _ in range(600):
+                if panel.session.busy:
+                    break
+                time.sleep(0.05)
+            for cell in ("step", "step plan", "run", "close", f"open matmul --run-dir {tmp_path / 'other'}"):
+                with pytest.raises(UsageError, match="the session is busy: run\\(\\) from iteration 0"):
+                    ip.run_line_magic("accelopt", cell)                  # ... a cell is refused, in one line
+            assert "leaderboard of matmul" in ip.run_line_magic("accelopt", "leaderboard").text   # reading is fine
+            gate.set()
+            panel.wait(240)
+            s = panel.session
+            assert s.iteration == s.config.iterations and "run: done" in panel.message.value
+            _store_is_consistent(s)
+            ip.run_line_magic("accelopt", "close")
+    finally:
+        InteractiveShell.clear_instance()
+
+
+# (phase, event kind, pipeline, iterations): a stop request at the first such event
+STOP_POINTS = [("plan", "start", True, 1), ("plan", "call_done", True, 1), ("execute", "call_done", True, 1),
+               ("evaluate", "eval_done", True, 1), ("execute", "start", False, 1), ("evaluate", "start", False, 1),
+               ("evaluate", "eval_done", False, 1), ("select", "end", True, 2), ("summarize", "start", True, 2),
+               ("summarize", "call_done", True, 2)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase,kind,pipeline,iterations", STOP_POINTS,
+                         ids=[f"{p}-{k}-{'stream' if pl else 'steps'}" for p, k, pl, _ in STOP_POINTS])
+def test_stop_at_any_point_leaves_a_store_that_resumes(tmp_path, monkeypatch, shared_cache, phase, kind, pipeline,
+                                                       iterations):
+    from accelopt_nb.reproduce.offline import fake_responder
+
+    monkeypatch.setenv("ACCELOPT_CACHE_DIR", str(shared_cache))
+    seen = []
+    with FakeOpenAIServer(models=["fake-nki"], responder=fake_responder()) as srv:
+        holder = {}
+
+        def stop_at(event):
+            if (event.phase, event.kind) == (phase, kind) and not seen:
+                seen.append(event)
+                holder["session"].request_stop()
+
+        session = _fake_session(tmp_path / "run", srv.url, iterations=iterations, pipeline=pipeline, progress=stop_at)
+        holder["session"] = session
+        session.run()                                                     # Stop: no StoreError, whatever the point
+        assert seen, f"no {phase}/{kind} event"
+        assert session.iteration < iterations or session.last_step is None or not session.last_step.done
+        _store_is_consistent(session)
+        stopped_at = (session.iteration, session.next_phase)
+        session.close()
+        resumed = Session.resume(tmp_path / "run", llm=LLMClient(ModelConfig.from_dict(
+            {"base_url": srv.url, "model": "fake-nki"})))
+        assert (resumed.iteration, resumed.next_phase) == stopped_at       # where it stopped
+        report = resumed.run()                                             # ... and on to the end
+        assert resumed.iteration == iterations and report.iterations_done == iterations
+        _store_is_consistent(resumed)
+        planned = {p.plan_id for p in resumed.plans.values()}
+        assert {"i0b0p0", "i0b0p1"} <= planned                           # the stopped calls were made on resume
+        assert all(f"{pid}s0" in resumed.kernels for pid in planned)      # a kernel for every plan (K = 1)
+        assert all(k.evaluated for k in resumed.kernels.values())
+        resumed.close()

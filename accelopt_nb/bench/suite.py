@@ -38,7 +38,8 @@ ENGINE_FIELDS = {"tensor_active": "tensor_engine_active_time_percent",
                  "dma_active": "dma_active_time_percent"}
 
 COLUMNS = ["problem", "preset", "hw", "backend", "status", "correct", "max_rel_error", "tolerance",
-           "latency_ms", "peak_ms", "bound", "pct_peak", "profile_bound", "estimate_note", *ENGINE_FIELDS,
+           "latency_ms", "latency_low_ms", "latency_high_ms", "kernel_class", "peak_ms", "bound", "pct_peak",
+           "profile_bound", "estimate_note", *ENGINE_FIELDS,
            "hbm_read_bytes", "hbm_write_bytes", "hbm_bytes", "min_hbm_bytes", "traffic_efficiency",
            "spill_save_bytes", "spill_reload_bytes", "instructions", "checks", "wall_s", "message"]
 
@@ -195,11 +196,16 @@ def row(case: BenchCase, result: EvalResult | str) -> dict[str, Any]:
     hbm = (read or 0) + (write or 0) if read is not None or write is not None else None
     errors, failed = _check_errors(result)
     correct = None if result.status is Status.PROFILED else result.correct
+    # the model's error bar (perf.uncertainty): the measured latency lies in [low, high] x the estimate
+    unc = prof.get("uncertainty") or {}
     return {
         "problem": case.name, "preset": case.problem.preset_label(case.preset), "hw": case.job.hw,
         "backend": case.job.backend, "status": result.status.value, "correct": correct,
         "max_rel_error": max(errors.values()) if errors else None, "tolerance": float(case.problem.tolerance),
-        "latency_ms": latency_ms, "peak_ms": peak.ms if peak else None, "bound": peak.bound if peak else None,
+        "latency_ms": latency_ms, "latency_low_ms": latency_ms * unc["low"] if latency_ms and unc.get("low") else None,
+        "latency_high_ms": latency_ms * unc["high"] if latency_ms and unc.get("high") else None,
+        "kernel_class": unc.get("kernel_class"),
+        "peak_ms": peak.ms if peak else None, "bound": peak.bound if peak else None,
         "pct_peak": 100.0 * peak.ms / latency_ms if peak and latency_ms else None,
         "profile_bound": prof.get("bound"), "estimate_note": prof.get("estimate_note"),
         **{col: prof.get(f) for col, f in ENGINE_FIELDS.items()},

@@ -73,6 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "postgresql://user@host/db for a database a team shares")
     r.add_argument("--run-id", help="run id (default: generated; with --resume: the latest run)")
     r.add_argument("--resume", action="store_true", help="continue the run from its last completed step")
+    r.add_argument("--allow-model-change", action="store_true",
+                   help="with --resume: continue with another model than the run was made with (recorded in the run)")
     r.add_argument("--no-progress", action="store_true", help="no progress display")
     r.add_argument("--skip-check", action="store_true",
                    help="do not check that the LLM endpoint answers before starting")
@@ -106,7 +108,8 @@ def launch_spec(args: argparse.Namespace):
                       cassette=args.cassette, cassette_mode=args.cassette_mode, llm_concurrency=args.concurrency,
                       eval_workers=args.workers, pipeline=False if args.no_pipeline else None,
                       scheduler=args.scheduler, memory_in=args.memory_in, prompts_dir=args.prompts_dir,
-                      progress=None if args.no_progress else StepProgress(), check_endpoint=not args.skip_check)
+                      progress=None if args.no_progress else StepProgress(), check_endpoint=not args.skip_check,
+                      allow_model_change=args.allow_model_change)
 
 
 def run(args: argparse.Namespace) -> int:

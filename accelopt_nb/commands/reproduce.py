@@ -15,6 +15,9 @@ HELP = "regenerate the paper's figures and run the teaching notebooks (papermill
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from accelopt_nb.reproduce.runner import EXIT_HELP
+
+    p.epilog = EXIT_HELP
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--smoke", dest="mode", action="store_const", const="smoke",
                       help="small, offline run with the fake model (the default when no CONFIG is given)")
@@ -35,7 +38,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from accelopt_nb.reproduce.runner import NOTEBOOKS, allow_unpriced, find_checkout, plan, reproduce
+    import sys
+
+    from accelopt_nb.reproduce.runner import (NOTEBOOKS, NotebookFailedError, allow_unpriced, exit_status,
+                                              find_checkout, plan, reproduce)
 
     if args.list:
         for spec in NOTEBOOKS:
@@ -48,7 +54,14 @@ def run(args: argparse.Namespace) -> int:
     if args.unpriced_ok:
         allow_unpriced(jobs)
     t0 = time.monotonic()
-    outcomes = reproduce(jobs, args.out, checkout=checkout, mode=mode, log=lambda m: print(m, flush=True))
+    try:
+        outcomes = reproduce(jobs, args.out, checkout=checkout, mode=mode, log=lambda m: print(m, flush=True))
+    except NotebookFailedError as exc:
+        print(f"accelopt reproduce: error: {exc}", file=sys.stderr)
+        outcomes = exc.outcomes
     figures = sum(len(o.figures) for o in outcomes)
     print(f"{len(outcomes)} notebook(s), {figures} figure(s) in {time.monotonic() - t0:.0f} s; index: {args.out}/index.md")
-    return 0
+    status, why = exit_status(outcomes)
+    if status:
+        print(f"accelopt reproduce: exit status {status}: {why}", file=sys.stderr)
+    return status

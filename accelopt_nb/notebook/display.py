@@ -278,7 +278,7 @@ def leaderboard_rows(session: Any) -> list[dict[str, Any]]:
     base = session.baseline.latency_ms
     beam = set(session.beam)
     rows = []
-    for k in session.kernels.values():
+    for k in list(session.kernels.values()):   # a copy: the panel's thread may be adding kernels
         if not k.evaluated:
             continue
         rows.append({"kernel_id": k.kernel_id, "iteration": k.iteration, "plan_id": k.plan_id, "origin": k.origin,
@@ -353,7 +353,19 @@ def memory_view(memory: Any) -> Shown:
     return Shown(text, "".join(parts), memory.to_dataframe() if items else rows)
 
 
-def report_view(report: Any, files: Mapping[str, Any] | None = None) -> Shown:
+def run_facts(store: Any, run_id: str) -> dict[str, Any]:
+    """What a report adds from the run store: failures by cause, the models its calls went to, its notes."""
+    from accelopt_nb.notebook.causes import run_failures
+
+    models: dict[str, int] = {}
+    for c in store.rows("llm_calls", run_id):
+        models[c["model"]] = models.get(c["model"], 0) + 1
+    return {"failures": run_failures(store, run_id), "models": models,
+            "notes": (store.get_run(run_id).get("notes") or "").splitlines()}
+
+
+def report_view(report: Any, files: Mapping[str, Any] | None = None, facts: Mapping[str, Any] | None = None) -> Shown:
+    """A run's report; ``facts`` (:func:`run_facts`) adds failures by cause, the models used and the run's notes."""
     text = report.to_text() + "".join(f"\n  {k}: {v}" for k, v in (files or {}).items())
     usage = [{"role": u.role, "calls": u.calls, "failed": u.failed_calls, "prompt tokens": u.prompt_tokens,
               "output tokens": u.completion_tokens, "USD": u.cost_usd} for u in report.usage]
@@ -367,6 +379,22 @@ def report_view(report: Any, files: Mapping[str, Any] | None = None) -> Shown:
             + f"<br>kernels: {report.kernels} generated, {report.correct_kernels} correct; "
               f"memory: {report.memory_items} items")
     warn = (f"<div style='color:{FAIL_COLOR}'><b>{failed} LLM call(s) failed</b> in this run</div>" if failed else "")
+    if facts:
+        f = facts["failures"]
+        lines = []
+        if f.llm or f.missing:
+            lines.append(f"LLM calls lost or failed: {f.llm_text()}" + (" — the run is not complete: resume it to "
+                                                                       "redraw them" if f.incomplete else ""))
+        if f.kernels:
+            lines.append(f"kernels that failed: {f.kernel_text()}")
+        models = ", ".join(f"{m} ({n} calls)" for m, n in facts["models"].items())
+        if models:
+            lines.append(f"models: {models}")
+        lines += [f"note: {n}" for n in facts["notes"]]
+        text += "".join(f"\n  {line}" for line in lines)
+        color = FAIL_COLOR if f.incomplete else "#555"
+        warn = "".join(f"<div style='color:{color if i == 0 and (f.llm or f.missing) else '#555'}'>{esc(line)}</div>"
+                       for i, line in enumerate(lines))
     links = "".join(f"<br>{esc(k)}: <code>{esc(v)}</code>" for k, v in (files or {}).items())
     return Shown(text, head + warn + html_table(usage, list(usage[0]) if usage else []) + links, report)
 
@@ -408,7 +436,7 @@ def plot_progress(session: Any, ax=None):
     hist = session.history()
     xs = [-1] + [h["iteration"] for h in hist]
     ys = [1.0] + [h["best_speedup"] for h in hist]
-    pts = [(k.iteration, base / k.latency_ms) for k in session.kernels.values() if k.correct and k.iteration >= 0]
+    pts = [(k.iteration, base / k.latency_ms) for k in list(session.kernels.values()) if k.correct and k.iteration >= 0]
     if pts:
         ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=18, alpha=0.5, label="correct kernels")
     ax.step(xs, ys, where="post", marker="o", label="best so far")

@@ -74,11 +74,18 @@ class FakeModelServer:
     problem with plans and kernels that change nothing useful (see :mod:`accelopt_nb.reproduce.offline`).
     """
 
-    def __init__(self) -> None:
-        from accelopt_nb.fake_model.server import FakeOpenAIServer
+    def __init__(self, latency_s: float = 0.0) -> None:
+        from accelopt_nb.fake_model.server import FakeOpenAIServer, Slow
         from accelopt_nb.reproduce.offline import FAKE_MODELS, fake_responder
 
-        self._server = FakeOpenAIServer(models=list(FAKE_MODELS), responder=fake_responder()).start()
+        self.latency_s = latency_s
+        answer = fake_responder()
+
+        def respond(body: dict):  # latency_s read per request: `fake-model --latency` changes a running server
+            action = answer(body)
+            return Slow(self.latency_s, action) if self.latency_s > 0 else action
+
+        self._server = FakeOpenAIServer(models=list(FAKE_MODELS), responder=respond).start()
 
     @property
     def url(self) -> str:

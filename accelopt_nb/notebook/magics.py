@@ -122,6 +122,8 @@ def _p_open() -> _Parser:
     p.add_argument("--price", help="price-table key for the ledger")
     p.add_argument("--cap-usd", type=float)
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--allow-model-change", action="store_true",
+                   help="resume a run with another model than it was made with (refused otherwise; recorded)")
     p.add_argument("--run-id")
     p.add_argument("--cassette", type=Path, help="record/replay LLM traffic to this JSONL file")
     p.add_argument("--cassette-mode", choices=("record", "replay", "auto"), default="auto")
@@ -197,19 +199,26 @@ PARSERS: dict[str, Callable[[], _Parser]] = {
     "llm": _p_llm,
     "fake-model": _simple("fake-model", "Start the package's offline FAKE model (not a real LLM) on a loopback port "
                                         "for this kernel; %accelopt open then uses it unless the line names a model.",
-                          lambda p: p.add_argument("--stop", action="store_true", help="stop it")),
+                          lambda p: (p.add_argument("--stop", action="store_true", help="stop it"),
+                                     p.add_argument("--latency", type=float, metavar="SECONDS",
+                                                    help="answer each call after this long, as a real model would "
+                                                         "(to watch progress and Stop); default 0"))),
     "help": _simple("help", "Help on %accelopt or one subcommand.",
                     lambda p: p.add_argument("subcommand", nargs="?")),
 }
 
 
-def write_run_files(session: Any, report: Any) -> dict[str, Path]:
-    """The best kernel and the JSON report next to the run store, named as the CLI names them."""
+def write_run_files(session: Any, report: Any, facts: Any = None) -> dict[str, Path]:
+    """The best kernel and the JSON report next to the run store, named as the CLI names them; the report
+    also holds the run's failures by cause, the models its calls went to and its notes (``facts``)."""
     run_dir = Path(session.store.path).parent
     best = run_dir / f"best_kernel-{report.run_id}.py"
     best.write_text(report.best_source)
     rep = run_dir / f"report-{report.run_id}.json"
-    rep.write_text(json.dumps(report.to_dict(), indent=2, default=str))
+    data = report.to_dict()
+    if facts is not None:
+        data.update(failures=facts["failures"].to_dict(), models=facts["models"], notes=facts["notes"])
+    rep.write_text(json.dumps(data, indent=2, default=str))
     return {"best kernel": best, "report": rep}
 
 
@@ -321,6 +330,8 @@ class AccelOptMagics(Magics):
     def _cmd_open(self, args, cell) -> d.Shown:
         from accelopt_nb.notebook.session import open_for_notebook
 
+        if self.session is not None:
+            self._need_writable()        # never close a session the panel is running
         given = {k: getattr(args, k) for k in endpoint.ENV_VARS}
         chosen = endpoint.resolve(given, self.endpoint_defaults())
         if not chosen.names_a_model and not args.resume:
@@ -351,9 +362,21 @@ class AccelOptMagics(Magics):
             raise MagicUsageError("no open session: start one with %accelopt open PROBLEM --base-url URL --model NAME")
         return self.session
 
+    def _need_writable(self) -> Any:
+        """The session, if no other thread (the panel) is running a step of it: one writer at a time.
+
+        Refused rather than waited for: a cell waiting here would hold the kernel, and the panel's
+        Stop button (a widget message) could not reach it until the step ended anyway.
+        """
+        s = self._need_session()
+        if s.busy:
+            raise MagicUsageError(f"the session is busy: {s.busy} is running (the panel?); wait for it to finish "
+                                  "or press the panel's Stop, then run this cell again")
+        return s
+
     def _drive(self, action: Callable[[Any], Any]) -> tuple[Any, Any]:
         """Run a session action with live progress; returns (its result, the failures it left)."""
-        s = self._need_session()
+        s = self._need_writable()
         progress = LiveProgress()
         progress.show()
         mark = len(s.step_stats)
@@ -393,12 +416,15 @@ class AccelOptMagics(Magics):
 
     def _cmd_run(self, args, cell):
         report, outcome = self._drive(lambda s: s.run(args.iterations))
-        return _with_outcome(d.report_view(report, write_run_files(self.session, report)), outcome)
+        facts = d.run_facts(self.session.store, report.run_id)
+        return _with_outcome(d.report_view(report, write_run_files(self.session, report, facts), facts), outcome)
 
     def _cmd_report(self, args, cell) -> d.Shown:
         from accelopt_nb.search.report import build_report
-        report = build_report(self._need_session())
-        return d.report_view(report, None if args.no_files else write_run_files(self.session, report))
+        s = self._need_session()
+        report = build_report(s)
+        facts = d.run_facts(s.store, report.run_id)
+        return d.report_view(report, None if args.no_files else write_run_files(s, report, facts), facts)
 
     def _cmd_status(self, args, cell) -> d.Shown:
         return d.session_view(self._need_session())
@@ -413,7 +439,7 @@ class AccelOptMagics(Magics):
         s = self._need_session()
         it = args.iteration
         if it is None:  # the latest iteration that has plans
-            it = max((p.iteration for p in s.plans.values()), default=s.iteration)
+            it = max((p.iteration for p in list(s.plans.values())), default=s.iteration)
         return d.plans_view(s, it)
 
     def _cmd_diff(self, args, cell) -> d.KernelDiff:
@@ -443,6 +469,7 @@ class AccelOptMagics(Magics):
         if args.action == "save":
             path = s.memory.save(args.path)
             return d.Shown(f"saved {len(s.memory)} memory items to {path}", value=path)
+        self._need_writable()
         loaded = OptimizationMemory.load(args.path, capacity=s.memory.capacity)
         s.memory.clear()
         s.memory.add(list(loaded))
@@ -473,6 +500,7 @@ class AccelOptMagics(Magics):
     def _cmd_close(self, args, cell) -> d.Shown:
         if self.session is None:
             return d.Shown("no open session")
+        self._need_writable()
         s, self.session, self.panel = self.session, None, None
         s.close()
         if self.shell is not None and self.shell.user_ns.get(SESSION_NAME) is s:
@@ -531,10 +559,15 @@ class AccelOptMagics(Magics):
             return d.Shown(f"stopped the fake model at {url}; %accelopt open needs a model again")
         if self.fake_model is None:
             self.fake_model = endpoint.FakeModelServer()
+        if args.latency is not None:
+            if args.latency < 0:
+                raise MagicUsageError("%accelopt fake-model --latency: seconds must be >= 0")
+            self.fake_model.latency_s = args.latency
         for k, v in self.fake_model.settings().items():
             setattr(self, k, v)
         self.model_preset = None
-        text = (f"{FAKE_MODEL_LABEL}: serving {endpoint.FAKE_MODEL} at {self.fake_model.url} for this kernel. "
+        slow = f", {self.fake_model.latency_s:g} s per answer" if self.fake_model.latency_s else ""
+        text = (f"{FAKE_MODEL_LABEL}: serving {endpoint.FAKE_MODEL} at {self.fake_model.url}{slow} for this kernel. "
                 f"`%accelopt open PROBLEM` now uses it; its plans and kernels are canned (matmul gets two rewrites), "
                 f"so results show the machinery, not what a model achieves.")
         return d.Shown(text, f"<b style='color:#8a6d00'>{d.esc(FAKE_MODEL_LABEL)}</b>: {d.esc(text.split(': ', 1)[1])}",

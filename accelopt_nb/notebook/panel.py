@@ -110,6 +110,10 @@ class SessionPanel:
     def _act(self, what: str, action: Callable[[], Any]) -> None:
         if self.busy:
             return
+        if self.session.busy:  # a script or another panel on this session is running a step
+            self.message.value = (f"<span class='accelopt-error' style='color:{d.FAIL_COLOR}'>the session is busy: "
+                                  f"{html.escape(self.session.busy)} is running elsewhere; try again when it ends</span>")
+            return
         self.busy = True
         self._stop.clear()
         self._set_enabled(False)
@@ -140,7 +144,7 @@ class SessionPanel:
             else:
                 done = f"{what}: {len(result)} item(s)" if isinstance(result, list) else f"{what}: done"
                 self.message.value = outcome.ok_html(done)
-            if outcome.problem and not self._stop.is_set():
+            if outcome.lost_calls and not self._stop.is_set():
                 self.progress.bar.bar_style = "danger"
         finally:
             s.progress = previous

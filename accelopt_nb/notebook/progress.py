@@ -3,8 +3,9 @@
 :class:`LiveProgress` takes the session's :class:`~accelopt_nb.search.events.ProgressEvent` values
 (or dicts with the same fields) and shows a per-phase bar with done/total and failed counters: an
 ipywidgets bar in Jupyter, one line per finished phase elsewhere — the same events as the CLI's
-lines. :class:`StepOutcome` gathers the ``StepStats`` of the steps a command ran (failed and
-missing calls, the first reason), so a step that went wrong is reported loudly.
+lines. :class:`StepOutcome` gathers the ``StepStats`` of the steps a command ran and names what
+went wrong by its cause (LLM transport, model error, unusable answer, kernel build failure,
+rejection, wrong values), so a step that went wrong is reported loudly and rightly.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from accelopt_nb.notebook.causes import Failures, step_failures
 from accelopt_nb.notebook.display import FAIL_COLOR, OK_COLOR, esc
 
 
@@ -153,45 +155,71 @@ class LiveProgress:
 # ---- what a finished step left behind -----------------------------------------------------------
 @dataclass
 class StepOutcome:
-    """Failed and missing LLM calls of the steps one command ran (the session's ``StepStats``)."""
+    """What went wrong in the steps one command ran, by cause (:mod:`accelopt_nb.notebook.causes`):
+    LLM calls lost to the transport, refused by the model, or answered unusably; calls not made;
+    and kernels that failed to build, were rejected, or are incorrect."""
 
     steps: list[Any] = field(default_factory=list)
-    failed: int = 0
-    missing: int = 0
+    failures: Failures = field(default_factory=Failures)
     stopped: bool = False
-    reasons: list[str] = field(default_factory=list)
 
     @classmethod
     def since(cls, session: Any, mark: int) -> "StepOutcome":
         """The steps ``session`` ran after ``mark = len(session.step_stats)`` was taken."""
-        out = cls(steps=list(session.step_stats[mark:]))
-        for st in out.steps:
-            out.failed += st.failed
-            out.missing += st.missing
-            out.stopped = out.stopped or st.stopped
-            if st.first_error:
-                out.reasons.append(f"{st.phase} (iteration {st.iteration}): {st.first_error}")
-        return out
+        steps = list(session.step_stats[mark:])
+        return cls(steps=steps, failures=step_failures(steps, session.iteration_kernels),
+                   stopped=any(st.stopped for st in steps))
+
+    @property
+    def failed(self) -> int:
+        """LLM calls that failed (any cause)."""
+        return sum(self.failures.llm.values())
+
+    @property
+    def missing(self) -> int:
+        return self.failures.missing
 
     @property
     def problem(self) -> bool:
-        return bool(self.failed or self.missing)
+        return bool(self.failures.llm or self.failures.missing or self.failures.kernels)
+
+    @property
+    def reasons(self) -> list[str]:
+        f = self.failures
+        return [f"{cause}: {f.first[cause]}" for cause in f.first if f.llm.get(cause) or f.kernels.get(cause)]
+
+    def headline(self) -> str:
+        f, parts = self.failures, []
+        if f.llm or f.missing:
+            parts.append(f"LLM calls: {f.llm_text()}")
+        if f.kernels:
+            parts.append(f"kernels: {f.kernel_text()}")
+        return "; ".join(parts)
 
     def text(self) -> str:
         if not self.problem:
             return ""
-        first = f"; first: {self.reasons[0]}" if self.reasons else ""
+        first = f" (first: {self.reasons[0]})" if self.reasons else ""
         stop = " (stopped on request)" if self.stopped else ""
-        return f"FAILED: {self.failed} LLM call(s) failed, {self.missing} missing{stop}{first}"
+        label = "FAILED: " if self.lost_calls else ""
+        return f"{label}{self.headline()}{stop}{first}"
 
     def html(self) -> str:
         if not self.problem:
             return ""
-        reasons = "".join(f"<li>{esc(r)}</li>" for r in self.reasons[:3])
+        reasons = "".join(f"<li>{esc(r)}</li>" for r in self.reasons[:4])
         stop = " (stopped on request; the step is not done, run it again to finish it)" if self.stopped else ""
         return (f"<div class='accelopt-failure' style='color:{FAIL_COLOR};border-left:4px solid {FAIL_COLOR};"
-                f"padding:2px 8px;margin:4px 0'><b>{self.failed} LLM call(s) failed, {self.missing} missing</b>"
+                f"padding:2px 8px;margin:4px 0'><b>{esc(self.headline())}</b>"
                 f"{esc(stop)}<ul style='margin:2px 0'>{reasons}</ul></div>")
 
+    @property
+    def lost_calls(self) -> bool:
+        """LLM calls failed or were never made: the step is not what it should be (kernels failing is the search)."""
+        return bool(self.failures.llm or self.failures.missing)
+
     def ok_html(self, what: str) -> str:
-        return self.html() or f"<span style='color:{OK_COLOR}'>{esc(what)}</span>"
+        """The action's result: the banner alone when calls were lost; else what was done (and failed kernels)."""
+        if self.lost_calls:
+            return self.html()
+        return f"<span style='color:{OK_COLOR}'>{esc(what)}</span>" + self.html()

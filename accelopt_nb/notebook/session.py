@@ -20,7 +20,8 @@ def open_for_notebook(args: argparse.Namespace, progress: Any = None) -> Any:
                                    overrides=overrides, run_id=args.run_id,
                                    resume="auto" if args.resume else "new", cap_usd=args.cap_usd,
                                    cassette=args.cassette, cassette_mode=args.cassette_mode,
-                                   check_endpoint=not args.skip_check, progress=progress))
+                                   check_endpoint=not args.skip_check, progress=progress,
+                                   allow_model_change=args.allow_model_change))
 
 
 __all__ = ["open_for_notebook"]

@@ -31,6 +31,7 @@ import yaml
 
 from accelopt_nb.errors import AccelOptError, ConfigError
 from accelopt_nb.renamed import warn_renamed
+from accelopt_nb.reproduce.figures import Provenance
 
 MODES = ("smoke", "paper")
 RUNNER_KEYS = ("notebook", "endpoint")
@@ -39,6 +40,18 @@ RUNNER_KEYS = ("notebook", "endpoint")
 class NotebookFailedError(AccelOptError):
     """One or more notebooks of a reproduction run raised; the message names each notebook and cell."""
 
+    def __init__(self, message: str, outcomes: "Sequence[Outcome]" = ()) -> None:
+        super().__init__(message)
+        self.outcomes = list(outcomes)
+
+
+# Exit statuses of `accelopt reproduce`, by what to fix first (the first that applies).
+EXIT_OK, EXIT_NOTEBOOK, EXIT_TRANSPORT, EXIT_MODEL = 0, 2, 3, 4
+EXIT_HELP = ("exit status: 0 every notebook ran and every search run is complete; 2 a notebook failed (or the "
+             "configs or endpoints are wrong: nothing ran); 3 search runs lost LLM calls to the transport (no answer "
+             "after retries, or calls not made): run the same command again, it resumes and makes only those; "
+             "4 the model refused calls (HTTP 4xx: a wrong model name, a bad request or key): fix the model settings")
+
 
 @dataclass(frozen=True)
 class NotebookSpec:
@@ -46,6 +59,7 @@ class NotebookSpec:
     kind: str      # "teaching" | "tool" | "reproduction"
     title: str
     modes: tuple[str, ...] = MODES   # the sets (--smoke, --paper) it belongs to
+    own_model: str | None = None     # the model the notebook starts itself, if any (for the index)
 
     @property
     def name(self) -> str:
@@ -66,8 +80,9 @@ NOTEBOOKS: tuple[NotebookSpec, ...] = (
     # the tools, smoke only: at paper size their work is the reproduction notebooks' (20-25)
     NotebookSpec("10_search_experiments.ipynb", "tool", "Search experiments: your own arms, problems and models",
                  ("smoke",)),
-    NotebookSpec("11_magics_and_panel.ipynb", "tool", "The %accelopt magics and the session panel (replayed traffic)",
-                 ("smoke",)),
+    NotebookSpec("11_magics_and_panel.ipynb", "tool", "The %accelopt magics and the session panel",
+                 ("smoke",), own_model="offline fake model \u2014 not a real LLM (started by the notebook: "
+                                       "%accelopt fake-model)"),
     NotebookSpec("20_beam_vs_sampling.ipynb", "reproduction", "Beam search vs repeated sampling"),
     NotebookSpec("21_memory_ablation.ipynb", "reproduction", "Optimization memory: on/off, ExpN and TopK"),
     NotebookSpec("22_cost.ipynb", "reproduction", "Cost: open vs proprietary models"),
@@ -94,6 +109,30 @@ class Outcome:
     executed: Path
     error: str = ""
     figures: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list)     # the search runs it made or read (runs.jsonl)
+
+    @property
+    def incomplete_runs(self) -> list[dict[str, Any]]:
+        return [r for r in self.runs if not r.get("complete")]
+
+
+def exit_status(outcomes: Sequence[Outcome]) -> tuple[int, str]:
+    """The command's exit status and its reason (see :data:`EXIT_HELP`)."""
+    from accelopt_nb.notebook.causes import MODEL_ERROR, Failures
+
+    incomplete = [(o, r) for o in outcomes for r in o.incomplete_runs]
+    refused = [(o, r) for o, r in incomplete if Failures.from_dict(r.get("failures") or {}).llm[MODEL_ERROR]
+               or "LLMEndpointError" in str(r.get("error") or "")]
+    if refused:
+        return EXIT_MODEL, (f"the model refused LLM calls in {len(refused)} run(s) (model error), e.g. "
+                            f"{refused[0][1]['arm']} / {refused[0][1]['problem']}")
+    if incomplete:
+        return EXIT_TRANSPORT, (f"{len(incomplete)} search run(s) lost LLM calls (LLM transport or not made), e.g. "
+                                f"{incomplete[0][1]['arm']} / {incomplete[0][1]['problem']}: run the same command "
+                                "again to resume them")
+    if any(not o.ok for o in outcomes):
+        return EXIT_NOTEBOOK, "a notebook failed"
+    return EXIT_OK, ""
 
 
 def find_checkout(start: str | Path | None = None) -> Path:
@@ -249,7 +288,7 @@ def reproduce(jobs: Sequence[Job], out: str | Path, *, checkout: Path, mode: str
     failed = [o for o in outcomes if not o.ok]
     if failed:
         raise NotebookFailedError("; ".join(f"{o.job.spec.file}: {o.error}" for o in failed)
-                                  + f" (executed notebooks and index in {out})")
+                                  + f" (executed notebooks and index in {out})", outcomes)
     return outcomes
 
 
@@ -259,11 +298,12 @@ def _execute(job: Job, out_dir: Path, out: Path, checkout: Path, fake: dict[str,
     from papermill.exceptions import PapermillExecutionError
 
     from accelopt_nb.reproduce.figures import read_manifest
+    from accelopt_nb.reproduce.notebook import RUNS_MANIFEST, read_runs
 
     nb_dir = checkout / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in out_dir.glob("figures.jsonl"):
-        stale.unlink()
+    for stale in (out_dir / "figures.jsonl", out_dir / RUNS_MANIFEST):
+        stale.unlink(missing_ok=True)
     params = {**job.params, "out_dir": str(out_dir), "runs_dir": str(out / "runs"), **(fake or {})}
     source = nb_dir / job.spec.file
     tmp = None
@@ -288,8 +328,11 @@ def _execute(job: Job, out_dir: Path, out: Path, checkout: Path, fake: dict[str,
         if tmp is not None:
             tmp.cleanup()
     seconds = time.monotonic() - t
-    log(f"  {'FAILED: ' + error if error else 'ok'} ({seconds:.1f} s)")
-    return Outcome(job, not error, seconds, executed, error, read_manifest(out_dir))
+    outcome = Outcome(job, not error, seconds, executed, error, read_manifest(out_dir), read_runs(out_dir))
+    lost = outcome.incomplete_runs
+    log(f"  {'FAILED: ' + error if error else 'ok'} ({seconds:.1f} s)"
+        + (f"; {len(lost)} search run(s) NOT COMPLETE" if lost else ""))
+    return outcome
 
 
 # The kernel's own log goes to the command's stderr: warnings there are about the kernel's transport, not
@@ -334,12 +377,15 @@ def write_index(outcomes: Sequence[Outcome], out: Path, *, mode: str | None, sec
     from accelopt_nb.llm import PriceTable
 
     table = PriceTable.default()
+    status, why = exit_status(outcomes)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     lines = [f"# accelopt reproduce{' --' + mode if mode else ''}", "",
              f"- made: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, in {seconds:.0f} s on {os.cpu_count()} CPU(s)"
              + (f", load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}" if load else ""),
              f"- checkout: {checkout} ({_commit(checkout)})",
              f"- notebooks: {sum(o.ok for o in outcomes)} of {len(outcomes)} ran to the end",
+             f"- search runs: {sum(len(o.runs) - len(o.incomplete_runs) for o in outcomes)} of "
+             f"{sum(len(o.runs) for o in outcomes)} complete" + (f"; exit status {status}: {why}" if status else ""),
              f"- prices: the dated table as of {table.as_of} (USD per 1M tokens), as recorded with each run"]
     if preflight is not None and preflight.endpoints:
         lines.append("- endpoints checked before the run: " + "; ".join(preflight.lines()))
@@ -360,22 +406,43 @@ def write_index(outcomes: Sequence[Outcome], out: Path, *, mode: str | None, sec
             lines.append(f"- prices: {prices}")
         if spec.kind == "teaching":
             lines.append("- exercises: run with the reference answers filled in")
+        if o.runs:
+            lines.append(_runs_text(o))
         lines.append(f"- settings: `{json.dumps(_settings(o.job.params), default=str)}`")
         for f in o.figures:
             rel = Path(f["dir"]).relative_to(out)
             lines.append(f"- figure **{f['name']}**: {f.get('caption') or ''} "
                          f"[png]({rel / f['png']}) [svg]({rel / f['svg']}) [csv]({rel / f['csv']})")
+            if f.get("provenance"):
+                lines.append(f"  - {Provenance(**f['provenance']).text()}")
         lines.append("")
     path = out / "index.md"
     path.write_text("\n".join(lines))
     return path
 
 
+def _runs_text(o: Outcome) -> str:
+    from accelopt_nb.experiments import ArmOutcome
+
+    bad = [ArmOutcome(**r) for r in o.incomplete_runs]
+    text = f"- search runs: {len(o.runs) - len(bad)} of {len(o.runs)} complete"
+    if bad:
+        text += "; **NOT COMPLETE**: " + "; ".join(f"{b.arm} / {b.problem}: {b.reason()}" for b in bad)
+    return text
+
+
 def _model_text(o: Outcome) -> str:
+    """The model(s) behind a notebook's results: its figures' provenance when it made figures (a figure
+    of baselines only says none, whatever the config names), else what its config points at."""
+    stated = sorted({f["provenance"]["model"] for f in o.figures if f.get("provenance")})
+    if stated:
+        return ", ".join(stated)
     if o.job.endpoint == "fake":
         from accelopt_nb.fake_model import FAKE_MODEL_LABEL
         return FAKE_MODEL_LABEL
     p = o.job.params
+    if o.job.spec.own_model:
+        return o.job.spec.own_model
     models = {a.get("model", {}).get("model_preset") or a.get("model", {}).get("model")
               for a in p.get("arms") or [] if a.get("model")} - {None}
     named = p.get("model_preset") or p.get("model")

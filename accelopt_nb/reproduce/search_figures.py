@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from accelopt_nb.experiments import geomean_by_iteration
-from accelopt_nb.reproduce.figures import FigureSink, new_figure
+from accelopt_nb.reproduce.figures import FigureSink, arm_styles, new_figure, same_as
 from accelopt_nb.reproduce.published import paper_facts
 
 REACH_COLUMNS = ["arm", "final_speedup", "target_speedup", "iterations_to_target", "cost_to_target_usd",
@@ -25,11 +25,24 @@ REACH_COLUMNS = ["arm", "final_speedup", "target_speedup", "iterations_to_target
 PRICE_COLUMNS = ["arm", "model", "price_key", "usd_per_m_input", "usd_per_m_output", "price_rule", "prices_as_of"]
 
 
+def plot_arm_lines(ax: Any, g: pd.DataFrame, x: str, y: str = "geomean_speedup",
+                   arms: Sequence[str] | None = None) -> None:
+    """One line per arm, each with its own color, marker and line style; an arm whose line is the
+    same as an earlier arm's is drawn with larger hollow markers and says so in the legend."""
+    arms = list(arms or sorted(g["arm"].unique()))
+    styles = arm_styles(arms)
+    frames = {arm: g[g["arm"] == arm] for arm in arms}
+    twins = same_as({arm: list(zip(f[x].fillna(-1), f[y])) for arm, f in frames.items()})
+    for n, arm in enumerate(arms):
+        a, st = frames[arm], styles[arm]
+        label = arm + (f" (same as {twins[arm]})" if arm in twins else "")
+        hollow = {"markerfacecolor": "none", "markersize": 9 + 2 * n, "markeredgewidth": 1.5} if arm in twins else {}
+        ax.plot(a[x], a[y], color=st["color"], marker=st["marker"], linestyle=st["linestyle"], label=label, **hollow)
+
+
 def _curve_axes(ax_it: Any, ax_cost: Any, g: pd.DataFrame, arms: Sequence[str] | None = None) -> None:
-    for arm in arms or sorted(g["arm"].unique()):
-        a = g[g["arm"] == arm]
-        ax_it.plot(a["iteration"], a["geomean_speedup"], marker="o", label=arm)
-        ax_cost.plot(a["cum_cost_usd"], a["geomean_speedup"], marker="o", label=arm)
+    plot_arm_lines(ax_it, g, "iteration", arms=arms)
+    plot_arm_lines(ax_cost, g, "cum_cost_usd", arms=arms)
     ax_it.set_xlabel("iteration")
     ax_it.set_ylabel("best speedup so far (geomean over problems)")
     ax_cost.set_xlabel("cumulative LLM cost, USD (all problems)")
@@ -137,8 +150,7 @@ def plot_cost(curves: pd.DataFrame, table: pd.DataFrame, sink: FigureSink) -> An
     """Speedup vs cost per arm, bars of cost to the matched improvement, and the price table as text."""
     g = geomean_by_iteration(curves)
     fig, (a1, a2) = new_figure(12, 4.6, ncols=2)
-    for arm, a in g.groupby("arm"):
-        a1.plot(a["cum_cost_usd"], a["geomean_speedup"], marker="o", label=arm)
+    plot_arm_lines(a1, g[g["cum_cost_usd"].notna()], "cum_cost_usd", arms=sorted(g["arm"].unique()))
     if (g["cum_cost_usd"] > 0).all() and len(g):
         a1.set_xscale("log")
     unpriced = [str(r.arm) for r in table.itertuples() if not r.priced]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import pandas as pd
 
@@ -49,3 +49,39 @@ def _run_best(store: Any, run_id: str, arm: str) -> list[dict[str, Any]]:
                     "baseline_latency_us": base_us, "speedup": base_us / float(best["latency_us"]),
                     "source": best["source"]})
     return out
+
+
+def runs_provenance(root: str | Path, *, arms: Iterable[str] | None = None, problems: Iterable[str] | None = None,
+                    run_ids: Iterable[str] | None = None) -> dict[str, list[str]]:
+    """What the runs under ``root`` were made with, from their own records: models, endpoints, shape
+    presets and evaluation (backend, hardware, fidelity). ``arms``/``problems``/``run_ids`` narrow it
+    down to the runs a figure shows."""
+    from accelopt_nb.experiments import arm_name
+    from accelopt_nb.store import DEFAULT_FILENAME, RunStore
+
+    arms = set(arms) if arms is not None else None
+    problems = set(problems) if problems is not None else None
+    run_ids = set(run_ids) if run_ids is not None else None
+    found: dict[str, set[str]] = {"models": set(), "endpoints": set(), "shapes": set(), "evaluation": set()}
+    for db in sorted(Path(root).glob(f"*/*/{DEFAULT_FILENAME}")):
+        if (arms is not None and arm_name(db.parent.parent) not in arms) or \
+                (problems is not None and db.parent.name not in problems):
+            continue
+        store = RunStore.open(db.parent)
+        try:
+            for run_id in store.run_ids():
+                if run_ids is not None and run_id not in run_ids:
+                    continue
+                config = store.get_run(run_id)["config"]
+                model = (config.get("llm") or {}).get("model") or {}
+                ev = (config.get("search") or {}).get("evaluation") or {}
+                if model.get("model"):
+                    found["models"].add(str(model["model"]))
+                if model.get("base_url"):
+                    found["endpoints"].add(str(model["base_url"]))
+                found["shapes"].add(str(config.get("shape_preset") or ev.get("shape_preset")))
+                found["evaluation"].add(f"{ev.get('backend', 'simulator')} {ev.get('hw', 'trn1')}, "
+                                        f"{ev.get('fidelity', 'full')} fidelity")
+        finally:
+            store.close()
+    return {k: sorted(v) for k, v in found.items()}

@@ -67,6 +67,7 @@ class LaunchSpec:
     prompts_dir: str | Path | None = None
     progress: "ProgressFn | None" = None
     check_endpoint: bool = True
+    allow_model_change: bool = False               # resume a run with another model than it was made with
 
     @property
     def directory(self) -> Path:
@@ -121,16 +122,20 @@ def open_session(spec: LaunchSpec) -> "Session":
 
     _validate(spec)
     store, run_id, record = _find_run(spec)
-    model = _model(spec, record)
+    model, warning, change = _model(spec, record)
     prices = _prices(spec, record)
     problem, config, run_id = _search_setup(spec, record, run_id)
     store = store or RunStore.open(spec.directory)   # one connection: the ledger's and the session's
     client = _client(spec, store, run_id, model, prices, record, config)
     try:
-        return _session(spec, store, run_id, record, problem, config, client, model, prices)
+        session = _session(spec, store, run_id, record, problem, config, client, model, prices)
     except BaseException:
         client.close()
         raise
+    session.endpoint_warning = warning
+    if change:
+        store.add_run_note(run_id, change)
+    return session
 
 
 def _validate(spec: LaunchSpec) -> None:
@@ -170,21 +175,41 @@ def _find_run(spec: LaunchSpec) -> tuple["RunStore | None", str | None, dict[str
     return store, run_id, record
 
 
-def _model(spec: LaunchSpec, record: dict[str, Any] | None) -> "ModelConfig":
-    """The run's model (a resumed run's stored one, with given fields overriding), checked."""
+def _model(spec: LaunchSpec, record: dict[str, Any] | None) -> tuple["ModelConfig", str, str]:
+    """The run's model (a resumed run's stored one, with given fields overriding), checked; what the
+    endpoint check warned about; and the note to record when a resumed run changes its model (refused
+    unless ``spec.allow_model_change``)."""
+    stored = (record["config"].get("llm") or {}).get("model") if record else None
     if spec.model is None or isinstance(spec.model, Mapping):
-        stored = (record["config"].get("llm") or {}).get("model") if record else None
         model = model_config(stored, **dict(spec.model or {}))
     else:
         model = spec.model
+    change = _model_change(stored, model, record.get("run_id") if record else None, spec.allow_model_change)
     require_price(model, spec.unpriced_ok)
     replaying = spec.cassette is not None and spec.cassette_mode == "replay"
+    warning = ""
     if spec.check_endpoint and not replaying:
         warning = preflight(model)
         if warning and spec.progress is None:
             import sys
             print(warning, file=sys.stderr)
-    return model
+    return model, warning, change
+
+
+def _model_change(stored: Mapping[str, Any] | None, model: "ModelConfig", run_id: str | None,
+                  allowed: bool) -> str:
+    """'' when a resumed run keeps its model; the note to record when it may change; else refused."""
+    if not stored or not stored.get("model") or stored.get("model") == model.model:
+        return ""
+    was = f"{stored['model']!r}" + (f" at {stored['base_url']}" if stored.get("base_url") else "")
+    if not allowed:
+        raise ConfigError(f"run {run_id} was made with model {was}; resuming it with {model.model!r} would mix two "
+                          "models in one run. Resume with the run's own model (give no model settings), start a new "
+                          "run, or allow it (--allow-model-change; allow_model_change=True) and it is recorded")
+    from datetime import datetime, timezone
+
+    return (f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}: model changed from {was} to "
+            f"{model.model!r} at {model.base_url} (allowed on resume)")
 
 
 def _prices(spec: LaunchSpec, record: dict[str, Any] | None) -> "PriceTable":

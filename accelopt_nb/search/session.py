@@ -42,7 +42,7 @@ from accelopt_nb.agents.executor import Executor
 from accelopt_nb.agents.planner import ParsedPlan, Planner, parse_plan
 from accelopt_nb.agents.prompts import ROLES, PromptSet, reference_for_agents
 from accelopt_nb.agents.summarizer import Summarizer
-from accelopt_nb.errors import ConfigError, EvaluationError, LLMError, StoreError
+from accelopt_nb.errors import ConfigError, EvaluationError, LLMError, SessionBusyError, StoreError
 from accelopt_nb.llm.client import LLMClient
 from accelopt_nb.search.beam import Candidate, select_beam
 from accelopt_nb.search.config import SearchConfig
@@ -68,10 +68,10 @@ LLM = LLMClient | Mapping[str, LLMClient] | None
 
 
 def _step_call(method):
-    """Run a public step method inside :meth:`Session._call` (stop requests, nesting)."""
+    """Run a public step method inside :meth:`Session._call` (one writer, stop requests, nesting)."""
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
-        with self._call():
+        with self._call(method.__name__):
             return method(self, *args, **kwargs)
     return wrapper
 
@@ -107,6 +107,11 @@ class Session:
         self.evals = Evaluations(self, executor=eval_executor, cache=eval_cache, options=eval_options)
         self._stop = threading.Event()
         self._depth = 0  # nesting of step/run/phase calls; the outermost one clears a stop request
+        # One writer at a time: the thread running a step holds this lock; another thread's step call
+        # is refused (SessionBusyError) instead of racing it in the store.
+        self._writer = threading.RLock()
+        self._running: str | None = None
+        self.endpoint_warning = ""  # what the endpoint check said when the session was opened (launch)
         self.on_close: list[Callable[[], Any]] = []  # what open_session made for this session
 
     # ------------------------------------------------------------------ construction
@@ -297,16 +302,32 @@ class Session:
     def stop_requested(self) -> bool:
         return self._stop.is_set()
 
+    @property
+    def busy(self) -> str | None:
+        """What another caller is running now (e.g. ``"run() from iteration 1"``), or None."""
+        return self._running
+
     @contextmanager
-    def _call(self):
-        """Around every public step call: the outermost one clears a stop request when it ends."""
-        self._depth += 1
+    def _call(self, what: str = "step"):
+        """Around every public step call: one thread at a time (others get :class:`SessionBusyError`);
+        the outermost call clears a stop request when it ends."""
+        if not self._writer.acquire(blocking=False):
+            raise SessionBusyError(f"this session is busy: {self._running or 'a step'} is running in another thread "
+                                   "(the panel?); wait for it to finish, or stop it (the panel's Stop button, "
+                                   "session.request_stop()), then run this again")
         try:
-            yield
+            self._depth += 1
+            if self._depth == 1:
+                self._running = f"{what}() from iteration {self.iteration}, {self.next_phase}()"
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._running = None
+                    self._stop.clear()
         finally:
-            self._depth -= 1
-            if self._depth == 0:
-                self._stop.clear()
+            self._writer.release()
 
     def _require_phase(self, phase: str) -> None:
         if self.next_phase != phase:

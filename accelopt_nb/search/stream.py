@@ -206,9 +206,10 @@ class ScreenStage(Stage):
         self.stream.evaluated(kernel_id, view)
 
     def close(self) -> tuple[dict[str, Any], str]:
-        counts: dict[Any, int] = {}
+        counts: dict[str, int] = {}
         for k in self.ctx.state.iteration_kernels():
-            counts[k.status] = counts.get(k.status, 0) + 1
+            status = k.status or "not evaluated"   # stopped before its evaluation: a JSON key, never None
+            counts[status] = counts.get(status, 0) + 1
         msg = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda x: str(x[0])))
         return {"statuses": counts}, msg or "nothing to evaluate"
 

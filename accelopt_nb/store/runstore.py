@@ -184,6 +184,15 @@ class RunStore:
             if cur.rowcount == 0:
                 raise StoreError(f"no run {run_id!r} in {self.location}")
 
+    def add_run_note(self, run_id: str, note: str) -> None:
+        """Append a line to a run's notes (e.g. an allowed model change on resume)."""
+        with self._tx() as conn:
+            row = conn.execute("SELECT notes FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            if row is None:
+                raise StoreError(f"no run {run_id!r} in {self.path}")
+            notes = f"{row['notes']}\n{note}" if row["notes"] else note
+            conn.execute("UPDATE runs SET notes=?, updated_at=? WHERE run_id=?", (notes, R.now_iso(), run_id))
+
     def get_run(self, run_id: str) -> dict[str, Any]:
         """A run's record with ``config`` and ``prices`` decoded."""
         with self._lock:
