@@ -221,6 +221,18 @@ def test_fake_model_in_one_line_then_open_show_best_close(ip, tmp_path):
         ip.run_line_magic("accelopt", f"open matmul --run-dir {tmp_path / 'c'}")
 
 
+@pytest.mark.slow
+def test_a_wrong_model_name_is_named_the_404_kept(ip, tmp_path):
+    from accelopt_nb.reproduce.offline import fake_responder
+
+    with FakeOpenAIServer(models=["fake-nki"], responder=fake_responder()) as srv:
+        opened = ip.run_line_magic("accelopt", f"open matmul --preset smoke --shapes small --base-url {srv.url} "
+                                               f"--model fake-nkii --price free --run-dir {tmp_path / 'run'}")
+        assert "model 'fake-nkii' is not listed" in opened.text          # the preflight's warning, shown
+        with pytest.raises(UsageError, match="HTTP 404"):                 # the server's answer, kept
+            ip.run_line_magic("accelopt", "step plan")
+
+
 def test_llm_presets_and_prices(ip):
     presets = ip.run_line_magic("accelopt", "llm presets")
     assert "gpt-oss-120b" in presets.text and "claude-sonnet-4" in presets.text

@@ -349,6 +349,10 @@ class AccelOptMagics(Magics):
         if self.shell is not None:
             self.shell.user_ns[SESSION_NAME] = self.session
         view = d.session_view(self.session)
+        warning = getattr(self.session, "endpoint_warning", "")
+        if warning:   # e.g. the model is not listed by the server: its calls may be refused
+            view = d.Shown(f"{warning}\n{view.text}", f"<div style='color:{d.FAIL_COLOR}'>{d.esc(warning)}</div>"
+                           f"{view.html}", view.value)
         if chosen.source not in ("the command line", "none"):
             model = self.session.clients.get("planner")
             name = model.config.model if model is not None else chosen.settings.get("model")
