@@ -1,5 +1,6 @@
-"""Mamba: the NKIBench baseline vs the human expert steps of the NKI tutorial (and, optionally, an
-AccelOpt kernel), as % of peak on the paper's shape, like the paper's "Mamba vs human experts" figure.
+"""Mamba: the NKI tutorial's v1 (the paper's baseline) and the human expert steps v2, v3 (and, optionally, an
+AccelOpt kernel), as % of peak on the paper's shape with the model's error bars, beside the paper's measured
+trn1 numbers, like the paper's "Mamba vs human experts" figure.
 
 A thin command line over :mod:`accelopt_nb.reproduce.humans` (the notebook
 ``notebooks/24_human_experts.ipynb`` draws the same figure from a run store).
@@ -18,8 +19,13 @@ from accelopt_nb.reproduce.humans import CHECK_SHAPE, mamba_progression, plot_hu
 def run(hw: str, accelopt: Path | None) -> list[dict]:
     df = mamba_progression(hw, accelopt.read_text() if accelopt else None)
     for r in df.itertuples():
+        measured = f"  measured {r.measured_pct_peak:5.1f}%" if r.measured_pct_peak == r.measured_pct_peak else ""
+        if r.pct_peak != r.pct_peak:        # the paper's own agent: a measurement only
+            print(f"  {r.kernel:28s}{measured}", flush=True)
+            continue
         print(f"  {r.kernel:28s} {'ok ' if r.correct else 'BAD'} err {r.l2_error:.1e}  {r.latency_ms:8.3f} ms  "
-              f"{r.pct_peak:5.1f}% of peak  {r.bound:7s} spills {r.spill_mb:.0f} MB", flush=True)
+              f"{r.pct_peak:5.1f}% of peak ({r.pct_peak_low:.1f}-{r.pct_peak_high:.1f})  {r.bound:7s} "
+              f"spills {r.spill_mb:.0f} MB{measured}", flush=True)
     return df.to_dict("records")
 
 
@@ -31,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     print(f"mamba vs human experts on {args.hw} (checked at {CHECK_SHAPE}, profiled at the paper's shape)")
     rows = run(args.hw, args.accelopt_kernel)
-    print("\n  speedups over the NKIBench baseline: "
-          + ", ".join(f"{r['kernel']} {r['speedup']:.2f}x" for r in rows[1:]))
+    modelled = [r for r in rows[1:] if r["pct_peak"] == r["pct_peak"]]
+    print("\n  speedups over v1 (the model): " + ", ".join(f"{r['kernel']} {r['speedup']:.2f}x" for r in modelled))
     if args.plot:
         import pandas as pd
 
@@ -40,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         sink = FigureSink(args.plot.parent, "mamba_vs_humans")
         fig = plot_humans(pd.DataFrame(rows), sink, hw=args.hw, shape_label="(M=7168, C=256, S=16)")
         fig.savefig(args.plot, dpi=110)
-    return 0 if all(r["correct"] for r in rows) else 1
+    return 0 if all(r["correct"] for r in rows if r["pct_peak"] == r["pct_peak"]) else 1
 
 
 if __name__ == "__main__":

@@ -124,6 +124,8 @@ def step_failures(stats: Iterable[Any], kernels_of: Any = None) -> Failures:
     LLM steps count their calls: unusable answers, and the other failed calls split into model errors
     and transport by their messages. An ``evaluate`` step counts kernels by status (``kernels_of(iteration)``
     gives the iteration's kernels): a wrong kernel is never an LLM failure."""
+    from accelopt_nb.search.steps import ROLE_OF_PHASE   # the phases whose calls go to an agent
+
     out = Failures()
     for st in stats:
         out.missing += int(st.missing or 0)
@@ -132,7 +134,7 @@ def step_failures(stats: Iterable[Any], kernels_of: Any = None) -> Failures:
                 for k in kernels_of(st.iteration):
                     out.add_kernel(k.status, k.message)
             continue
-        if st.phase not in ("plan", "execute", "summarize"):
+        if st.phase not in ROLE_OF_PHASE:
             continue
         for _ in range(int(st.unusable or 0)):
             out.add_call(UNUSABLE, st.first_error)
