@@ -425,7 +425,7 @@ class RecordingEvaluator:
 
 
 @pytest.mark.parametrize("workers", [1, None])
-def test_multi_fidelity_confirms_the_tentative_beam_in_the_stream_after_the_screens(problem, tmp_path, server,
+def test_multi_fidelity_confirms_what_beam_and_memory_need_in_the_stream_after_the_screens(problem, tmp_path, server,
                                                                                     workers):
     model = FakeNKIModel(plans=["DOUBLE the tile width.", "WRONG: fold the constant.", "NARROW to 64 columns."],
                          rewrites=[("DOUBLE", double_tile), ("WRONG", wrong_result), ("NARROW", set_tile(64))])
@@ -440,25 +440,35 @@ def test_multi_fidelity_confirms_the_tentative_beam_in_the_stream_after_the_scre
     s.evaluate()
     by_plan = {word: k.kernel_id for k in s.iteration_kernels() for word in ("DOUBLE", "WRONG", "NARROW")
                if word in s.plans[k.plan_id].text}
-    # Screens first (none waits for a worker while a confirmation runs), then only the kernel
-    # that would take a beam slot now: the faster DOUBLE (the baseline is confirmed, the slower
-    # NARROW is third of a beam of two, WRONG is incorrect).
+    # Screens first (none waits for a worker while a confirmation runs), then the kernels the
+    # search will need, in rank order: the faster DOUBLE (it would take a beam slot: the baseline
+    # is confirmed already), then the slower NARROW (memory would learn it as a negative lesson);
+    # never WRONG (incorrect).
+    pairs = s.rewrite_pairs()
+    assert [(p.kind, p.slow_id, p.fast_id) for p in pairs] == [
+        ("positive", "baseline", by_plan["DOUBLE"]), ("negative", by_plan["NARROW"], "baseline")]
     fidelities = [f for _, f in evaluator.submitted]
-    assert fidelities == ["screen"] * 3 + ["confirm"]
-    assert evaluator.submitted[-1][0] == by_plan["DOUBLE"]
-    assert s.kernels[by_plan["DOUBLE"]].confirmed and not s.kernels[by_plan["NARROW"]].confirmed
+    assert fidelities == ["screen"] * 3 + ["confirm"] * 2
+    assert [label for label, _ in evaluator.submitted[3:]] == [by_plan["DOUBLE"], by_plan["NARROW"]]
+    assert s.kernels[by_plan["DOUBLE"]].confirmed and s.kernels[by_plan["NARROW"]].confirmed
+    assert not s.kernels[by_plan["WRONG"]].confirmed
     # The confirmation checks correctness only; latency and profile come from the screening.
-    assert evaluator.profiled[-1] is False
+    assert evaluator.profiled[3:] == [False, False]
     double = s.kernels[by_plan["DOUBLE"]]
-    confirmation = s.store.rows("evaluations", "r1")[-1]["result"]
-    screening = next(r["result"] for r in s.store.rows("evaluations", "r1")
+    rows = s.store.rows("evaluations", "r1")
+    confirmation = next(r["result"] for r in rows
+                        if r["kernel_id"] == double.kernel_id and r["result"]["fidelity"] == "confirm")
+    screening = next(r["result"] for r in rows
                      if r["kernel_id"] == double.kernel_id and r["result"]["fidelity"] == "screen")
-    assert confirmation["fidelity"] == "confirm" and confirmation["status"] == "correct"
+    assert confirmation["status"] == "correct"
     assert confirmation["latency_ms"] == screening["latency_ms"] == double.latency_ms
     assert confirmation["profile"] == screening["profile"]
     assert any("from this kernel's screening" in line for line in confirmation["log"])
+    # recorded in rank order, once every screen was in
+    assert [r["kernel_id"] for r in rows if r["result"]["fidelity"] == "confirm"] == \
+        [by_plan["DOUBLE"], by_plan["NARROW"]]
     s.select()                          # nothing left to confirm
-    assert len(evaluator.submitted) == 4
+    assert len(evaluator.submitted) == 5
     assert s.beam == [by_plan["DOUBLE"], "baseline"]
     client.close()
     s.close()

@@ -33,7 +33,8 @@ import accelopt_nb
 PACKAGE_ROOT = str(Path(accelopt_nb.__file__).resolve().parent.parent)
 
 # Environment variables passed through to the worker; everything else (API keys, tokens) is dropped.
-PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH", "TZ")
+PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH", "TZ",
+                   "NKIBENCH_PATH")  # problem folders of ours: a worker judges them by name too
 PASSTHROUGH_PREFIXES = ("NEURON_", "ACCELOPT_NEURON_")
 TAIL_BYTES = 4000
 

@@ -1,10 +1,21 @@
 """The search's evaluations: jobs for this run's problem and settings, through the evaluation service.
 
 Under ``evaluation.fidelity: full`` every candidate is evaluated fully; under ``multi`` every
-candidate is screened (``fidelity="screen"``) and the kernels the search keeps are confirmed at
-full fidelity (:meth:`Evaluations.confirm`). The cache, dedupe of same-tree kernels, a lost
-worker as a crashed result, and the rule that a confirmation keeps an exact screening profile
-are the service's (:class:`~accelopt_nb.evaluation.service.EvalService`), not the search's.
+candidate is screened (``fidelity="screen"``) and only full verdicts are learned from:
+
+* **confirmed before learned**: a kernel takes a beam slot, or enters memory as either side of a
+  rewrite pair, only with a full-fidelity verdict. :meth:`Evaluations.settle` confirms what
+  ``select`` and the summarizer need, in rank order (:meth:`Evaluations.needed`: the beam as it
+  would be chosen now, then both sides of the rewrite pairs), round after round until they need
+  nothing more. Which kernels are confirmed, and in which order their results are recorded,
+  depends only on verdicts, never on timing, so a cassette replays exactly under ``multi``.
+* **speculation does not count**: while screens are still arriving, idle workers confirm what
+  looks needed now (:meth:`Evaluations.prefetch`); those results are kept, not recorded, and
+  used only if :meth:`settle` asks for the same kernel.
+
+The cache, dedupe of same-tree kernels, a lost worker as a crashed result, and the rule that a
+confirmation keeps an exact screening profile are the service's
+(:class:`~accelopt_nb.evaluation.service.EvalService`), not the search's.
 """
 from __future__ import annotations
 
@@ -30,6 +41,7 @@ class Evaluations:
         self.ctx = ctx
         self.options = options
         self.service = EvalService(executor, cache=cache, workers=ctx.config.runtime.eval_workers or None)
+        self._prefetched: dict[str, "Future[EvalResult]"] = {}   # speculative confirmations, not recorded
 
     @property
     def candidate_fidelity(self) -> str:
@@ -63,11 +75,43 @@ class Evaluations:
 
     def confirm(self, kernel_id: str) -> "Future[EvalResult]":
         """Evaluate a screened kernel at full fidelity (keeping its screening profile where exact)."""
+        prefetched = self._prefetched.pop(kernel_id, None)
+        if prefetched is not None:
+            return prefetched
         view = self.ctx.state.kernels[kernel_id]
         screened = view.fidelity == "screen" and view.latency_ms is not None and bool(view.profile)
         return self.service.confirm(self.job(kernel_id, view.source, "confirm"),
                                     latency_ms=view.latency_ms if screened else None,
                                     profile=dict(view.profile or {}) if screened else None)
+
+    def prefetch(self, kernel_id: str) -> "Future[EvalResult]":
+        """Start a confirmation that :meth:`settle` may need; its result is recorded only then."""
+        if kernel_id not in self._prefetched:
+            self._prefetched[kernel_id] = self.confirm(kernel_id)
+        return self._prefetched[kernel_id]
+
+    @property
+    def prefetched(self) -> set[str]:
+        return set(self._prefetched)
+
+    def needed(self) -> list[str]:
+        """The screened kernels whose full verdict the search needs now, in rank order: those that
+        would take a beam slot, then (when this iteration is summarized) both sides of each rewrite
+        pair the summarizer would learn from."""
+        ctx = self.ctx
+        state = ctx.state
+        ranked = [c.kernel_id for c in ctx.beam_choice()]
+        if ctx.config.summarizes(state.iteration):
+            for pair in state.rewrite_pairs():
+                ranked += [pair.slow_id, pair.fast_id]
+        return [kid for kid in dict.fromkeys(ranked) if not state.kernels[kid].confirmed]
+
+    def settle(self, phase: str) -> None:
+        """Confirm what :meth:`needed` names, all of a round at once, recording the results in rank
+        order, until nothing more is needed (a rejected kernel makes room for the next one)."""
+        while need := self.needed():
+            self.confirm_now(need, phase)
+        self._prefetched.clear()  # what speculation started and nobody needed is not recorded
 
     def confirm_now(self, kernel_ids: Iterable[str], phase: str) -> None:
         """Confirm kernels (in parallel) and record each result, in the order given."""
@@ -82,13 +126,10 @@ class Evaluations:
                       message=f"confirmed {kernel_id}: {ctx.state.kernels[kernel_id].status}", **counts)
 
     def next_to_confirm(self, exclude: Iterable[str] = ()) -> str | None:
-        """The best screened kernel that would take a beam slot now and is not confirmed yet."""
-        skip = set(exclude)
-        kernels = self.ctx.state.kernels
-        for c in self.ctx.beam_choice():
-            if c.kernel_id not in skip and not kernels[c.kernel_id].confirmed:
-                return c.kernel_id
-        return None
+        """The first kernel :meth:`needed` names that is neither excluded nor started already."""
+        skip = set(exclude) | set(self._prefetched)
+        return next((kid for kid in self.needed() if kid not in skip), None)
 
     def close(self) -> None:
+        self._prefetched.clear()
         self.service.close()

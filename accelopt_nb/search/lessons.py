@@ -14,7 +14,7 @@ from accelopt_nb.errors import BudgetExceededError, ConfigError, LLMError
 from accelopt_nb.llm.client import CallRequest
 from accelopt_nb.llm.completion import Completion
 from accelopt_nb.search.events import StepStats
-from accelopt_nb.search.memory import MemoryItem, RewritePair, RewriteRecord, memory_item_from_pair, select_rewrites
+from accelopt_nb.search.memory import MemoryItem, RewritePair, memory_item_from_pair
 from accelopt_nb.search.requests import summarizer_request
 from accelopt_nb.search.state import RunState
 from accelopt_nb.search.steps import failure_record
@@ -26,16 +26,8 @@ __all__ = ["SummarizeStage", "rewrite_pairs"]
 
 
 def rewrite_pairs(state: RunState, iteration: int | None = None) -> list[RewritePair]:
-    """The slow→fast pairs an iteration contributes to memory (before summarization)."""
-    records = []
-    for k in state.iteration_kernels(iteration):
-        parent = state.kernels.get(k.parent_id or "")
-        if parent is None or parent.latency_ms is None:
-            continue
-        records.append(RewriteRecord(parent.kernel_id, parent.source, parent.latency_ms, k.kernel_id, k.source,
-                                     k.latency_ms if k.correct else None, k.plan_id or "", k.order))
-    m = state.config.memory
-    return select_rewrites(records, m.top_k, m.positive_threshold, m.negative_threshold)
+    """The slow→fast pairs an iteration contributes to memory (:meth:`RunState.rewrite_pairs`)."""
+    return state.rewrite_pairs(iteration)
 
 
 class SummarizeStage:
@@ -58,7 +50,8 @@ class SummarizeStage:
     def run(self) -> list[MemoryItem]:
         """Summarize the current iteration's pairs; returns the new items in pair order."""
         ctx = self.ctx
-        pairs = rewrite_pairs(ctx.state)
+        ctx.evals.settle("summarize")   # both sides of every pair with a full verdict (multi-fidelity)
+        pairs = ctx.state.rewrite_pairs()
         requests = []
         for pair in pairs:
             iid = self.item_id(pair)

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from accelopt_nb.agents.prompts import ROLES
+from accelopt_nb.search.state import correct_counts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,7 +55,9 @@ class RunReport:
     history: list[dict[str, Any]] = field(default_factory=list)
     usage: list[RoleUsage] = field(default_factory=list)
     kernels: int = 0
-    correct_kernels: int = 0
+    correct_kernels: int = 0          # correct with a full-fidelity verdict (what the beam and memory take)
+    screened_correct: int = 0         # correct at screening only, never confirmed (multi-fidelity)
+    rejected_on_confirmation: int = 0  # correct at screening, not at the full check
     statuses: dict[str, int] = field(default_factory=dict)     # evaluation status -> kernels
     phase_seconds: dict[str, float] = field(default_factory=dict)  # wall time per phase, summed over iterations
     fidelity: str = "full"
@@ -82,7 +85,10 @@ class RunReport:
                  f"  best:     {self.best_latency_ms:.4g} ms ({pct(self.best_pct_peak)} of peak) = "
                  f"{self.speedup:.3f}x, kernel {self.best_kernel_id}"
                  + (f"; peak bound: {self.peak_bound}" if self.peak_bound else ""),
-                 f"  kernels: {self.kernels} generated, {self.correct_kernels} correct; memory: {self.memory_items} items",
+                 f"  kernels: {self.kernels} generated, {self.correct_kernels} correct"
+                 + (f" (full check), {self.screened_correct} more correct at screening only, "
+                    f"{self.rejected_on_confirmation} rejected by the full check after screening"
+                    if self.fidelity == "multi" else "") + f"; memory: {self.memory_items} items",
                  f"  evaluation ({self.fidelity} fidelity): " + (", ".join(
                      f"{n} {s}" for s, n in sorted(self.statuses.items())) or "none"),
                  f"  prompts: {self.prompt_set}"]
@@ -159,20 +165,23 @@ def history(state: "RunState") -> list[dict[str, Any]]:
         if name == "select":
             rows.append({"iteration": it, "best": info["best"], "best_latency_ms": info["best_latency_ms"],
                          "best_speedup": info["best_speedup"], "best_pct_peak": info.get("best_pct_peak"),
-                         "new": info.get("new"), "new_correct": info.get("new_correct")})
+                         "new": info.get("new"), "new_correct": info.get("new_correct"),
+                         "screened_correct": info.get("screened_correct", 0)})
     return rows
 
 
 def kernels_df(state: "RunState") -> "pd.DataFrame":
-    """One row per kernel of the run: iteration, parent, plan, origin, status, latency, % of peak."""
+    """One row per kernel of the run: iteration, parent, plan, origin, status and the fidelity of that
+    verdict (``screen``: not confirmed; ``screened``: the screening's status a confirmation replaced),
+    latency, % of peak."""
     import pandas as pd
 
-    cols = ["kernel_id", "iteration", "parent_id", "plan_id", "origin", "status", "latency_ms", "pct_peak",
-            "in_beam"]
+    cols = ["kernel_id", "iteration", "parent_id", "plan_id", "origin", "status", "fidelity", "screened",
+            "latency_ms", "pct_peak", "in_beam"]
     beam = set(state.beam)
     rows = [{"kernel_id": k.kernel_id, "iteration": k.iteration, "parent_id": k.parent_id, "plan_id": k.plan_id,
-             "origin": k.origin, "status": k.status, "latency_ms": k.latency_ms, "pct_peak": k.pct_peak,
-             "in_beam": k.kernel_id in beam}
+             "origin": k.origin, "status": k.status, "fidelity": k.fidelity, "screened": k.screened,
+             "latency_ms": k.latency_ms, "pct_peak": k.pct_peak, "in_beam": k.kernel_id in beam}
             for k in sorted(state.kernels.values(), key=lambda k: (k.iteration, k.order, k.kernel_id))]
     return pd.DataFrame(rows, columns=cols)
 
@@ -184,6 +193,7 @@ def build_report(state: "RunState") -> RunReport:
     cfg = state.config
     peak = state.problem.peak(cfg.evaluation.hw)
     kernels = [k for k in state.kernels.values() if k.kernel_id != base.kernel_id]
+    counts = correct_counts(kernels)
     return RunReport(problem=state.problem.name, run_id=state.run_id, strategy=cfg.strategy,
                      iterations_done=state.iteration, baseline_latency_ms=base.latency_ms,
                      best_kernel_id=best.kernel_id, best_latency_ms=best.latency_ms,
@@ -192,7 +202,8 @@ def build_report(state: "RunState") -> RunReport:
                      peak_bound=peak[1] if peak else None, best_source=best.source,
                      memory_items=len(state.memory), history=history(state),
                      usage=usage_by_role(state.store, state.run_id), kernels=len(kernels),
-                     correct_kernels=sum(k.correct for k in kernels),
+                     correct_kernels=counts["new_correct"], screened_correct=counts["screened_correct"],
+                     rejected_on_confirmation=counts["rejected_on_confirmation"],
                      statuses=dict(Counter(k.status or "not evaluated" for k in kernels)),
                      phase_seconds=phase_seconds(state), fidelity=cfg.evaluation.fidelity,
                      prompt_set=cfg.prompts.set)

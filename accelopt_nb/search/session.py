@@ -52,7 +52,7 @@ from accelopt_nb.search.lessons import SummarizeStage, rewrite_pairs
 from accelopt_nb.search.memory import MemoryItem, OptimizationMemory, RewritePair
 from accelopt_nb.search.problem import SearchProblem
 from accelopt_nb.search.state import (BASELINE_ID, BASELINE_ITERATION, PHASES, KernelView, PlanView, RunState,
-                                      new_run_id)
+                                      correct_counts, new_run_id)
 from accelopt_nb.search.steps import StepBook, kernel_order
 from accelopt_nb.search.stream import IterationStream, plan_info
 
@@ -415,20 +415,17 @@ class Session:
         self.state.mark_started("select")
         t = self.iteration
         new = self.iteration_kernels()
+        # Multi-fidelity: a kernel takes a beam slot only with a full verdict (the stream settled
+        # this already); one the confirmation rejects (or finds slower) makes room for the next.
+        self.evals.settle("select")
         chosen = self.beam_choice()
-        # Multi-fidelity: a screened kernel is confirmed at full fidelity before it takes a beam
-        # slot (most already were, in the stream); a kernel the confirmation rejects (or finds
-        # slower) makes room for the next one.
-        while unconfirmed := [c.kernel_id for c in chosen if not self.kernels[c.kernel_id].confirmed]:
-            self.evals.confirm_now(unconfirmed, "select")
-            chosen = self.beam_choice()
         if not chosen:  # cannot happen while the baseline is correct; guard anyway
             raise EvaluationError("no correct kernel left to form a beam")
         self.state.beam = [c.kernel_id for c in chosen]
         best, base = self.kernels[self.beam[0]], self.baseline
         info = {"beam": self.beam, "best": best.kernel_id, "best_latency_ms": best.latency_ms,
                 "best_speedup": base.latency_ms / best.latency_ms, "best_pct_peak": best.pct_peak,
-                "new_correct": sum(k.correct for k in new), "new": len(new),
+                "new": len(new), **correct_counts(new),
                 "confirmed": [k.kernel_id for k in new if k.confirmed and k.fidelity == "confirm"]}
         self._close_step(StepStats("select", t), info,
                          f"best {best.kernel_id} {_ms(best.latency_ms)} ({info['best_speedup']:.3f}x)")

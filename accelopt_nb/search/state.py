@@ -17,14 +17,16 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from accelopt_nb.search.beam import Candidate, ast_hash
 from accelopt_nb.search.config import SearchConfig
-from accelopt_nb.search.memory import MemoryItem, OptimizationMemory
+from accelopt_nb.search.memory import (MemoryItem, OptimizationMemory, RewritePair, RewriteRecord,
+                                       select_rewrites)
 from accelopt_nb.search.problem import SearchProblem
 
 if TYPE_CHECKING:
     from accelopt_nb.evaluation import EvalResult
     from accelopt_nb.store import RunStore
 
-__all__ = ["BASELINE_ID", "BASELINE_ITERATION", "PHASES", "KernelView", "PlanView", "RunState", "new_run_id"]
+__all__ = ["BASELINE_ID", "BASELINE_ITERATION", "PHASES", "KernelView", "PlanView", "RunState", "correct_counts",
+           "new_run_id"]
 
 PHASES = ("plan", "execute", "evaluate", "select", "summarize")
 BASELINE_ID = "baseline"
@@ -54,6 +56,12 @@ class KernelView:
     profile: dict[str, Any] | None = None
     message: str | None = None
     fidelity: str | None = None
+    screened: str | None = None  # the screening's status, once a confirmation superseded it
+
+    @property
+    def confirmed_correct(self) -> bool:
+        """Correct with a full-fidelity verdict (the only correct that reaches the beam or memory)."""
+        return self.correct and self.confirmed
 
     @property
     def evaluated(self) -> bool:
@@ -76,6 +84,15 @@ class KernelView:
 
     def candidate(self) -> Candidate:
         return Candidate(self.kernel_id, self.hash, self.latency_ms, self.correct, self.order)
+
+
+def correct_counts(kernels: "list[KernelView]") -> dict[str, int]:
+    """Correct kernels by the verdict behind them: ``new_correct`` with a full-fidelity verdict (all
+    that the beam and memory ever take), ``screened_correct`` correct at screening and never
+    confirmed, ``rejected_on_confirmation`` correct at screening but not at the full check."""
+    return {"new_correct": sum(k.confirmed_correct for k in kernels),
+            "screened_correct": sum(k.correct and not k.confirmed for k in kernels),
+            "rejected_on_confirmation": sum(k.screened == "correct" and not k.correct for k in kernels)}
 
 
 @dataclass
@@ -118,19 +135,19 @@ class RunState:
         """The state as the store holds it. A run whose baseline is not evaluated yet has
         ``has_baseline == False``; the caller evaluates it (the state never evaluates)."""
         state = cls(store=store, run_id=run_id, problem=problem, config=config, memory=memory)
-        # rows in insertion order: a confirmation supersedes the screening of the same kernel
-        evals = {row["kernel_id"]: row for row in store.rows("evaluations", run_id)}
         for row in store.rows("kernels", run_id):
             if row["problem_id"] != state.scope:
                 continue
             data = row.get("data") or {}
-            view = KernelView(kernel_id=row["kernel_id"], iteration=int(row["iteration"]), source=row["source"],
-                              parent_id=row["parent_id"], plan_id=row["plan_id"], origin=row["origin"] or "",
-                              order=int(data.get("order", 0)), data=data)
-            ev = evals.get(view.kernel_id)
-            if ev is not None:
+            state.kernels[row["kernel_id"]] = KernelView(
+                kernel_id=row["kernel_id"], iteration=int(row["iteration"]), source=row["source"],
+                parent_id=row["parent_id"], plan_id=row["plan_id"], origin=row["origin"] or "",
+                order=int(data.get("order", 0)), data=data)
+        # rows in insertion order: a confirmation supersedes the screening of the same kernel
+        for ev in store.rows("evaluations", run_id):
+            view = state.kernels.get(ev["kernel_id"])
+            if view is not None:
                 state._apply_evaluation(view, ev.get("result") or {}, ev["status"], ev.get("pct_peak"))
-            state.kernels[view.kernel_id] = view
         for row in store.rows("plans", run_id):
             if row["problem_id"] != state.scope:
                 continue
@@ -248,6 +265,8 @@ class RunState:
 
     def _apply_evaluation(self, view: KernelView, result: Mapping[str, Any], status: str,
                           pct_peak: float | None) -> None:
+        if view.fidelity == "screen" and result.get("fidelity") != "screen":
+            view.screened = view.status
         view.status = status
         lat = result.get("latency_ms")
         view.latency_ms = float(lat) if isinstance(lat, (int, float)) else None
@@ -274,6 +293,20 @@ class RunState:
         return out
 
     # ------------------------------------------------------------------ views
+    def rewrite_pairs(self, iteration: int | None = None) -> list[RewritePair]:
+        """The slow→fast pairs an iteration contributes to memory (before summarization), from the
+        verdicts as they stand (under multi-fidelity search the summarizer waits until each side of
+        these pairs has a full verdict: :meth:`Evaluations.settle`)."""
+        records = []
+        for k in self.iteration_kernels(iteration):
+            parent = self.kernels.get(k.parent_id or "")
+            if parent is None or parent.latency_ms is None:
+                continue
+            records.append(RewriteRecord(parent.kernel_id, parent.source, parent.latency_ms, k.kernel_id, k.source,
+                                         k.latency_ms if k.correct else None, k.plan_id or "", k.order))
+        m = self.config.memory
+        return select_rewrites(records, m.top_k, m.positive_threshold, m.negative_threshold)
+
     @property
     def baseline(self) -> KernelView:
         return self.kernels[BASELINE_ID]

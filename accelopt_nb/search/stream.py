@@ -11,8 +11,9 @@ The stream is a few named stages, each with its own state:
 * :class:`PlanStage` — the planner's calls; each stored plan hands its executor calls on;
 * :class:`ExecuteStage` — the executor's calls; each stored kernel is offered for screening;
 * :class:`ScreenStage` — evaluates the offered kernels at the candidates' fidelity, as workers free up;
-* :class:`ConfirmStage` — under multi-fidelity search, a worker with no screen to run confirms
-  the best unconfirmed kernel of the beam as it would be chosen now.
+* :class:`ConfirmStage` — under multi-fidelity search, the full verdicts ``select`` and the
+  summarizer will need: speculatively while screens arrive, then recorded in rank order once
+  they are all in (:meth:`~accelopt_nb.search.evaluations.Evaluations.settle`).
 
 LLM answers reach a stage on the LLM client's worker thread (:meth:`Stage.on_answer`);
 evaluations are submitted and recorded on the caller's thread, which waits on one queue for both.
@@ -215,9 +216,13 @@ class ScreenStage(Stage):
 
 
 class ConfirmStage(Stage):
-    """Multi-fidelity search: a worker with no screen to run confirms the best unconfirmed kernel
-    that would take a beam slot now, so confirmations overlap screening and LLM calls instead of
-    waiting for ``select``."""
+    """Multi-fidelity search: full verdicts for what ``select`` and the summarizer will need.
+
+    While screens are still arriving, a worker with no screen to run confirms, speculatively, the
+    first kernel the search would need now (:meth:`Evaluations.needed`); nothing of that is
+    recorded. Once every screen is in, :meth:`settle` confirms what is needed, round by round in
+    rank order, taking the speculative results where they match: the recorded confirmations
+    depend on verdicts alone, never on which answer came first."""
 
     name, step = "confirm", "evaluate"
 
@@ -233,15 +238,13 @@ class ConfirmStage(Stage):
             if kid is None:
                 break
             self.confirming.add(kid)
-            stream.evaluate(kid, self.ctx.evals.confirm(kid), self.record)
+            stream.evaluate(kid, self.ctx.evals.prefetch(kid), self.done)
 
-    def record(self, kernel_id: str, result: "EvalResult") -> None:
-        self.confirming.discard(kernel_id)
-        st = self.stats
-        screen = self.stream.stage("screen")
-        self.ctx.evals.record_confirmation(kernel_id, result, "evaluate", done=st.calls,
-                                           total=screen.expected if screen is not None else 0, failed=st.failed)
-        self.stream.evaluated(kernel_id, self.ctx.state.kernels[kernel_id])
+    def done(self, kernel_id: str, result: "EvalResult") -> None:
+        self.confirming.discard(kernel_id)   # kept by Evaluations until settle() asks for it
+
+    def settle(self) -> None:
+        self.ctx.evals.settle("evaluate")
 
 
 def plan_info(ctx: "SearchContext", failures: list[dict[str, Any]]) -> dict[str, Any]:
@@ -343,6 +346,9 @@ class IterationStream:
         self._loop()
         fatal = self._llm_fatal()
         self._count_missing()
+        confirm = self.stage("confirm")
+        if confirm is not None and fatal is None and not self.stats["evaluate"].missing:
+            confirm.settle()
         try:
             self._close_steps()
         finally:
