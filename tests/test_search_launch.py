@@ -97,3 +97,48 @@ def test_run_arms_checks_every_endpoint_before_any_run(tmp_path):
     with pytest.raises(EndpointUnreachableError, match="arm 'down'.*cannot reach"):
         run_arms(arms, ["matmul"], tmp_path / "exp", default_model={"model": "m"}, progress=False)
     assert not (tmp_path / "exp").exists()
+
+
+def test_cli_model_options_seed_extra_body_and_a_preset_file_of_ones_own(tmp_path):
+    import argparse
+
+    from accelopt_nb.commands import optimize
+    from accelopt_nb.search.launch import model_config
+
+    preset = tmp_path / "my-vllm.yaml"
+    preset.write_text("model: my-model\nbase_url: http://127.0.0.1:8000/v1\nmax_tokens: 4096\n")
+    parser = argparse.ArgumentParser()
+    optimize.add_arguments(parser)
+    args = parser.parse_args(["silu", "--model-preset", str(preset), "--seed", "3", "--retry-for", "30",
+                              "--extra-body", '{"top_k": 20, "chat_template_kwargs": {"enable_thinking": false}}',
+                              "--allow-transport-failures", "0.1"])
+    spec = optimize.launch_spec(args)
+    model = model_config(None, **spec.model)
+    assert (model.model, model.max_tokens, model.seed) == ("my-model", 4096, 3)
+    assert model.extra_body == {"top_k": 20, "chat_template_kwargs": {"enable_thinking": False}}
+    assert model.retry.retry_for_s == 30.0 and model.retry.max_attempts == 6
+    assert spec.overrides["seed"] == 3 and spec.runtime_overrides()["transport_failures_allowed"] == 0.1
+    with pytest.raises(ConfigError, match="--extra-body takes a JSON object"):
+        model_config(None, model_preset=str(preset), extra_body="top_k=20")
+
+
+def test_per_call_seeds_never_repeat_within_a_run_and_change_with_the_runs_seed(tmp_path, files):
+    """Repeated sampling asks the same prompt every iteration: with per-sample seeds (seed + k) a seeded
+    server would answer iteration 1 exactly as iteration 0; per-call seeds differ per iteration and slot."""
+    model = FakeNKIModel(plans=["DOUBLE the tile width."], rewrites=[("DOUBLE", double_tile)])
+    seeds = {}
+    for run_seed, mode in ((0, "per_call"), (1, "per_call"), (0, "per_sample")):
+        with FakeOpenAIServer(models=[MODEL], responder=model.responder) as srv:
+            overrides = {"iterations": 2, "evaluation.shape_preset": "task", "strategy": "repeated",
+                         "plans_per_kernel": 2, "samples_per_plan": 1, "beam_width": 2, "seed": run_seed,
+                         "sampling.seed_mode": mode}
+            s = open_session(spec(tmp_path / f"{run_seed}{mode}", files, srv.url, overrides=overrides,
+                                  model={"base_url": srv.url, "model": MODEL, "seed": 7}))
+            with s:
+                s.run()
+            seeds[run_seed, mode] = [b["seed"] for b in srv.requests
+                                     if "propose the next" in b["messages"][0]["content"]]
+    calls = seeds[0, "per_call"]
+    assert len(calls) == 2 + 4 and len(set(calls)) == len(calls)      # 2 plans, then B*N = 4 plans
+    assert not set(calls) & set(seeds[1, "per_call"])                   # another run seed, other seeds
+    assert sorted(seeds[0, "per_sample"]) == [7, 7, 8, 8, 9, 10]         # the old mode repeats across iterations

@@ -1,4 +1,11 @@
-"""`accelopt optimize`: run AccelOpt (beam search + memory, or repeated sampling) on one problem."""
+"""`accelopt optimize`: run AccelOpt (beam search + memory, or repeated sampling) on one problem.
+
+Exit codes: 0 the run is complete, every iteration with all its candidates but for the model's
+unusable answers; 3 stopped by the spending cap; 4 stopped by a step left open (its LLM calls all
+failed, or some got no answer from the endpoint: ``--resume`` makes exactly those calls again);
+5 complete, but some iteration had fewer candidates because the endpoint failed calls that
+``--allow-transport-failures`` let pass. The report says how many candidates each iteration had.
+"""
 from __future__ import annotations
 
 import argparse
@@ -37,7 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--prompt-set", choices=["paper", "extended"], help="prompt set (default: the preset's)")
     g.add_argument("--prompts-dir", type=Path, help="directory of prompt templates overriding the shipped ones")
     g.add_argument("--unusable-retries", type=int, help="re-asks after an unusable answer (paper preset: 0)")
-    g.add_argument("--seed", type=int, help="seed of every random choice of the search")
+    g.add_argument("--seed", type=int, help="seed of every random choice of the search, and of every LLM call: "
+                   "each call gets its own seed, derived from this one and the call's iteration, beam slot, "
+                   "plan and sample (sent to the model as `seed`)")
     e = parser.add_argument_group("evaluation")
     e.add_argument("--shapes", choices=PRESETS, help="problem shape preset (default: the search preset's)")
     add_renamed(e, "--shape-preset", "--shapes", dest="shapes", choices=PRESETS)
@@ -52,7 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     e.add_argument("--no-pipeline", action="store_true",
                    help="run plan, execute and evaluate one after the other instead of as one stream")
     m = parser.add_argument_group("model")
-    m.add_argument("--model-preset", help="model preset (see `accelopt llm presets`)")
+    m.add_argument("--model-preset", help="model preset (see `accelopt llm presets`), or a YAML file of your own "
+                   "(one model's settings, or presets: FILE.yaml:NAME)")
     m.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
     m.add_argument("--model", help="served model name, e.g. openai/gpt-oss-120b")
     m.add_argument("--api-key-env", help="environment variable holding the API key")
@@ -64,6 +74,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--temperature", type=float)
     m.add_argument("--max-tokens", type=int)
     m.add_argument("--timeout", type=float, help="per-request timeout in seconds")
+    m.add_argument("--extra-body", metavar="JSON",
+                   help="settings sent in every request's body, e.g. '{\"top_k\": 20}' for vLLM, or "
+                        "'{\"chat_template_kwargs\": {\"enable_thinking\": false}}'")
+    m.add_argument("--retry-for", type=float, metavar="SECONDS",
+                   help="keep retrying a call the endpoint does not answer (down, 5xx, timeouts) this long "
+                        "before it counts as failed (default 300)")
+    m.add_argument("--allow-transport-failures", type=float, metavar="FRACTION",
+                   help="fraction of a step's calls that may still fail that way and the step count as done "
+                        "(default 0: any such failure leaves the step open, and --resume redraws the calls)")
     m.add_argument("--cassette", type=Path, help="record/replay LLM traffic to this JSONL file")
     m.add_argument("--cassette-mode", choices=["record", "replay", "auto"], default="auto")
     r = parser.add_argument_group("run")
@@ -101,12 +120,14 @@ def launch_spec(args: argparse.Namespace):
 
     model = {"model_preset": args.model_preset, "base_url": args.base_url, "model": args.model,
              "api_key_env": args.api_key_env, "price": args.price, "reasoning_effort": args.reasoning_effort,
-             "temperature": args.temperature, "max_tokens": args.max_tokens, "timeout_s": args.timeout}
+             "temperature": args.temperature, "max_tokens": args.max_tokens, "timeout_s": args.timeout,
+             "seed": args.seed, "extra_body": args.extra_body, "retry_for_s": args.retry_for}
     return LaunchSpec(problem=args.problem, run_dir=args.run_dir, store=args.store, task=args.task, kernel=args.kernel,
                       run_id=args.run_id, resume="resume" if args.resume else "new", preset=args.preset,
                       overrides=search_overrides(args), model=model, prices=args.prices, cap_usd=args.cap_usd,
                       cassette=args.cassette, cassette_mode=args.cassette_mode, llm_concurrency=args.concurrency,
                       eval_workers=args.workers, pipeline=False if args.no_pipeline else None,
+                      transport_failures_allowed=args.allow_transport_failures,
                       scheduler=args.scheduler, memory_in=args.memory_in, prompts_dir=args.prompts_dir,
                       progress=None if args.no_progress else StepProgress(), check_endpoint=not args.skip_check,
                       allow_model_change=args.allow_model_change)
@@ -121,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     with open_session(spec) as session:
         try:
             report = session.run(args.iterations)
-            status = 0
+            status = 5 if report.transport_losses else 0
         except (BudgetExceededError, StepFailedError) as exc:
             # Everything paid for is stored; `--resume` (with a higher --cap-usd) continues.
             print(f"accelopt optimize: stopped: {exc}", file=sys.stderr)

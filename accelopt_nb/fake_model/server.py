@@ -111,11 +111,16 @@ class FakeOpenAIServer:
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._counter = 0
+        self._port = 0
+        self._down = False   # in an outage (outage()): not listening, kept-alive connections dropped
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> "FakeOpenAIServer":
+        """Serve (again: a restarted server takes its old port, so clients reach it at the same URL)."""
         handler = _make_handler(self)
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._stop.clear()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", self._port or 0), handler)
+        self._port = self._httpd.server_address[1]
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever,
                                         kwargs={"poll_interval": 0.05}, daemon=True)
@@ -135,10 +140,24 @@ class FakeOpenAIServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def outage(self, seconds: float) -> threading.Thread:
+        """Stop serving now and come back on the same port after ``seconds`` (in the background):
+        an endpoint that goes down for a while. Returns the thread that restarts it."""
+        self._down = True
+        self.stop()
+
+        def come_back() -> None:
+            time.sleep(seconds)
+            self._down = False
+            self.start()
+        restart = threading.Thread(target=come_back, daemon=True)
+        restart.start()
+        return restart
+
     @property
     def port(self) -> int:
-        assert self._httpd is not None, "server not started"
-        return self._httpd.server_address[1]
+        assert self._port, "server not started"
+        return self._port
 
     @property
     def url(self) -> str:
@@ -255,8 +274,15 @@ def _make_handler(srv: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             self._send_json(401, {"error": {"message": "invalid api key", "type": "auth_error"}})
             return False
 
+        def _down(self) -> bool:
+            """During an outage a kept-alive connection drops the request unanswered, as a dead server's would."""
+            if srv._down:
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+            return srv._down
+
         def do_GET(self) -> None:
-            if not self._authorized():
+            if self._down() or not self._authorized():
                 return
             if self.path.rstrip("/") == "/v1/models":
                 with srv._lock:
@@ -269,7 +295,7 @@ def _make_handler(srv: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
-            if not self._authorized():
+            if self._down() or not self._authorized():
                 return
             if self.path.rstrip("/") != "/v1/chat/completions":
                 self._send_json(404, {"error": {"message": f"no route {self.path}"}})

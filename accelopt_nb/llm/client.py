@@ -261,7 +261,9 @@ class LLMClient:
         failures: list[str] = []
         started = time.monotonic()
         last: Failure | None = None
-        for attempt in range(1, policy.max_attempts + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             self._check_budget(state)
             try:
                 raw = await self._sdk().chat.completions.with_raw_response.create(
@@ -279,7 +281,7 @@ class LLMClient:
                     state.failures.extend(failures)
                     raise LLMEndpointError(f"{self.config.base_url} refused model {self.config.model!r}: "
                                            f"{failure.message}") from exc
-                if not failure.transient or attempt == policy.max_attempts:
+                if not failure.transient or policy.gives_up(attempt, time.monotonic() - started):
                     break
                 await asyncio.sleep(policy.delay(attempt, failure.retry_after, self._rng))
                 continue

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -30,6 +31,10 @@ _REASONING_EFFORTS = {"minimal", "low", "medium", "high"}
 # Output tokens a call holds against a spending cap when the request sets no ``max_tokens``:
 # about one gpt-oss answer at medium effort with a full kernel (reasoning included).
 DEFAULT_RESERVE_OUTPUT_TOKENS = 8192
+# Without a retry block of its own, a model's calls keep retrying a transient failure (connection, timeout,
+# 5xx, 429) this long before they count as failed: an endpoint that restarts or is down for a few minutes
+# costs a wait, not calls (a retry block sets retry_for_s itself; RetryPolicy's own default is 0).
+DEFAULT_RETRY_FOR_S = 300.0
 
 
 def load_model_presets(extra: str | Path | Mapping[str, Any] | None = None) -> dict[str, dict]:
@@ -77,7 +82,7 @@ class ModelConfig:
     timeout_s: float = 600.0
     price: str | None = None
     max_unusable_retries: int = 2
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(retry_for_s=DEFAULT_RETRY_FOR_S))
     serve: dict[str, Any] | None = None
     reserve_output_tokens: int = DEFAULT_RESERVE_OUTPUT_TOKENS  # cap estimate without max_tokens
 
@@ -125,11 +130,35 @@ class ModelConfig:
     @classmethod
     def from_preset(cls, preset: str, *, presets: Mapping[str, Any] | None = None,
                     **overrides: Any) -> "ModelConfig":
-        """A shipped (or given) preset, with keyword overrides, e.g. ``base_url=...``."""
+        """A shipped (or given) preset, with keyword overrides, e.g. ``base_url=...``.
+
+        ``preset`` may also be a YAML file of one's own: one model's settings (``model``,
+        ``base_url``, ...), or presets by name of which it holds one; ``FILE.yaml:NAME`` picks one."""
+        if presets is None and _is_preset_file(preset):
+            return cls._from_file(preset, **overrides)
         table = presets if presets is not None else load_model_presets()
         if preset not in table:
             raise ConfigError(f"unknown model preset {preset!r}; available: {', '.join(sorted(table))}")
         return cls.from_dict({**table[preset], **overrides}, name=preset)
+
+    @classmethod
+    def _from_file(cls, spec: str, **overrides: Any) -> "ModelConfig":
+        named = re.fullmatch(r"(.*\.ya?ml):([^/:]+)", spec)
+        path, name = named.groups() if named else (spec, "")
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read the model preset file {path}: {exc}") from exc
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"model preset file {path} must hold a mapping (one model's settings, or presets)")
+        if "model" in data and not name:   # one model's settings
+            return cls.from_dict({**data, **overrides}, name=Path(path).stem)
+        if not name:
+            if len(data) != 1:
+                raise ConfigError(f"model preset file {path} holds {len(data)} presets ({', '.join(map(str, data))}); "
+                                  f"name one: {path}:NAME")
+            name = str(next(iter(data)))
+        return cls.from_preset(name, presets=load_model_presets(data), **overrides)
 
     def replace(self, **changes: Any) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
@@ -161,3 +190,8 @@ class ModelConfig:
         if self.extra_body:
             params["extra_body"] = copy.deepcopy(self.extra_body)
         return params
+
+
+def _is_preset_file(preset: str) -> bool:
+    """A preset named as a YAML file (``FILE.yaml`` or ``FILE.yaml:NAME``), not a shipped preset's name."""
+    return isinstance(preset, str) and re.fullmatch(r".*\.ya?ml(:[^/:]+)?", preset) is not None

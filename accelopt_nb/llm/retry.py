@@ -18,14 +18,16 @@ import openai
 from accelopt_nb.errors import ConfigError
 from accelopt_nb.llm.response import MalformedResponse
 
-__all__ = ["RetryPolicy", "Failure", "classify_failure", "parse_retry_after"]
+__all__ = ["RetryPolicy", "Failure", "classify_failure", "is_transient_kind", "parse_retry_after"]
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
     """Bounded retries of transient failures (connection, timeout, 429, 5xx, malformed body).
 
-    ``max_attempts`` counts HTTP requests for one response, first try included. The n-th
+    ``max_attempts`` counts HTTP requests for one response, first try included; ``retry_for_s``
+    keeps retrying past it until that many seconds have passed since the first attempt, so an
+    endpoint that restarts, or is down for a minute, costs a wait and no answer. The n-th
     retry waits ``min(max_delay_s, base_delay_s * 2**(n-1))`` scaled by a random factor in
     ``[1 - jitter, 1]``; a ``Retry-After`` header replaces that delay (capped at
     ``max_retry_after_s``), because the server knows when it will have capacity again.
@@ -36,13 +38,18 @@ class RetryPolicy:
     max_delay_s: float = 60.0
     max_retry_after_s: float = 300.0
     jitter: float = 0.5
+    retry_for_s: float = 0.0
+
+    def gives_up(self, attempts: int, elapsed_s: float) -> bool:
+        """Whether a transient failure after ``attempts`` requests and ``elapsed_s`` seconds is final."""
+        return attempts >= self.max_attempts and elapsed_s >= self.retry_for_s
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ConfigError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}")
         if not 0.0 <= self.jitter <= 1.0:
             raise ConfigError(f"RetryPolicy.jitter must be in [0, 1], got {self.jitter}")
-        if self.base_delay_s < 0 or self.max_delay_s < 0 or self.max_retry_after_s < 0:
+        if self.base_delay_s < 0 or self.max_delay_s < 0 or self.max_retry_after_s < 0 or self.retry_for_s < 0:
             raise ConfigError("RetryPolicy delays must be non-negative")
 
     def delay(self, retry_number: int, retry_after: float | None = None,
@@ -104,6 +111,14 @@ def _status_message(exc: openai.APIStatusError) -> str:
         if isinstance(err, dict) and err.get("message"):
             return f"HTTP {exc.status_code}: {err['message']}"
     return f"HTTP {exc.status_code}: {exc.message}"
+
+
+_TRANSIENT_KINDS = frozenset({"timeout", "connection", "malformed_response", "rate_limited", "http_408", "http_409"})
+
+
+def is_transient_kind(kind: str) -> bool:
+    """Whether a failure kind (``Failure.kind``, as in ``Completion.transport_failures``) is retried."""
+    return kind in _TRANSIENT_KINDS or (kind.startswith("http_5") and kind[5:].isdigit())
 
 
 def classify_failure(exc: BaseException) -> Failure | None:

@@ -117,9 +117,11 @@ def _p_open() -> _Parser:
     add_renamed(p, "--shape-preset", "--shapes", dest="shapes", choices=PRESETS)
     p.add_argument("--base-url")
     p.add_argument("--model")
-    p.add_argument("--model-preset")
+    p.add_argument("--model-preset", help="a model preset's name, or a YAML file (FILE.yaml[:NAME])")
     p.add_argument("--api-key-env")
     p.add_argument("--price", help="price-table key for the ledger")
+    p.add_argument("--seed", type=int, help="the search's seed, and every LLM call's (derived per call)")
+    p.add_argument("--extra-body", metavar="JSON", help="settings sent in every request's body (vLLM top_k, ...)")
     p.add_argument("--cap-usd", type=float)
     p.add_argument("--resume", action="store_true")
     p.add_argument("--allow-model-change", action="store_true",

@@ -14,8 +14,10 @@ def open_for_notebook(args: argparse.Namespace, progress: Any = None) -> Any:
     from accelopt_nb.search.launch import LaunchSpec, open_session
 
     model = {"base_url": args.base_url, "model": args.model, "model_preset": args.model_preset,
-             "api_key_env": args.api_key_env, "price": args.price}
+             "api_key_env": args.api_key_env, "price": args.price, "seed": args.seed, "extra_body": args.extra_body}
     overrides = {"evaluation.shape_preset": args.shapes} if args.shapes else {}
+    if args.seed is not None:
+        overrides["seed"] = args.seed
     return open_session(LaunchSpec(args.problem, run_dir=args.run_dir, model=model, preset=args.preset,
                                    overrides=overrides, run_id=args.run_id,
                                    resume="auto" if args.resume else "new", cap_usd=args.cap_usd,

@@ -15,7 +15,7 @@ from accelopt_nb.errors import ConfigError
 from accelopt_nb.presets import load_preset
 
 STRATEGIES = ("beam", "repeated")
-SEED_MODES = ("per_sample", "none")
+SEED_MODES = ("per_call", "per_sample", "none")
 # How a search evaluates its candidates (not the per-job levels of evaluation.job.FIDELITIES): full: every
 # candidate at fidelity "full"; multi: every candidate at "screen", the ones it keeps at "confirm".
 SEARCH_FIDELITIES = ("full", "multi")
@@ -49,7 +49,11 @@ class EvalConfig:
 
 @dataclass
 class SamplingConfig:
-    seed_mode: str = "per_sample"  # per_sample: the model's seed + sample index | none: no seed sent
+    # per_call: a seeded model (``seed`` in its config) gets a seed of its own for every call, derived from the
+    # model's seed, the run's seed and the call's slot (iteration, beam slot, plan, sample), so no two calls of
+    # a run, of an iteration or of two runs with other seeds repeat one another | per_sample (runs before
+    # per_call): the model's seed + sample index, the same in every iteration | none: no seed sent
+    seed_mode: str = "per_call"
     unusable_retries: int | None = None  # re-asks after an unusable answer (None: the model config's)
 
 
@@ -66,6 +70,9 @@ class RuntimeConfig:
     llm_concurrency: int = 16      # LLM requests in flight
     eval_workers: int = 0          # parallel evaluations (0: one per core)
     pipeline: bool = True          # evaluate each kernel as soon as it arrives, while other calls run
+    # Fraction of a step's LLM calls that may get no answer from the endpoint (within the model's retry
+    # window) and the step still count as done; above it the step stays open and a resume redraws them.
+    transport_failures_allowed: float = 0.0
 
 
 @dataclass
@@ -117,6 +124,10 @@ class SearchConfig:
             raise ConfigError(f"runtime.llm_concurrency must be an integer >= 1, got {rt.llm_concurrency!r}")
         if not isinstance(rt.eval_workers, int) or rt.eval_workers < 0:
             raise ConfigError(f"runtime.eval_workers must be an integer >= 0 (0: one per core), got {rt.eval_workers!r}")
+        allowed = rt.transport_failures_allowed
+        if isinstance(allowed, bool) or not isinstance(allowed, (int, float)) or not 0.0 <= allowed <= 1.0:
+            raise ConfigError(f"runtime.transport_failures_allowed is a fraction of a step's calls in [0, 1], "
+                              f"got {allowed!r}")
 
     # -- construction ----------------------------------------------------------------------
     @classmethod

@@ -42,8 +42,12 @@ class StepStats:
     """The LLM calls (or evaluations) of one step: how many ran, failed, or never ran.
 
     ``missing`` counts calls the step needed but did not make (a stop request, the spending
-    cap). A step with missing calls, or whose calls all failed, is not marked done: resuming
-    the run runs it again and makes only the calls still missing.
+    cap). Failed calls are counted by cause: ``unusable`` (the model answered, every answer was
+    refused: no code, a refusal, cut off), ``transport`` (the endpoint gave no answer within the
+    model's retry window: down, timing out, 5xx). A step with missing calls, whose calls all
+    failed, or with more transport failures than ``runtime.transport_failures_allowed`` allows,
+    is not marked done: resuming the run runs it again and makes only the calls still missing
+    (the transport failures among them; an unusable answer is the experiment's, not redrawn).
     """
 
     phase: str
@@ -52,7 +56,9 @@ class StepStats:
     failed: int = 0
     missing: int = 0
     unusable: int = 0      # failed calls whose every answer was unusable (refusal, truncation, no code)
+    transport: int = 0     # failed calls the endpoint never answered (within the model's retry window)
     first_error: str | None = None
+    transport_error: str | None = None  # the first transport failure's message
     stopped: bool = False  # the step ended early on request_stop()
     done: bool = False     # the step was marked done in the store
     seconds: float = 0.0
@@ -66,9 +72,16 @@ class StepStats:
     def all_failed(self) -> bool:
         return self.calls > 0 and self.ok == 0
 
-    def add_failure(self, message: str | None, *, unusable: bool = False) -> None:
+    def transport_exceeds(self, allowed: float) -> bool:
+        """More transport failures than ``allowed`` (a fraction of the step's calls) tolerates."""
+        return self.transport > 0 and self.transport > allowed * self.calls
+
+    def add_failure(self, message: str | None, *, unusable: bool = False, transport: bool = False) -> None:
         self.failed += 1
         self.unusable += int(unusable)
+        self.transport += int(transport)
+        if transport and message:
+            self.transport_error = self.transport_error or message
         if message:
             self.first_error = self.first_error or message
             if len(self.errors) < 5:

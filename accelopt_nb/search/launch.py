@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["LaunchSpec", "ResumeMode", "model_config", "open_session", "preflight"]
 
 ResumeMode = Literal["new", "resume", "auto"]
-RUNTIME_KEYS = ("llm_concurrency", "eval_workers", "pipeline")
+RUNTIME_KEYS = ("llm_concurrency", "eval_workers", "pipeline", "transport_failures_allowed")
 
 
 @dataclass
@@ -60,6 +60,7 @@ class LaunchSpec:
     llm_concurrency: int | None = None             # overrides runtime.llm_concurrency
     eval_workers: int | None = None                # overrides runtime.eval_workers
     pipeline: bool | None = None                   # overrides runtime.pipeline
+    transport_failures_allowed: float | None = None  # overrides runtime.transport_failures_allowed
     scheduler: str | None = None                   # Dask scheduler address for evaluations
     eval_executor: "Evaluator | None" = None       # an evaluator the caller owns
     eval_cache: Any = True
@@ -75,25 +76,48 @@ class LaunchSpec:
 
     def runtime_overrides(self) -> dict[str, Any]:
         values = {"llm_concurrency": self.llm_concurrency, "eval_workers": self.eval_workers,
-                  "pipeline": self.pipeline}
+                  "pipeline": self.pipeline, "transport_failures_allowed": self.transport_failures_allowed}
         return {k: v for k, v in values.items() if v is not None}
 
 
 def model_config(stored: Mapping[str, Any] | None = None, **settings: Any) -> "ModelConfig":
-    """The model of a run: a preset, or the stored model of a resumed run, or an explicit
-    ``base_url`` + ``model``; given settings override single fields of the first two."""
+    """The model of a run: a preset (a shipped name, or a YAML file of one's own), or the stored
+    model of a resumed run, or an explicit ``base_url`` + ``model``; given settings override single
+    fields of the first two. ``extra_body`` may be JSON text (``--extra-body``); ``retry_for_s``
+    sets how long transient failures are retried (``--retry-for``)."""
+    import dataclasses
+
     from accelopt_nb.llm import ModelConfig
 
     preset = settings.pop("model_preset", None)
+    retry_for_s = settings.pop("retry_for_s", None)
+    if isinstance(settings.get("extra_body"), str):
+        settings["extra_body"] = _json_object(settings["extra_body"], "--extra-body")
     given = {k: v for k, v in settings.items() if v is not None}
     if preset:
-        return ModelConfig.from_preset(preset, **given)
-    if stored:
-        return ModelConfig.from_dict({**stored, **given})
-    if not (given.get("base_url") and given.get("model")):
-        raise ConfigError("give a model preset (--model-preset), or both --base-url and --model "
+        model = ModelConfig.from_preset(preset, **given)
+    elif stored:
+        model = ModelConfig.from_dict({**stored, **given})
+    elif not (given.get("base_url") and given.get("model")):
+        raise ConfigError("give a model preset (--model-preset NAME or FILE.yaml), or both --base-url and --model "
                           "(for a local vLLM: --base-url http://localhost:8000/v1 --model openai/gpt-oss-120b)")
-    return ModelConfig.from_dict(given)
+    else:
+        model = ModelConfig.from_dict(given)
+    if retry_for_s is not None:
+        model = model.replace(retry=dataclasses.replace(model.retry, retry_for_s=float(retry_for_s)))
+    return model
+
+
+def _json_object(text: str, option: str) -> dict[str, Any]:
+    import json
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{option} takes a JSON object, e.g. '{{\"top_k\": 20}}': {exc}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{option} takes a JSON object (settings sent in the request body), got {text!r}")
+    return value
 
 
 def preflight(model: "ModelConfig") -> str:

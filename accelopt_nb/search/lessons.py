@@ -17,7 +17,7 @@ from accelopt_nb.search.events import StepStats
 from accelopt_nb.search.memory import MemoryItem, RewritePair, memory_item_from_pair
 from accelopt_nb.search.requests import summarizer_request
 from accelopt_nb.search.state import RunState
-from accelopt_nb.search.steps import failure_record
+from accelopt_nb.search.steps import count_failure, failure_record
 
 if TYPE_CHECKING:
     from accelopt_nb.search.context import SearchContext
@@ -53,11 +53,13 @@ class SummarizeStage:
         ctx.evals.settle("summarize")   # both sides of every pair with a full verdict (multi-fidelity)
         pairs = ctx.state.rewrite_pairs()
         requests = []
+        self.failures = ctx.state.settled_failures("summarize")   # an earlier attempt's, not redrawn
+        settled = {r.get("item_id") for r in self.failures}
         for pair in pairs:
             iid = self.item_id(pair)
             if iid in self.existing:
                 self.results[iid] = self.existing[iid]
-            else:
+            elif iid not in settled:
                 requests.append(summarizer_request(ctx, iid, pair))
         self.expected = len(requests)
         ctx.book.emit("summarize", ctx.state.iteration, "start", total=self.expected)
@@ -70,7 +72,7 @@ class SummarizeStage:
         st, ctx = self.stats, self.ctx
         st.calls += 1
         if not c.ok:
-            st.add_failure(c.error, unusable=c.status == "unusable")
+            count_failure(st, c)
             self.failures.append(failure_record(c, item_id=iid))
         else:
             parsed: ParsedSummary = c.parsed

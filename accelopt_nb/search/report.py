@@ -69,6 +69,17 @@ class RunReport:
         return None if any(c is None for c in costs) else float(sum(costs))  # type: ignore[arg-type]
 
     @property
+    def transport_losses(self) -> dict[int, int]:
+        """Iteration -> LLM calls that got no answer from the endpoint (candidates the run lost to it)."""
+        out = {}
+        for h in self.history:
+            lost = ((h.get("candidates") or {}).get("failed_calls") or {})
+            n = sum(step.get("transport", 0) for step in lost.values())
+            if n:
+                out[h["iteration"]] = n
+        return out
+
+    @property
     def total_tokens(self) -> int:
         return sum(u.prompt_tokens + u.completion_tokens for u in self.usage)
 
@@ -97,6 +108,8 @@ class RunReport:
         if self.history:
             lines.append("  best so far per iteration: " + ", ".join(
                 f"{h['iteration']}: {h['best_speedup']:.3f}x" for h in self.history))
+            lines.append("  candidates per iteration (kernels / nominal): " + ", ".join(
+                _candidates_text(h) for h in self.history))
         lines.append("  LLM usage:")
         lines.append(f"    {'role':<11}{'calls':>6}{'failed':>7}{'retries':>8}{'unusable':>9}{'prompt tok':>12}"
                      f"{'output tok':>12}{'USD':>10}")
@@ -115,6 +128,17 @@ class RunReport:
         if ends:  # "length" here means answers cut off by the token limit (never accepted)
             lines.append("    finish reasons: " + "; ".join(ends))
         return "\n".join(lines)
+
+
+def _candidates_text(h: dict[str, Any]) -> str:
+    c = h.get("candidates") or {}
+    if not c:
+        return f"{h['iteration']}: {h.get('new')}"
+    nominal = c.get("nominal")
+    text = f"{h['iteration']}: {c.get('generated')}" + (f"/{nominal}" if nominal is not None else "")
+    lost = [f"{role} {n} {cause}" for step, role in (("plan", "planner"), ("execute", "executor"))
+            for cause, n in sorted((c.get("failed_calls") or {}).get(step, {}).items())]
+    return text + (f" ({', '.join(lost)})" if lost else "")
 
 
 def _usd(cost: float | None) -> str:
@@ -166,7 +190,8 @@ def history(state: "RunState") -> list[dict[str, Any]]:
             rows.append({"iteration": it, "best": info["best"], "best_latency_ms": info["best_latency_ms"],
                          "best_speedup": info["best_speedup"], "best_pct_peak": info.get("best_pct_peak"),
                          "new": info.get("new"), "new_correct": info.get("new_correct"),
-                         "screened_correct": info.get("screened_correct", 0)})
+                         "screened_correct": info.get("screened_correct", 0),
+                         "candidates": info.get("candidates")})
     return rows
 
 

@@ -6,8 +6,9 @@ id it will produce), which makes its cassette key exact however the calls are sc
 """
 from __future__ import annotations
 
+import hashlib
 import random
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Collection
 
 from accelopt_nb.agents.prompts import PeakInfo, format_profile
 from accelopt_nb.llm.client import CallRequest
@@ -22,16 +23,32 @@ __all__ = ["call_request", "executor_requests", "planner_requests", "summarizer_
 
 def call_request(ctx: "SearchContext", role: str, messages: Any, *, key: Any, validate: Any, sample: int,
                  slot: str) -> CallRequest:
-    """A call of ``role`` with the run's sampling settings (seed mode, unusable retries)."""
+    """A call of ``role`` with the run's sampling settings (seed mode, unusable retries).
+
+    ``slot`` names the call in its run (``i3b1p4s0``: iteration 3, beam slot 1, plan 4, sample 0);
+    under ``sampling.seed_mode: per_call`` a seeded model gets :func:`call_seed` of it."""
     s = ctx.config.sampling
-    params = {"seed": None} if s.seed_mode == "none" else None
-    return CallRequest(messages=messages, role=role, key=key, validate=validate, sample=sample,
-                       slot=f"{ctx.problem.name}/{slot}", params=params, run_id=ctx.run_id,
-                       iteration=ctx.state.iteration, unusable_retries=s.unusable_retries, client=ctx.client(role))
+    client = ctx.client(role)
+    slot = f"{ctx.problem.name}/{slot}"
+    params: dict[str, Any] | None = None
+    if s.seed_mode == "none":
+        params = {"seed": None}
+    elif s.seed_mode == "per_call" and client.config.seed is not None:
+        params = {"seed": call_seed(client.config.seed, ctx.config.seed, slot)}
+    return CallRequest(messages=messages, role=role, key=key, validate=validate, sample=sample, slot=slot,
+                       params=params, run_id=ctx.run_id, iteration=ctx.state.iteration,
+                       unusable_retries=s.unusable_retries, client=client)
 
 
-def planner_requests(ctx: "SearchContext") -> list[CallRequest]:
-    """N plans for each kernel plans are drawn from (the beam, or the baseline), the missing ones.
+def call_seed(*parts: Any) -> int:
+    """A seed from ``parts`` (30 bits, so the client's ``+ sample`` stays a non-negative int32)."""
+    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x3FFF_FFFF
+
+
+def planner_requests(ctx: "SearchContext", skip: Collection[str] = ()) -> list[CallRequest]:
+    """N plans for each kernel plans are drawn from (the beam, or the baseline), the missing ones
+    (not ``skip``: plan ids whose call failed for good).
 
     Key: ``("plan", plan id, parent kernel id, beam slot, sample)``."""
     state, config = ctx.state, ctx.config
@@ -50,21 +67,22 @@ def planner_requests(ctx: "SearchContext") -> list[CallRequest]:
                                         peak=_peak_info(ctx, kernel), hints=hints)
         for j in range(n):
             pid = f"i{t}b{b}p{j}"
-            if pid not in state.plans:
+            if pid not in state.plans and pid not in skip:
                 out.append(call_request(ctx, "planner", messages, key=("plan", pid, kid, b, j),
                                         validate=ctx.planner.validate, sample=j, slot=pid))
     return out
 
 
-def executor_requests(ctx: "SearchContext", plan: PlanView) -> list[CallRequest]:
-    """K kernels for one plan, the missing ones. Key: ``("kernel", kernel id, plan id, sample)``."""
+def executor_requests(ctx: "SearchContext", plan: PlanView, skip: Collection[str] = ()) -> list[CallRequest]:
+    """K kernels for one plan, the missing ones (not ``skip``: kernel ids whose call failed for good).
+    Key: ``("kernel", kernel id, plan id, sample)``."""
     parent = ctx.state.kernels[plan.parent_id]
     messages = ctx.executor.messages(problem_name=ctx.problem.name, reference_source=ctx.reference_source,
                                      kernel_source=parent.source, plan=plan.text)
     out = []
     for k in range(ctx.config.samples_per_plan):
         kid = f"{plan.plan_id}s{k}"
-        if kid not in ctx.state.kernels:
+        if kid not in ctx.state.kernels and kid not in skip:
             out.append(call_request(ctx, "executor", messages, key=("kernel", kid, plan.plan_id, k),
                                     validate=ctx.executor.validate, sample=k, slot=kid))
     return out

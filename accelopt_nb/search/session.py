@@ -425,7 +425,7 @@ class Session:
         best, base = self.kernels[self.beam[0]], self.baseline
         info = {"beam": self.beam, "best": best.kernel_id, "best_latency_ms": best.latency_ms,
                 "best_speedup": base.latency_ms / best.latency_ms, "best_pct_peak": best.pct_peak,
-                "new": len(new), **correct_counts(new),
+                "new": len(new), **correct_counts(new), "candidates": self.state.candidates(t),
                 "confirmed": [k.kernel_id for k in new if k.confirmed and k.fidelity == "confirm"]}
         self._close_step(StepStats("select", t), info,
                          f"best {best.kernel_id} {_ms(best.latency_ms)} ({info['best_speedup']:.3f}x)")

@@ -197,8 +197,19 @@ class RunState:
 
     # ------------------------------------------------------------------ step markers
     def mark_started(self, phase: str) -> None:
+        """Start (or restart) a step; a restart keeps the earlier attempts' settled failures."""
         self.started[phase] = time.monotonic()
-        self.store.mark_step(self.run_id, self.iteration, phase, "started", scope=self.scope)
+        settled = self.settled_failures(phase)
+        self.store.mark_step(self.run_id, self.iteration, phase, "started", scope=self.scope,
+                             info={"settled": settled} if settled else None)
+
+    def settled_failures(self, phase: str) -> list[dict[str, Any]]:
+        """Failed calls of this iteration's ``phase`` that a resume does not make again (their
+        failure records, ``steps.SETTLED_CAUSES``): the rest of what failed is redrawn."""
+        for row in self.step_rows():
+            if int(row["iteration"]) == self.iteration and row["step"] == phase:
+                return list((row.get("info") or {}).get("settled") or [])
+        return []
 
     def mark_failed(self, phase: str, info: Mapping[str, Any]) -> None:
         self.store.mark_step(self.run_id, self.iteration, phase, "failed", scope=self.scope, info=info)
@@ -293,6 +304,23 @@ class RunState:
         return out
 
     # ------------------------------------------------------------------ views
+    def candidates(self, iteration: int | None = None) -> dict[str, Any]:
+        """How many candidates an iteration really had: ``nominal`` kernels (plans drawn × N × K,
+        as configured), ``generated`` kernels, and the failed planner and executor calls by cause
+        (``unusable``, ``transport``, ``request``, ...) that account for the difference."""
+        it = self.iteration if iteration is None else iteration
+        rows = {r["step"]: r.get("info") or {} for r in self.step_rows() if int(r["iteration"]) == it}
+        sources = rows.get("plan", {}).get("from") or []
+        llm_plans = [p for p in self.iteration_plans(it) if p.origin == "llm"]
+        nominal = len(sources) * self.config.plans_for(it, len(sources)) * self.config.samples_per_plan \
+            if llm_plans or not self.iteration_plans(it) else None
+        lost: dict[str, dict[str, int]] = {}
+        for step in ("plan", "execute"):
+            for rec in rows.get(step, {}).get("failed") or []:
+                cause = str(rec.get("cause") or rec.get("status") or "error")
+                lost.setdefault(step, {})[cause] = lost.setdefault(step, {}).get(cause, 0) + 1
+        return {"nominal": nominal, "generated": len(self.iteration_kernels(it)), "failed_calls": lost}
+
     def rewrite_pairs(self, iteration: int | None = None) -> list[RewritePair]:
         """The slow→fast pairs an iteration contributes to memory (before summarization), from the
         verdicts as they stand (under multi-fidelity search the summarizer waits until each side of

@@ -37,7 +37,7 @@ from accelopt_nb.llm.client import CallRequest
 from accelopt_nb.llm.completion import Completion
 from accelopt_nb.search.events import StepStats
 from accelopt_nb.search.requests import executor_requests, planner_requests
-from accelopt_nb.search.steps import failure_record, kernel_order
+from accelopt_nb.search.steps import count_failure, failure_record, kernel_order
 
 if TYPE_CHECKING:
     from accelopt_nb.evaluation import EvalResult
@@ -92,7 +92,8 @@ class PlanStage(Stage):
         self.failures: list[dict[str, Any]] = []
 
     def start(self) -> None:
-        requests = planner_requests(self.ctx)
+        self.failures = self.ctx.state.settled_failures("plan")   # an earlier attempt's, not redrawn
+        requests = planner_requests(self.ctx, skip={r.get("plan_id") for r in self.failures})
         self.expected = len(requests)
         self.stream.ask(requests)
 
@@ -112,10 +113,12 @@ class PlanStage(Stage):
             if execute is not None:
                 more = execute.requests_for(plan)
         else:
-            st.add_failure(c.error, unusable=c.status == "unusable")
+            count_failure(st, c)
             self.failures.append(failure_record(c, plan_id=pid, parent_id=kid))
         self.stream.book.emit("plan", st.iteration, "call_done", done=st.calls, total=self.expected, failed=st.failed)
-        if st.calls == self.expected and not st.all_failed and not self.ctx.stop_requested:
+        allowed = self.ctx.config.runtime.transport_failures_allowed
+        if st.calls == self.expected and not st.all_failed and not st.transport_exceeds(allowed) \
+                and not self.ctx.stop_requested:
             self.stream.close_early(self)  # every planner call answered: a crash now keeps it done
         return more
 
@@ -133,8 +136,11 @@ class ExecuteStage(Stage):
         super().__init__(stream)
         self.skip = set(skip_plans)
         self.failures: list[dict[str, Any]] = []
+        self.settled: set[str] = set()
 
     def start(self) -> None:
+        self.failures = self.ctx.state.settled_failures("execute")   # an earlier attempt's, not redrawn
+        self.settled = {r.get("kernel_id") for r in self.failures}
         requests: list[CallRequest] = []
         for plan in self.ctx.state.iteration_plans():
             if plan.plan_id not in self.skip:
@@ -142,7 +148,7 @@ class ExecuteStage(Stage):
         self.stream.ask(requests)
 
     def requests_for(self, plan: Any) -> list[CallRequest]:
-        more = executor_requests(self.ctx, plan)
+        more = executor_requests(self.ctx, plan, skip=self.settled)
         self.expected += len(more)
         return more
 
@@ -159,7 +165,7 @@ class ExecuteStage(Stage):
             self.ctx.state.record_kernel(kid, got.code, plan, origin="llm", order=kernel_order(plan, k), data=data)
             self.stream.offer(kid)
         else:
-            st.add_failure(c.error, unusable=c.status == "unusable")
+            count_failure(st, c)
             self.failures.append(failure_record(c, kernel_id=kid, plan_id=pid))
         self.stream.book.emit("execute", st.iteration, "call_done", done=st.calls, total=self.expected,
                               failed=st.failed)
