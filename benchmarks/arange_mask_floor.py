@@ -10,7 +10,7 @@ best of ``--repeat`` interleaved rounds):
 * ``tiles``: the kernel's own data movement in plain NumPy, tile by tile as the kernel issues it
   (what a simulator running each instruction as one NumPy call cannot go below);
 * ``tiles_kept``: ``tiles`` with its six buffers allocated once and used by every call, as the simulator
-  keeps on-chip memory between launches (``accelopt_nb/sim/onchip.py``): no fresh pages to fault in;
+  keeps on-chip memory between launches (``accelopt_nb/sim/core/onchip.py``): no fresh pages to fault in;
 * ``blocks``: the same data movement with each instruction done for all full tiles in one NumPy
   call (the ragged edge tiles skipped, so a little less work than the kernel).
 

@@ -17,7 +17,7 @@ import time
 import nkibench
 from accelopt_nb.renamed import add_renamed
 from accelopt_nb.sim import SimOptions, load_kernel, simulate
-from accelopt_nb.sim.coverage import facade_modules
+from accelopt_nb.sim.api.coverage import facade_modules
 
 
 @contextlib.contextmanager

@@ -11,7 +11,9 @@ difference divided by ``--runs`` is one run's instructions. ``--against REV`` co
 Instructions track Python-bound work (trace-only runs) well. With values, NumPy's loops dominate, and under
 valgrind NumPy takes its generic code paths instead of AVX-512, so value runs are better compared by wall clock.
 
-    python benchmarks/sim_instructions.py [--mode trace|values] [--runs 10] [--against 852534e]
+    python benchmarks/sim_instructions.py [--mode trace|values] [--runs 10] [--against 852534e | --against-tree DIR]
+
+``--against-tree DIR`` counts another checkout (e.g. an unpacked ``git archive``) instead of a revision.
 
 Needs valgrind (Debian: ``apt install valgrind``).
 """
@@ -71,12 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--against", metavar="REV", help="a git revision to count the same way, for the ratio")
+    ap.add_argument("--against-tree", metavar="DIR", type=Path, help="another checkout to count the same way")
     args = ap.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (Debian: apt install valgrind)", file=sys.stderr)
         return 2
     rows = [("this tree", per_run(ROOT, args))]
-    if args.against:
+    if args.against_tree:
+        args.against = str(args.against_tree)
+        rows.append((args.against, per_run(args.against_tree.resolve(), args)))
+    elif args.against:
         with tempfile.TemporaryDirectory() as tmp:
             other = Path(tmp) / "tree"
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(other), args.against],

@@ -18,7 +18,7 @@ NumPy, then trace-only, then with values, each after a ``gc.collect()``; a colum
 rounds. Interleaving keeps both sides in the same heap and page state (a process's first large NumPy
 call pays for fresh pages the later ones reuse: a single run measured ours/adamw's NumPy side at 1.8 s
 one time and 0.2 s the next), and the best of several rounds drops the slow outliers of a shared box.
-The simulator keeps on-chip memory between launches (``accelopt_nb/sim/onchip.py``), as a search loop
+The simulator keeps on-chip memory between launches (``accelopt_nb/sim/core/onchip.py``), as a search loop
 that simulates the same shapes again and again uses it: a kernel's first round also pays for the fresh pages
 of its buffers, and the best of the rounds is the steady state (``--repeat 1`` shows the first launch).
 Each row runs in a fresh process of its own (``--in-process``: all in this one), so what earlier rows
@@ -257,7 +257,7 @@ def pin_heap(mode: str) -> str:
     table). ``reuse`` keeps freed memory in the heap for every size, so neither side pays faults once the
     heap has grown: the ratio of computation alone (the stricter one; a run's first rounds still grow the
     heap, so give it ``--repeat 3`` or more). The simulator's on-chip memory is kept between launches
-    either way (``accelopt_nb/sim/onchip.py``)."""
+    either way (``accelopt_nb/sim/core/onchip.py``)."""
     if mode == "as-is":
         return "heap as glibc leaves it"
     try:

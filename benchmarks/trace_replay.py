@@ -24,7 +24,7 @@ from sim_speed import Case, best_of, failure_text, geomean, replay_table  # noqa
 
 from accelopt_nb.perf import estimate  # noqa: E402
 from accelopt_nb.sim import SimOptions, load_kernel, simulate  # noqa: E402
-from accelopt_nb.sim.replay import trace_fields  # noqa: E402
+from accelopt_nb.sim.trace import trace_fields  # noqa: E402
 
 
 def measure(case: Case, repeat: int) -> dict:

@@ -3,7 +3,7 @@
 For every kernel, side by side in one run: NumPy fp32 computing the same result, the simulation with
 values running every loop iteration (``SimOptions(loop_replay=False)``) and with loop replay (the
 default: probe iterations run, the others re-run their recorded memory effects, see
-``accelopt_nb.sim.effects``), whether the outputs are bit-equal and the traces equal field by field, and
+``accelopt_nb.sim.replay.values``), whether the outputs are bit-equal and the traces equal field by field, and
 the share of instructions replayed. Cases as in ``benchmarks/sim_speed.py`` (our 14 at a preset, the
 arange/mask kernel, with ``--accelopt-repo DIR`` the paper's 14 unchanged at the paper's shapes).
 
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from sim_speed import Case, failure_text, geomean, replay_table, timed  # noqa: E402
 
 from accelopt_nb.sim import SimOptions, load_kernel, simulate  # noqa: E402
-from accelopt_nb.sim.replay import trace_fields  # noqa: E402
+from accelopt_nb.sim.trace import trace_fields  # noqa: E402
 
 FULL = SimOptions(loop_replay=False)
 

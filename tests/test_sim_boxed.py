@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from accelopt_nb.errors import KernelError
-from accelopt_nb.sim import effects, onchip
-from accelopt_nb.sim import tensor as sim_tensor
+from accelopt_nb.sim.core import memory, onchip, operands
+from accelopt_nb.sim.core.prims import PRIMS
+from accelopt_nb.sim.replay import values as value_replay
 
 RAGGED = """
 @nki.jit
@@ -47,8 +48,10 @@ def _ragged_reference(x, b):
 def test_ragged_tiles_are_computed_on_their_masks_box_without_tile_copies(run_kernel, rng, monkeypatch, replay):
     copies = []
     for name in ("_kept_copy", "_masked_copy", "_assign"):
-        real = getattr(sim_tensor, name)
-        monkeypatch.setattr(sim_tensor, name, lambda *a, _real=real, _name=name: copies.append(_name) or _real(*a))
+        real = getattr(memory, name)
+        spy = (lambda *a, _real=real, _name=name, **k: copies.append(_name) or _real(*a, **k))
+        monkeypatch.setattr(memory, name, spy)
+        monkeypatch.setitem(PRIMS, spy, PRIMS[real])   # the spy is the primitive, with its rules
     x = rng.standard_normal((200, 1100)).astype(np.float32)   # 2 x 3 tiles, the last row and column ragged
     b = rng.standard_normal((128, 1)).astype(np.float32)
     out = run_kernel(RAGGED, x, x, b, loop_replay=replay).outputs[0]
@@ -88,20 +91,20 @@ def kernel(a):
 def test_replayed_iterations_run_no_guard_calls(run_kernel, rng, monkeypatch):
     # a guard is evaluated before each replayed iteration; its recorded call does nothing and is not replayed
     programs = []
-    init = effects.Program.__init__
+    init = value_replay.Program.__init__
 
     def spy(self, *args):
         init(self, *args)
         programs.append(self)
 
-    monkeypatch.setattr(effects.Program, "__init__", spy)
+    monkeypatch.setattr(value_replay.Program, "__init__", spy)
     x = rng.standard_normal((1800, 600)).astype(np.float32)   # 15 row tiles: the outer loop replays
     b = rng.standard_normal((128, 1)).astype(np.float32)
     out = run_kernel(RAGGED, x, x, b).outputs[0]
     np.testing.assert_allclose(out, _ragged_reference(x, b[np.arange(1800) % 128]), rtol=2e-6)
     replayed = [fn for p in programs for fn, *_ in p.calls]
-    assert effects.cover_add in replayed
-    assert effects.guard_covered not in replayed and effects.guard_local not in replayed
+    assert memory.cover_add in replayed
+    assert memory.guard_covered not in replayed and memory.guard_local not in replayed
 
 
 def test_on_chip_memory_of_a_finished_launch_serves_the_next(run_kernel, rng):
@@ -167,7 +170,7 @@ def kernel(a):
 
 # ---- HBM tensors allocated without a fill: what stays unwritten is filled at the end ----------------------
 def test_cover_complete_agrees_with_its_mask():
-    from accelopt_nb.sim.conflicts import Cover
+    from accelopt_nb.sim.core.boxes import Cover
     rng = np.random.default_rng(3)
     shape = (7, 9)
     seen = {True: 0, False: 0}
@@ -253,8 +256,8 @@ def kernel(a):
     return out
 """
     reads = []
-    box_read = sim_tensor.boxed_read
-    monkeypatch.setattr(sim_tensor, "boxed_read", lambda *a: reads.append(a) or box_read(*a))
+    box_read = operands.boxed_read
+    monkeypatch.setattr(operands, "boxed_read", lambda *a: reads.append(a) or box_read(*a))
     a = rng.standard_normal((100, 64)).astype(np.float32)
     out = run_kernel(body, a).outputs[0]
     np.testing.assert_array_equal(out.astype(np.float32), a.astype(out.dtype).astype(np.float32))

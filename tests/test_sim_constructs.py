@@ -73,7 +73,7 @@ def test_finfo_and_iinfo(run_kernel, rng):
     out = run_kernel(FINFO, x).output
     np.testing.assert_array_equal(out[:, 0], x.max(1))
     np.testing.assert_array_equal(out[:, 1], np.minimum(x.max(1), 32767))
-    from accelopt_nb.sim import language as nl
+    from accelopt_nb.sim.api import language as nl
     assert nl.finfo(nl.bfloat16).max == float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
     assert nl.finfo(nl.float8_e4m3).max == 448
 
@@ -92,7 +92,7 @@ def kernel(x):
 def test_mgrid_y_and_z(run_kernel, rng):
     x = rng.standard_normal((16, 4, 8)).astype(np.float32)
     np.testing.assert_array_equal(run_kernel(MGRID_3D, x).output, 2 * x)
-    from accelopt_nb.sim.indexing import mgrid
+    from accelopt_nb.sim.core.indexing import mgrid
     g = mgrid[0:2, 0:3, 0:4, 0:5]
     assert g.z.shape == (1, 1, 1, 5) and g.y.shape == (1, 1, 4, 1)
     with pytest.raises(AttributeError, match="no .y"):

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from accelopt_nb.errors import KernelError, LoopCarriedDependencyError
-from accelopt_nb.sim.conflicts import EMPTY, Cover, WriteLog, box_of, masked_box
-from accelopt_nb.sim.indexing import arange, basic_key, mask_count, mask_rows_cols
+from accelopt_nb.sim.core.boxes import EMPTY, Cover, WriteLog, box_of, masked_box
+from accelopt_nb.sim.core.indexing import arange, basic_key, mask_count, mask_rows_cols
 
 
 def _stream(res):
@@ -270,8 +270,9 @@ PLANNED_KEYS = [  # (key for loop value i, whether the plan builds it)
 @pytest.mark.parametrize("make_key, plans", PLANNED_KEYS, ids=range(len(PLANNED_KEYS)))
 def test_planned_views_equal_the_general_views(make_key, plans, buffer):
     """Compiler-style keys take a per-structure plan; the view must be the one the general path builds."""
-    from accelopt_nb.sim.runtime import Runtime, SimOptions, running
-    from accelopt_nb.sim.tensor import Tensor, View, _compiler_view, normalize_key
+    from accelopt_nb.sim.core.runtime import Runtime, SimOptions, running
+    from accelopt_nb.sim.core.tensor import Tensor
+    from accelopt_nb.sim.core.views import View, _compiler_view, normalize_key
 
     def describe(v):
         return (v.shape, v.advanced, [k.tolist() if isinstance(k, np.ndarray) else k for k in v.key], v.basic,
@@ -328,7 +329,7 @@ def test_mask_summaries_equal_the_expanded_counts(rng, mshape, shape):
 
 
 def test_a_mask_is_a_read_only_value_whose_summaries_are_kept():
-    from accelopt_nb.sim.indexing import broadcast, mask_all
+    from accelopt_nb.sim.core.indexing import broadcast, mask_all
     inside = (5 * 128 + arange(128)[:, None] < 700) & (arange(64)[None, :] < 40)
     m = inside.values
     assert not m.flags.writeable and broadcast(m, (128, 64)) is m
@@ -494,7 +495,7 @@ def test_masked_box_is_the_kept_sub_box_or_none():
 def test_box_copies_of_a_ragged_tile_equal_the_masked_copies(rng):
     # a mask keeping a box is read by copying the box and filling the rest by slabs, and written by copying
     # the box alone: the same arrays as the masked (element by element) copies, for boxes touching any side
-    from accelopt_nb.sim.tensor import _fill_outside, _kept_copy, _local_box, _masked_copy
+    from accelopt_nb.sim.core.memory import _fill_outside, _kept_copy, _local_box, _masked_copy
     for shape in [(8, 8), (5, 7, 3), (4, 1, 6)]:
         for _ in range(40):
             lo = [int(rng.integers(0, n)) for n in shape]
@@ -505,7 +506,7 @@ def test_box_copies_of_a_ragged_tile_equal_the_masked_copies(rng):
             assert local == tuple(slice(a, b) for a, b in zip(lo, hi))
             data = rng.standard_normal(shape).astype(np.float32)
             fill = np.full((1,) * len(shape), np.nan, np.float32)
-            np.testing.assert_array_equal(_kept_copy(shape, data.dtype, fill, local, data[local]),
+            np.testing.assert_array_equal(_kept_copy(fill, data[local], shape=shape, dtype=data.dtype, sub=local),
                                           _masked_copy(data, fill, keep))
             dst, ref = data.copy(), data.copy()
             np.copyto(ref, np.float32(7), where=~keep)
@@ -608,16 +609,16 @@ def kernel(a):
                  value=z[i, nl.arange(128)[:, None], nl.arange(64)[None, :]], mask=rows)
     return out
 """
-    import accelopt_nb.sim.tensor as sim_tensor
+    import accelopt_nb.sim.core.memory as memory
     switched = []
-    materialize = sim_tensor._materialize
+    materialize = memory.materialize
 
     def spy(t):
         if t._cover is not None:
             switched.append(t.shape)
         materialize(t)
 
-    monkeypatch.setattr(sim_tensor, "_materialize", spy)
+    monkeypatch.setattr(memory, "materialize", spy)
     a = rng.standard_normal((200, 64)).astype(np.float32)
     out = both(run_kernel, body, a).outputs[0]
     np.testing.assert_allclose(out, -2.0 * a, rtol=1e-6)
@@ -708,7 +709,8 @@ def kernel(a):
 """
     import gc
 
-    from accelopt_nb.sim.tensor import Tensor, View
+    from accelopt_nb.sim.core.tensor import Tensor
+    from accelopt_nb.sim.core.views import View
     a = rng.standard_normal((4, 128, 64)).astype(np.float32)
     gc.collect()
     gc.set_debug(gc.DEBUG_SAVEALL)
@@ -755,8 +757,8 @@ def kernel(a, b):
     nl.store(out[5], value=y)
     return out
 """
-    import accelopt_nb.sim.ops as sim_ops
-    import accelopt_nb.sim.tensor as sim_tensor
+    import accelopt_nb.sim.api.ops as sim_ops
+    import accelopt_nb.sim.core.memory as sim_tensor
     a = rng.standard_normal((128, 64)).astype(np.float32)
     b = rng.standard_normal((128, 64)).astype(np.float32)
     direct = []
@@ -801,7 +803,7 @@ def kernel(a):
     nl.store(out[1], value=y)
     return out
 """
-    import accelopt_nb.sim.ops as sim_ops
+    import accelopt_nb.sim.api.ops as sim_ops
     a = np.zeros((128, 64), np.float32)
     a[:, ::2] = -0.0
     a[:, 1::4] = rng.standard_normal((128, 16)).astype(np.float32)

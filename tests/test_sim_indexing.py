@@ -186,7 +186,7 @@ def test_outer_masks_share_summaries_only_with_equal_values():
     """A mask built as (rows < n) & (cols < m) is named by its operands (far smaller than it): masks of
     equal values share their summaries, masks that differ anywhere never do, whatever the operator and
     operand order."""
-    from accelopt_nb.sim import indexing as ix
+    from accelopt_nb.sim.core import indexing as ix
 
     rows, cols = ix.arange(8)[:, None], ix.arange(16)[None, :]
     builds = [lambda n, m: (rows < n) & (cols < m), lambda n, m: (cols < m) & (rows < n),

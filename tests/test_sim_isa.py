@@ -239,15 +239,17 @@ def kernel(s, m):
 def test_matmul_assigned_whole_is_computed_in_its_destination(run_kernel, rng, monkeypatch):
     """An fp32 nc_matmul assigned whole to a buffer tile is computed there (no tile copied after it), with
     the values computing it first and copying give (bit for bit); read any other way, it is computed on its own."""
-    from accelopt_nb.sim import ops
+    from accelopt_nb.sim.api import ops
+    from accelopt_nb.sim.core.prims import PRIMS
     dests = []
     real = ops.ufunc_into
 
-    def counted(dst, fn, *args):
-        if fn is np.matmul:
+    def counted(dst, *args, ufunc):
+        if ufunc is np.matmul:
             dests.append(dst is not None)
-        return real(dst, fn, *args)
+        return real(dst, *args, ufunc=ufunc)
     monkeypatch.setattr(ops, "ufunc_into", counted)
+    monkeypatch.setitem(PRIMS, counted, PRIMS[real])
     body = """
 @nki.jit
 def kernel(a, b):

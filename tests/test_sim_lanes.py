@@ -12,8 +12,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from accelopt_nb.sim import SimOptions, lanes, load_kernel, simulate
-from accelopt_nb.sim.replay import trace_fields
+from accelopt_nb.sim import SimOptions, load_kernel, simulate
+from accelopt_nb.sim.replay import lanes
+from accelopt_nb.sim.trace import trace_fields
 from tests.conftest import HEADER
 
 
@@ -140,7 +141,7 @@ def test_a_nested_loop_runs_as_lanes_while_its_outer_loop_probes(monkeypatch):
     """
     probing = []
     real = lanes.replay
-    monkeypatch.setattr(lanes, "replay", lambda rt, *args: probing.append(bool(rt.probes)) or real(rt, *args))
+    monkeypatch.setattr(lanes, "replay", lambda rt, *args: probing.append(bool(rt.observer.probes)) or real(rt, *args))
     assert run_three(monkeypatch, src, data(128 * 10, 64 * 16)) > 0
     assert True in probing
 

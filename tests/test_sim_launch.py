@@ -12,7 +12,7 @@ from accelopt_nb.perf import estimate
 from accelopt_nb.perf.memory import plan_memory
 from accelopt_nb.perf.hardware import load_hw
 from accelopt_nb.sim import SimOptions, load_kernel, simulate
-from accelopt_nb.sim.launch import nc
+from accelopt_nb.sim.api.launch import nc
 
 HEADER = "import numpy as np\nimport neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\n" \
          "import neuronxcc.nki.isa as nisa\n"

@@ -78,7 +78,7 @@ def kernel(a):
 
 
 def test_type_promotion_rules():
-    from accelopt_nb.sim import dtypes as dt
+    from accelopt_nb.sim.core import dtypes as dt
     assert dt.promote(dt.float16, dt.bfloat16) == dt.float32
     assert dt.promote(dt.float8_e4m3, dt.float8_e5m2) == dt.bfloat16
     assert dt.promote(dt.float8_e4m3, dt.float16) == dt.float16

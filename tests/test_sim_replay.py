@@ -19,7 +19,7 @@ import nkibench
 from accelopt_nb.errors import KernelError
 from accelopt_nb.perf import estimate
 from accelopt_nb.sim import SimOptions, load_kernel, simulate
-from accelopt_nb.sim.replay import trace_fields
+from accelopt_nb.sim.trace import trace_fields
 
 REPLAY = SimOptions(trace_only=True)
 FULL = SimOptions(trace_only=True, loop_replay=False)
@@ -456,7 +456,7 @@ def test_loop_that_never_replays_is_no_longer_probed(caplog):
 def test_loop_changing_runtime_state_every_iteration_stops_probing_after_two(monkeypatch):
     # every iteration prints (nl.device_print appends to the runtime's log): the runtime's state grows in every
     # iteration, so no window of probes can agree; probing stops at the second probe, not the fourth
-    from accelopt_nb.sim import effects
+    from accelopt_nb.sim.replay import values as effects
     probes = []
 
     class CountedLog(effects.Log):
@@ -541,7 +541,7 @@ def test_masked_accumulation_into_psum_is_replayed_with_values():
 def test_instances_of_a_loop_share_one_compiled_program(monkeypatch):
     # the outer loop (3 iterations) runs every iteration; each instance of the inner loop records the same
     # calls at other numbers, so its replay program is compiled once per launch, not once per instance
-    from accelopt_nb.sim import effects
+    from accelopt_nb.sim.replay import values as effects
     compiled = []
     real = effects.Program._compile
     monkeypatch.setattr(effects.Program, "_compile", staticmethod(lambda log: compiled.append(1) or real(log)))
@@ -593,7 +593,7 @@ NESTED = rowwise_kernel("""
 ])
 def test_large_iterations_are_recorded_when_their_calls_ran_in_python(monkeypatch, caplog, inner, cap_python,
                                                                       outer_replayed):
-    from accelopt_nb.sim import effects
+    from accelopt_nb.sim.replay import values as effects
     monkeypatch.setattr(effects, "MAX_CALLS", 16)
     monkeypatch.setattr(effects, "MAX_CALLS_PYTHON", cap_python)
     src = NESTED.replace("INNER", str(inner))
@@ -638,7 +638,8 @@ def test_short_loops_inside_a_loop_probing_with_values_run_in_python(monkeypatch
     """Inside an outer loop probing with values, an 8-iteration inner loop runs its iterations in Python: had
     it replayed, most of the outer iteration's calls would be replays, and past MAX_CALLS that refuses the
     outer loop, which then replays less (its 13 later iterations are 13 * 8 inner ones)."""
-    from accelopt_nb.sim import effects, replay
+    from accelopt_nb.sim.replay import loops as replay
+    from accelopt_nb.sim.replay import values as effects
     monkeypatch.setattr(effects, "MAX_CALLS", 16)
     src = NESTED.replace("INNER", "8")
     a = rows(128 * 16, 4 * 8)
@@ -683,7 +684,7 @@ def test_tile_growing_on_two_axes_is_not_extrapolated_linearly():
     assert fast.replayed == 0
 
 
-# ---- with values (accelopt_nb.sim.effects) -------------------------------------------------------------
+# ---- with values (accelopt_nb.sim.replay.values) -------------------------------------------------------------
 def values_replayed(source: str, *inputs) -> int:
     """Instructions replayed with values (``run_both`` has checked outputs and traces against the full run)."""
     run_both(source, *inputs)
@@ -813,12 +814,19 @@ def test_loop_carried_write_found_in_a_replayed_iteration_names_its_line(first, 
 def test_loop_carried_write_checks_proven_once_per_replay(monkeypatch):
     # blocks i and 40 + i: every replayed write lands on a block no other write touches, so the checks are
     # proven once (each write only logged) and the outputs are those of running every iteration
-    import accelopt_nb.sim.effects as effects
-    import accelopt_nb.sim.tensor as sim_tensor
-    check = sim_tensor._box_conflict_replayed
-    logged, clear = effects.PROVABLE[check]
+    import dataclasses
+
+    from accelopt_nb.sim.core import memory
+    from accelopt_nb.sim.core.prims import PRIMS
+    check = PRIMS[memory._box_conflict_replayed]
+    logged, clear = check.provable
     only_logged = []
-    monkeypatch.setitem(effects.PROVABLE, check, (lambda *a: (only_logged.append(a[1]), logged(*a)), clear))
+
+    def spy(*a, **k):
+        only_logged.append(a[1])
+        logged(*a, **k)
+    monkeypatch.setitem(PRIMS, spy, PRIMS[logged])
+    monkeypatch.setitem(PRIMS, check.fn, dataclasses.replace(check, provable=(spy, clear)))
     src = rowwise_kernel("""
         buf = nl.ndarray((60, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
         for i in nl.affine_range(20):
@@ -853,11 +861,13 @@ def test_tiles_allocated_in_the_loop_body_are_replayed_with_values():
 def test_an_instruction_flattens_as_the_generic_record_walk_does():
     """Flat.instruction (the fast path) gives the signature and integers of Flat.fields, on real traces and on
     an instruction whose fields have unusual types (NumPy ints, a float attribute, no line)."""
-    from accelopt_nb.sim import replay_records
-    from accelopt_nb.sim.runtime import Runtime
+    from accelopt_nb.sim.core.runtime import Runtime
+    from accelopt_nb.sim.replay import records as replay_records
+    from accelopt_nb.sim.replay.state import attach
     from accelopt_nb.sim.trace import Instruction, Region
 
     rt = Runtime(SimOptions(trace_only=True), "k", set())
+    attach(rt)   # the replay wing's state, where Flat keeps what it flattened
     instructions = []
     for name in ("adamw", "lora", "gqa_full", "mamba"):
         problem = nkibench.get_problem(name)

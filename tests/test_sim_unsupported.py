@@ -9,7 +9,7 @@ from accelopt_nb.errors import KernelError, KernelLoadError, SimulatorBugError, 
 from accelopt_nb.evaluation import EvalOptions, Status, make_job
 from accelopt_nb.evaluation.engine import evaluate_job
 from accelopt_nb.sim import load_kernel, simulate
-from accelopt_nb.sim import ops as sim_ops
+from accelopt_nb.sim.api import ops as sim_ops
 
 HEADER_01 = """\
 import numpy as np
@@ -216,7 +216,7 @@ def test_exception_inside_the_simulator_is_reported_as_a_simulator_bug(monkeypat
         run(src)
     err = e.value
     assert (err.file, err.line) == ("k.py", line_of(src, "nl.exp(t)"))
-    assert err.internal.startswith("IndexError") and "accelopt_nb/sim/language.py" in err.internal
+    assert err.internal.startswith("IndexError") and "accelopt_nb/sim/api/language.py" in err.internal
     assert str(err).startswith("simulator bug:") and "not in the kernel" in str(err)
     assert err.to_dict()["type"] == "SimulatorBugError"
 

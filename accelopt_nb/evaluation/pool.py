@@ -27,7 +27,7 @@ from typing import Any
 
 from accelopt_nb.evaluation.sandbox import SandboxOutcome, worker_env
 
-PRELOAD = ("numpy", "accelopt_nb.sim.frontend", "accelopt_nb.perf", "nkibench",
+PRELOAD = ("numpy", "accelopt_nb.sim.api.loader", "accelopt_nb.perf", "nkibench",
            "accelopt_nb.evaluation.engine", "accelopt_nb.evaluation.backends.simulator")
 PRELOAD_ENV = "ACCELOPT_EVAL_PRELOAD"    # extra modules, comma-separated (e.g. a backend plug-in)
 START_TIMEOUT_S = 120.0

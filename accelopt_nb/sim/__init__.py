@@ -13,9 +13,9 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Kernel": "accelopt_nb.sim.frontend", "SimResult": "accelopt_nb.sim.frontend", "jit": "accelopt_nb.sim.frontend",
-    "load_kernel": "accelopt_nb.sim.frontend", "simulate": "accelopt_nb.sim.frontend",
-    "SimOptions": "accelopt_nb.sim.runtime",
+    # the loader brings the whole simulator (both front ends, the API bound into the core)
+    **dict.fromkeys(("Kernel", "SimResult", "jit", "simulate", "load_kernel"), "accelopt_nb.sim.api.loader"),
+    "SimOptions": "accelopt_nb.sim.core.runtime",
     "Instruction": "accelopt_nb.sim.trace", "Region": "accelopt_nb.sim.trace", "TensorInfo": "accelopt_nb.sim.trace",
     "Trace": "accelopt_nb.sim.trace",
 }

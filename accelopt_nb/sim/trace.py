@@ -21,6 +21,7 @@ Conventions
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -152,7 +153,7 @@ class Trace:
     trace_only: bool = False
     num_cores: int = 1                                         # physical NeuronCores used (nl.nc launch grids)
     program_cores: dict[int, int] = field(default_factory=dict)  # flat SPMD program id -> core, when num_cores > 1
-    replayed: int = 0          # instructions extrapolated by trace-only loop replay, not executed (sim/replay.py)
+    replayed: int = 0          # instructions extrapolated by loop replay, not executed (sim/replay/loops.py)
 
     def __len__(self) -> int:
         return len(self.instructions)
@@ -179,3 +180,10 @@ class Trace:
             used.update(ins.in_dtypes)
             used.add(ins.out_dtype)
         return used
+
+
+def trace_fields(trace: Trace) -> tuple:
+    """Everything a trace records except ``replayed``, as plain data: what loop replay must leave unchanged."""
+    return ([dataclasses.astuple(i) for i in trace.instructions],
+            [dataclasses.astuple(t) for t in trace.tensors.values()], list(trace.tensors), trace.kernel_name,
+            trace.grid, trace.trace_only, trace.num_cores, trace.program_cores)

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from accelopt_nb.errors import KernelError
-from accelopt_nb.sim.runtime import LoopFrame, Runtime
+from accelopt_nb.sim.core.runtime import LoopFrame, Runtime
 
 _GRID_RULE = "launch grid entries are positive ints, nl.nc(n) or nl.spmd_dim(...)"
 

@@ -1,11 +1,11 @@
 """Loop replay with values: a probe iteration's effects on simulator memory, re-run at a later iteration's offsets.
 
-Trace replay (:mod:`accelopt_nb.sim.replay`) skips the Python body of a loop's later iterations and
+Trace replay (:mod:`accelopt_nb.sim.replay.loops`) skips the Python body of a loop's later iterations and
 extrapolates their trace records. With values, the skipped iterations must still change memory as
 running them would. While a loop probes, every change the simulator makes to memory, validity, the
-loop-carried write log and the loop frames goes through :func:`run` (or :func:`note`), which records
-the call: its function, and its arguments with every integer and every array's byte offset as a
-number. Arrays are recorded as views of a *root*: a tensor's storage (``Runtime.roots``), a *register*
+loop-carried write log and the loop frames is a primitive call (``core.prims.call``, or ``note``), which
+:func:`record` records: its function, and its arguments (positional arrays, keyword parameters) with every integer
+and every array's byte offset as a number. Arrays are recorded as views of a *root*: a tensor's storage (``Runtime.roots``), a *register*
 (an array or a tensor an earlier call of the same iteration returned: a tensor allocated in the body is the
 recorded call ``tensor.allocated``), or other memory by identity (a tile computed before the loop); bool
 arrays (masks) and read-only arrays are constants, by value. The probes' calls
@@ -14,10 +14,10 @@ iteration is then the same calls on views at extrapolated offsets: no index expr
 checks rebuilt. Registers are dropped after their last use, so temporaries are freed as running the body
 frees them.
 
-Anything else is refused for the loop, so values are exact or the loop runs every iteration: a change of
-memory or validity outside these calls (:func:`fail`: a gather or scatter, per-element validity, a first
-write into a kernel input), a temporary computed outside :func:`run` (a new object each iteration: the
-probes disagree). Validity decided by a check
+Anything else is refused for the loop, so values are exact or the loop runs every iteration: a call of a function
+that declares no replay rule (``core.prims.primitive``), a change of memory or validity outside these calls
+(``core.prims.fail``: a gather or scatter, per-element validity, a first write into a kernel input), a temporary
+computed outside a primitive call (a new object each iteration: the probes disagree). Validity decided by a check
 (``Cover.covers``, ``Cover.local``) is recorded as a guard; before each replayed iteration its guards are
 evaluated against the cover as it will be at their point, and replay stops before an iteration whose
 guard would come out differently. A loop-carried write found in a replayed iteration raises with the
@@ -28,17 +28,21 @@ before the replay), those checks are decided once per replay and each write is o
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from accelopt_nb.sim.conflicts import Cover, _contains, _meets, paint
-from accelopt_nb.sim.runtime import LoopFrame, Runtime, active
+from accelopt_nb.sim.core.boxes import Cover, _contains, _meets, paint
+from accelopt_nb.sim.core.context import active
+from accelopt_nb.sim.core.memory import cover_add, guard_covered, guard_local
+from accelopt_nb.sim.core.prims import BOOKS, GUARD, PRIMS, call, primitive
+from accelopt_nb.sim.core.runtime import LoopFrame, Runtime
+from accelopt_nb.sim.core.runtime import loop_iteration
+
+if TYPE_CHECKING:
+    from accelopt_nb.sim.replay.state import ReplayState
 
 _PLAIN = (str, bool, float, type(None), np.floating, np.bool_, np.dtype)
-# a recorded check of a box written into a tensor from before the loop -> (the same call without the check,
-# whether no earlier write logged for the tensor meets any of the given boxes): see Program.calls_for
-PROVABLE: dict[Callable, tuple[Callable, Callable[[Any, list], bool]]] = {}
 # past this many calls in one iteration, most of them repeated by nested loops' replays, the iteration is not
 # recorded: its nested loops already replay, and recording and compiling it cost more than replaying it saved
 # (measured: the paper's matmul, 10.5 -> 15.5 s had its 12-iteration outer loop been replayed). Calls the
@@ -74,39 +78,15 @@ class Unsupported(Exception):
     """A call's argument that replay cannot re-derive at another iteration."""
 
 
-def recording() -> Runtime | None:
-    rt = active()
-    return rt if rt is not None and rt.probes and rt.value_replay else None
-
-
-def fail(reason: str) -> None:
-    """Memory changed in a way the calls cannot repeat: the probing loops run every iteration."""
-    rt = recording()
-    if rt is not None:
-        for p in rt.probes:
-            p.fail(f"values: {reason}")
-
-
-def run(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)``, recorded by the probing loops."""
-    result = fn(*args)
-    rt = recording()
-    if rt is not None:
-        _record(rt, fn, args, result)
-    return result
-
-
-def note(fn: Callable[..., Any], *args: Any, result: Any = None) -> None:
-    """Record ``fn(*args)`` (returning ``result``) done by the caller itself."""
-    rt = recording()
-    if rt is not None:
-        _record(rt, fn, args, result)
-
-
-def _record(rt: Runtime, fn: Callable[..., Any], args: tuple, result: Any) -> None:
-    for p in rt.probes:
+def record(st: ReplayState, fn: Callable[..., Any], args: tuple, params: dict[str, Any], result: Any) -> None:
+    """Record the primitive call ``fn(*args, **params)`` (which returned ``result``) in the probing loops' logs."""
+    prim = PRIMS.get(fn)
+    for p in st.probes:
         log = p.logs[-1] if p.logs else None
         if log is None or log.broken is not None or p.reason is not None:
+            continue
+        if prim is None or prim.replay is None:
+            p.fail(f"values: {getattr(fn, '__qualname__', fn)} declares no replay rule (core.prims.primitive)")
             continue
         calls = len(log.sigs)
         if calls >= MAX_CALLS and (2 * log.replayed >= calls or calls >= MAX_CALLS_PYTHON):
@@ -114,12 +94,15 @@ def _record(rt: Runtime, fn: Callable[..., Any], args: tuple, result: Any) -> No
             why = "" if calls >= MAX_CALLS_PYTHON else ", most of them nested loops' replays"
             p.fail(f"values: more than {calls} calls in one iteration{why} (recording would cost more than it saves)")
             continue
-        sig: list[Any] = [fn]
+        names = tuple(params)
+        sig: list[Any] = [fn, names]
         consts: list[Any] = []
         start = len(log.ints)
         try:
             for a in args:
-                _flatten(rt, log, a, sig, consts)
+                _flatten(st, log, a, sig, consts)
+            for a in params.values():
+                _flatten(st, log, a, sig, consts)
         except Unsupported as exc:
             # this iteration cannot be repeated; later ones may (a tile computed before the loop and first
             # read in its first iteration): the probes compared must all be whole. Past the first probe
@@ -130,7 +113,7 @@ def _record(rt: Runtime, fn: Callable[..., Any], args: tuple, result: Any) -> No
             else:
                 log.broken = reason
             continue
-        reg = _register(rt, log, result)
+        reg = _register(st, log, result)
         sig.append(reg)
         log.sigs.append(tuple(sig))
         log.consts.append(consts)
@@ -138,12 +121,12 @@ def _record(rt: Runtime, fn: Callable[..., Any], args: tuple, result: Any) -> No
             log.together.append((start, len(log.ints)))
 
 
-def _register(rt: Runtime, log: Log, result: Any) -> Any:
+def _register(st: ReplayState, log: Log, result: Any) -> Any:
     """A result that is new memory, a loop frame or a tensor allocated in the iteration (with its storage)
     becomes the next register(s); returns its tag."""
     if isinstance(result, np.ndarray):
         base = root(result)
-        if id(base) in log.regs or id(base) in rt.roots:
+        if id(base) in log.regs or id(base) in st.roots:
             return None
         log.regs[id(base)] = n = log.count
         log.count += 1
@@ -197,7 +180,7 @@ def _box_ints(a: tuple) -> list[int] | tuple | None:
     return out
 
 
-def _flatten(rt: Runtime, log: Log, a: Any, sig: list, consts: list) -> None:
+def _flatten(st: ReplayState, log: Log, a: Any, sig: list, consts: list) -> None:
     t = type(a)
     if t is int or (isinstance(a, np.integer) and t is not np.bool_):
         sig.append(0)
@@ -210,18 +193,18 @@ def _flatten(rt: Runtime, log: Log, a: Any, sig: list, consts: list) -> None:
             return
         sig.append(("t", len(a)))
         for x in a:
-            _flatten(rt, log, x, sig, consts)
+            _flatten(st, log, x, sig, consts)
     elif t is slice:
         sig.append(("s",))
         for x in (a.start, a.stop, a.step):
-            _flatten(rt, log, x, sig, consts)
+            _flatten(st, log, x, sig, consts)
     elif t is np.ndarray:
         base = root(a)
         reg = log.regs.get(id(base))
         if reg is not None:
             where = ("r", reg, 0)
-        elif id(base) in rt.roots:
-            where = ("b",) + _identity(rt, log, base)
+        elif id(base) in st.roots:
+            where = ("b",) + _identity(st, log, base)
             consts.append(base)
         elif not base.flags.writeable or a.dtype == np.bool_:
             # a constant: a kept array, or a mask (bool arrays reaching these calls are masks and what
@@ -232,7 +215,7 @@ def _flatten(rt: Runtime, log: Log, a: Any, sig: list, consts: list) -> None:
         else:
             # memory from before the iteration (a tile computed before the loop): by identity, so the
             # probes agree only if every iteration reads that same memory
-            where = ("b",) + _identity(rt, log, base)
+            where = ("b",) + _identity(st, log, base)
             consts.append(base)
         if not base.flags.c_contiguous:
             raise Unsupported("an array whose storage is not contiguous")
@@ -251,24 +234,24 @@ def _flatten(rt: Runtime, log: Log, a: Any, sig: list, consts: list) -> None:
         if reg is not None:   # a tensor allocated earlier in the iteration
             sig.append(("f", reg))
             return
-        sig.append(("o",) + _identity(rt, log, a))
+        sig.append(("o",) + _identity(st, log, a))
         consts.append(a)
 
 
-def _identity(rt: Runtime, log: Log, obj: Any) -> tuple[int, int]:
+def _identity(st: ReplayState, log: Log, obj: Any) -> tuple[int, int]:
     """``obj`` by identity: its id and how many objects had that id before it in this run, so an object
     freed and another allocated at its address never look the same (objects that take no weak reference
     are kept alive instead)."""
     key = id(obj)
-    live = rt.identities
+    live = st.identities
     if live.get(key) is not obj:
         try:
             live[key] = obj
         except TypeError:   # no weak reference (a ufunc): kept alive while probing, so its id stays its own
             log.keep.append(obj)
             return key, -1
-        rt.generations[key] = rt.generations.get(key, -1) + 1
-    return key, rt.generations[key]
+        st.generations[key] = st.generations.get(key, -1) + 1
+    return key, st.generations[key]
 
 
 # ---- the check and the replay ------------------------------------------------------------------------
@@ -280,39 +263,34 @@ class Program:
         self.last, self.delta = last, delta
         # every instance of a loop records the same calls (only the numbers move): compiled once per launch
         rt = active()
+        st = None if rt is None else rt.observer
         key: tuple | None = tuple(log.sigs)
         compiled = None
-        if rt is not None:
+        if st is not None:
             try:
-                compiled = rt.programs.get(key)
+                compiled = st.programs.get(key)
             except TypeError:   # a constant that is not hashable
                 key = None
         if compiled is None:
             compiled = self._compile(log)
-            if rt is not None and key is not None:
-                if len(rt.programs) >= PROGRAMS_KEPT:
-                    rt.programs.clear()
-                rt.programs[key] = compiled
+            if st is not None and key is not None:
+                if len(st.programs) >= PROGRAMS_KEPT:
+                    st.programs.clear()
+                st.programs[key] = compiled
         self.calls, self.checks, guards = compiled[:3]
         self.guards = _needed_guards(guards, last, delta)
         self._compiled, self._log = compiled, log
         self.registers = log.count
 
-    def lanes(self) -> Any:
-        """The program's plan for running its replayed iterations as lanes (``lanes.plan``), made once per launch."""
-        if self._compiled[3] is None:
-            from accelopt_nb.sim import lanes
-            self._compiled[3] = lanes.plan(self._log)
-        return self._compiled[3]
-
     @staticmethod
     def _compile(log: Log) -> list:
         """The calls, checks and guards of an iteration's log (the guards before :func:`_needed_guards`), and a
-        place for its lane plan (:meth:`lanes`).
+        place for its lane plan (``lanes.plan_of``: made once per launch, on first use).
 
-        Calls: (fn, builder of its arguments, register tag, registers freed after it), but for the guards'
-        own calls, which do nothing (the guards are evaluated before each iteration instead). Guards: (fn, tensor key,
-        tensor, box builder, local, box slots). Checks: PROVABLE calls as (index, fn, tensor, box slots)."""
+        Calls: (fn, builder of its (arguments, parameters), register tag, registers freed after it), but for the
+        guards' own calls, which do nothing (the guards are evaluated before each iteration instead). Guards: (fn,
+        tensor key, tensor, box builder, local, box slots). Checks: the calls of a primitive with a ``provable``
+        rule, as (index, fn, tensor, box slots)."""
         calls: list[tuple[Callable, Callable, Any, tuple[int, ...]]] = []
         guards: list[tuple] = []
         checks: list[tuple] = []
@@ -320,7 +298,7 @@ class Program:
         slot = 0
         last_use: dict[int, int] = {}
         for i, sig in enumerate(log.sigs):
-            for node in sig[1:-1]:
+            for node in sig[2:-1]:
                 if type(node) is tuple and node and ((node[0] == "a" and node[1] == "r") or node[0] == "f"):
                     last_use[node[2] if node[0] == "a" else node[1]] = i
         frees: dict[int, list[int]] = {}
@@ -328,29 +306,32 @@ class Program:
             frees.setdefault(i, []).append(reg)
         pending: list[int] = []   # registers freed after a call that is not replayed
         for i, (sig, consts) in enumerate(zip(log.sigs, log.consts)):
-            it, cit = iter(sig[1:-1]), iter(consts)
+            fn, names = sig[0], sig[1]
+            it, cit = iter(sig[2:-1]), iter(consts)
             exprs = []
+            tops = []    # per argument: its top node
             spans = []   # per argument: its slots, if a box of ints
             while (node := next(it, _END)) is not _END:
                 first = slot
                 expr, slot = _source(node, it, cit, slot, ns)
                 exprs.append(expr)
+                tops.append(node)
                 spans.append((first, slot) if type(node) is tuple and node[0] == "B" else None)
-            fn = sig[0]
-            if fn is guard_covered or fn is guard_local:
+            if PRIMS[fn].replay == GUARD:
                 # checked before each replayed iteration (self.guards), and nothing to run
                 pending += frees.get(i, ())
             else:
-                if fn in PROVABLE and spans[1] is not None and type(sig[1]) is tuple and sig[1][0] == "o":
+                if PRIMS[fn].provable is not None and spans[1] is not None and type(tops[0]) is tuple and \
+                        tops[0][0] == "o":
                     checks.append((len(calls), fn, consts[0], spans[1]))
                 # registers are dropped after their last use, so temporaries are freed when running the body frees them
-                calls.append((fn, _compiled(f"lambda row, regs: ({''.join(e + ', ' for e in exprs)})", ns), sig[-1],
+                calls.append((fn, _compiled(f"lambda row, regs: {_call_source(exprs, names)}", ns), sig[-1],
                               tuple(pending + frees.get(i, []))))
                 pending = []
             if fn is cover_add or fn is guard_covered or fn is guard_local:
                 # the tensor: a constant, or (None) one allocated in the iteration, whose cover starts empty
-                fresh = type(sig[1]) is tuple and sig[1][0] == "f"
-                guards.append((fn, ("reg", sig[1][1]) if fresh else id(consts[0]), None if fresh else consts[0],
+                fresh = type(tops[0]) is tuple and tops[0][0] == "f"
+                guards.append((fn, ("reg", tops[0][1]) if fresh else id(consts[0]), None if fresh else consts[0],
                                _compiled(f"lambda row: {exprs[1]}", ns),
                                consts[-1] if fn is guard_local else None, spans[1]))
         return [calls, checks, guards, None]   # the last: the lane plan, made on first use (lanes)
@@ -361,14 +342,14 @@ class Program:
         proven = _proven(self.checks, self.last, self.delta, count)
         if not proven:
             return self.calls
-        return [(PROVABLE[c[0]][0],) + c[1:] if i in proven else c for i, c in enumerate(self.calls)]
+        return [(PRIMS[c[0]].provable[0],) + c[1:] if i in proven else c for i, c in enumerate(self.calls)]
 
 
 def _proven(checks: list[tuple], last: np.ndarray, delta: np.ndarray, count: int) -> set[int]:
     """The checks (by call index) that cannot fail in iterations 1..``count``: per tensor, every box its
     checked writes assign in those iterations is disjoint from every other (each call's box moves rigidly,
     by at least its extent along some axis, and the ranges the calls sweep are disjoint), so no element is
-    written twice, and no write logged before meets a swept range (the tensor's own test, PROVABLE).
+    written twice, and no write logged before meets a swept range (the tensor's own test, the ``provable`` rule).
     Anything else keeps its checks: they then decide, as running every iteration does."""
     by_tensor: dict[int, tuple[Callable, Any, list[int], list[tuple | None]]] = {}
     for i, fn, t, span in checks:
@@ -382,7 +363,7 @@ def _proven(checks: list[tuple], last: np.ndarray, delta: np.ndarray, count: int
             continue
         if any(_meets(a, b) for k, a in enumerate(ranges) for b in ranges[k + 1:]):
             continue
-        if PROVABLE[fn][1](t, ranges):
+        if PRIMS[fn].provable[1](t, ranges):
             proven.update(calls)
     return proven
 
@@ -457,6 +438,14 @@ def _written_by(box: tuple, step: np.ndarray, added: list[tuple]) -> bool:
 
 
 _CODE: dict[str, Any] = {}
+
+
+def _call_source(exprs: list[str], names: tuple[str, ...]) -> str:
+    """Source of a call's (positional arguments, parameters) from its arguments' sources, the last ``names``
+    of them parameters."""
+    k = len(exprs) - len(names)
+    params = ", ".join(f"{n!r}: {e}" for n, e in zip(names, exprs[k:]))
+    return f"(({''.join(e + ', ' for e in exprs[:k])}), {{{params}}})"
 
 
 def _compiled(source: str, ns: dict[str, Any]) -> Callable:
@@ -546,11 +535,12 @@ def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: Prog
     done = 0
     # an enclosing probing loop records these calls too (and proves its own program's checks, if it can), counted
     # as calls not run in Python (see MAX_CALLS)
-    recorded = bool(rt.probes)
-    calls = program.calls if rt.probes else program.calls_for(count)
+    probes = rt.observer.probes
+    recorded = bool(probes)
+    calls = program.calls if probes else program.calls_for(count)
     if only is not None:
         calls = [calls[i] for i in only]
-    logs = [p.logs[-1] for p in rt.probes if p.logs]
+    logs = [p.logs[-1] for p in probes if p.logs]
     try:
         with np.errstate(all="ignore"):   # NumPy's warnings are no kernel's (deferred results computed under it)
             for m in range(1, count + 1):
@@ -560,12 +550,13 @@ def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: Prog
                 for log in logs:
                     log.replayed += len(calls) + 1
                 if recorded:
-                    run(loop_iteration, frame, values[pos + m - 1])
+                    call(loop_iteration, frame, i=values[pos + m - 1])
                 else:
-                    loop_iteration(frame, values[pos + m - 1])
+                    loop_iteration(frame, i=values[pos + m - 1])
                 regs: list[Any] = [None] * program.registers
                 for fn, build, reg, frees in calls:
-                    result = run(fn, *build(row, regs)) if recorded else fn(*build(row, regs))
+                    args, params = build(row, regs)
+                    result = call(fn, *args, **params) if recorded else fn(*args, **params)
                     if reg is not None:
                         regs[reg[1]] = root(result) if reg[0] == "reg" else result
                         if reg[0] == "tensor":
@@ -613,36 +604,8 @@ def _guards_hold(program: Program, row: list[int]) -> bool:
 
 
 # ---- recorded calls ------------------------------------------------------------------------------------
-def guard_covered(t: Any, box: tuple) -> None:
-    """A read found ``box`` of ``t`` written (``Cover.covers``); checked before replaying an iteration."""
-
-
-def guard_local(t: Any, box: tuple, local: np.ndarray) -> None:
-    """A read found ``box`` of ``t`` written where ``local`` is true (``Cover.local``); checked likewise."""
-
-
-def cover_add(t: Any, box: tuple) -> None:
-    t._cover.add(box)
-
-
+@primitive(replay=BOOKS)
 def same_step(*offsets: int) -> None:
     """Recorded by a nested loop that ran as lanes (``lanes``): the byte offsets of its accesses to one written
     tensor, which an enclosing loop's iterations must all move by one step (:func:`agreed`), so that its lanes'
     accesses keep the distances that were proven apart."""
-
-
-def loop_begin(kind: str, start: int, step: int, count: int) -> LoopFrame:
-    rt = active()
-    frame = LoopFrame(uid=0, kind=kind, start=start, step=step, count=count)
-    rt.loops.append(frame)
-    return frame
-
-
-def loop_iteration(frame: LoopFrame, i: int) -> None:
-    active().enter_iteration(frame, i)
-
-
-def loop_end(frame: LoopFrame) -> None:
-    rt = active()
-    if frame in rt.loops:
-        rt.loops.remove(frame)

@@ -18,7 +18,8 @@ from accelopt_nb.errors import KernelError, SimulatorBugError, UnsupportedAPIErr
 PYTHON_ERRORS = (TypeError, ValueError, LookupError, AttributeError, ArithmeticError, NameError, AssertionError,
                  RuntimeError)
 
-_SIM_DIR = Path(__file__).resolve().parent
+SIM_DIR = str(Path(__file__).parents[1])   # the simulator's own code (accelopt_nb/sim and its wings), as imported
+_SIM_DIR = Path(__file__).resolve().parents[1]
 
 
 def python_error(exc: Exception, files: set[str], location: tuple[str | None, int | None]) -> KernelError:
@@ -26,7 +27,8 @@ def python_error(exc: Exception, files: set[str], location: tuple[str | None, in
     file, line = location
     sim_frame = simulator_frame_below(exc, files)
     if sim_frame is not None:
-        where = f"{Path(sim_frame.filename).name}:{sim_frame.lineno} in {sim_frame.name}"
+        where = f"{Path(sim_frame.filename).resolve().relative_to(_SIM_DIR).as_posix()}:{sim_frame.lineno} in " \
+                f"{sim_frame.name}"
         internal = f"{type(exc).__name__}: {exc} (raised in accelopt_nb/sim/{where})"
         return SimulatorBugError(f"the simulator failed on this kernel line with {internal}", file=file,
                                  line=line, internal=internal)

@@ -1,20 +1,20 @@
 """Simulation state for one kernel launch: options, loops, SPMD ids, errors and the trace.
 
-NKI APIs find the running simulation through :func:`current`; outside a simulation they
-raise a clear error instead of silently doing NumPy math.
+NKI APIs find the running simulation through :func:`current` (:mod:`accelopt_nb.sim.core.context`); outside a
+simulation they raise a clear error instead of silently doing NumPy math.
 """
 from __future__ import annotations
 
-import contextlib
 import sys
-import threading
 import warnings
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from accelopt_nb.errors import KernelError, NKIRuleError
-from accelopt_nb.sim import onchip
+from accelopt_nb.sim.core import onchip
+from accelopt_nb.sim.core.context import active, current, running
+from accelopt_nb.sim.core.hooks import Observer
+from accelopt_nb.sim.core.prims import BOOKS, primitive
 from accelopt_nb.sim.trace import Instruction, Region, TensorInfo, Trace
 
 PMAX = 128                 # partitions (nl.tile_size.pmax)
@@ -40,7 +40,8 @@ class SimOptions:
         and fill unwritten on-chip memory lazily (same values, trace and errors as the general
         gather/stamp/fill path, which ``False`` forces: for tests and side-by-side timing).
     loop_replay: run a loop's first iterations and extrapolate the others where that provably gives the
-        same trace (``accelopt_nb.sim.replay``) and, with values, the same memory (``accelopt_nb.sim.effects``);
+        same trace (``accelopt_nb.sim.replay.loops``) and, with values, the same memory
+        (``accelopt_nb.sim.replay.values``);
         ``False`` runs every iteration.
     """
 
@@ -97,24 +98,16 @@ class Runtime:
         self.warnings: list[str] = []
         self.loop_reduce_state: dict[tuple, Any] = {}   # nl.loop_reduce accumulators by call site and loop nest
         self.pending_reduction: Any = None   # (result, how to reduce it into a destination) of the last loop_reduce
-        self.deferred: Any = None            # the result tile whose values are not computed yet (tensor.defer)
+        self.deferred: Any = None            # the result tile whose values are not computed yet (memory.defer)
         self.rng: Any = None                 # nl.rand / nl.dropout's generator (seeded per launch: language._rng)
-        self.probes: list[Any] = []          # replay probes of the loops whose probe iterations are running
-        self.programs: dict[tuple, Any] = {}  # value replay's compiled programs by their calls' signatures
-        self.region_shapes: dict[int, tuple[int, ...]] = {}   # id(Region) -> its view's shape, while probing
-        self.replayed_blocks: dict[int, Any] = {}   # id(first record) -> a block replay built while a parent probes
-        self.flattened: dict[int, tuple] = {}       # id(record) -> its replay signature, while loops probe
-        self.replay_misses: dict[tuple, int] = {}   # (code, line) of a loop -> its instances in a row replay gained nothing
-        self.replay_evidence: dict[tuple, Any] = {}  # (code, line) of a loop -> its last step found (replay.Evidence)
         self.hidden: dict[int, TensorInfo] = {}     # result tiles taken out of the trace (hide_result), by id
         self.onchip = onchip.Launch()        # the on-chip buffers' memory, kept for the next launch
         self.tensors_unsorted = False               # a hidden tile came back: trace.tensors leaves id order
-        self.replay = options.loop_replay and options.record_trace
-        self.value_replay = self.replay and not options.trace_only
-        # id(array) -> the storage of a live tensor (value replay's roots; weak: a dead tensor's memory is freed)
-        self.roots: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
-        self.identities: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()   # effects._identity
-        self.generations: dict[int, int] = {}
+        # the observer of the launch (the replay wing, when loops replay), and the same while it watches every
+        # access (a loop probes) or also records every primitive call (probing with values): see core.hooks
+        self.observer: Observer | None = None
+        self.watching: Observer | None = None
+        self.recording: Observer | None = None
 
     # ---- identities --------------------------------------------------------------
     def new_tensor_id(self) -> int:
@@ -153,14 +146,14 @@ class Runtime:
         frame = LoopFrame(uid=self.new_uid(), kind=kind, start=values[0] if len(values) else 0, step=values.step,
                           count=len(values))
         self.loops.append(frame)
-        if self.probes and self.value_replay:
-            from accelopt_nb.sim import effects
-            effects.note(effects.loop_begin, kind, frame.start, frame.step, frame.count, result=frame)
+        if self.recording is not None:
+            self.recording.record(loop_begin, (), {"kind": kind, "start": frame.start, "step": frame.step,
+                                                   "count": frame.count}, frame)
         try:
-            if self.replay:
-                from accelopt_nb.sim import replay
+            observer = self.observer
+            if observer is not None:
                 # the frame whose `for` advances this generator
-                yield from replay.run(self, frame, values, sys._getframe(1))
+                yield from observer.loop(self, frame, values, sys._getframe(1))
             else:
                 for i in values:
                     yield self.iterate(frame, i)
@@ -169,15 +162,13 @@ class Runtime:
             if frame in self.loops:
                 self.loops.remove(frame)
             self._refresh_loop_key()
-            if self.probes and self.value_replay:
-                from accelopt_nb.sim import effects
-                effects.note(effects.loop_end, frame)
+            if self.recording is not None:
+                self.recording.record(loop_end, (frame,), {}, None)
 
     def iterate(self, frame: LoopFrame, i: int, index: type[LoopIndex] | None = None) -> LoopIndex:
         """``enter_iteration``, recorded for value replay by the enclosing probing loops."""
-        if self.probes and self.value_replay:
-            from accelopt_nb.sim import effects
-            effects.note(effects.loop_iteration, frame, int(i))
+        if self.recording is not None:
+            self.recording.record(loop_iteration, (frame,), {"i": int(i)}, None)
         return self.enter_iteration(frame, i, index or LoopIndex)
 
     def enter_iteration(self, frame: LoopFrame, i: int, index: type[LoopIndex] = LoopIndex) -> LoopIndex:
@@ -239,30 +230,25 @@ class Runtime:
         return ins
 
 
-_state = threading.local()
+# ---- the loops' books, as value replay re-runs them (primitives: see core.prims) ----------------------------
+@primitive(replay=BOOKS)
+def loop_begin(*, kind: str, start: int, step: int, count: int) -> LoopFrame:
+    rt = active()
+    frame = LoopFrame(uid=0, kind=kind, start=start, step=step, count=count)
+    rt.loops.append(frame)
+    return frame
 
 
-def current() -> Runtime:
-    rt = getattr(_state, "runtime", None)
-    if rt is None:
-        raise KernelError("NKI APIs can only run inside a kernel launched by the accelopt_nb simulator "
-                          "(call the @nki.jit kernel, or accelopt_nb.sim.simulate)",
-                          rule="NKI API called outside a kernel")
-    return rt
+@primitive(replay=BOOKS)
+def loop_iteration(frame: LoopFrame, *, i: int) -> None:
+    active().enter_iteration(frame, i)
 
 
-def active() -> Runtime | None:
-    return getattr(_state, "runtime", None)
-
-
-@contextlib.contextmanager
-def running(rt: Runtime) -> Iterator[Runtime]:
-    prev = getattr(_state, "runtime", None)
-    _state.runtime = rt
-    try:
-        yield rt
-    finally:
-        _state.runtime = prev
+@primitive(replay=BOOKS)
+def loop_end(frame: LoopFrame) -> None:
+    rt = active()
+    if frame in rt.loops:
+        rt.loops.remove(frame)
 
 
 @dataclass

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from accelopt_nb.errors import UnsupportedAPIError
-from accelopt_nb.sim.runtime import PSUM_BANK_BYTES
+from accelopt_nb.sim.api.kernel import Kernel
+from accelopt_nb.sim.core.runtime import PSUM_BANK_BYTES
 
 PSUM_BANKS = 8
 
@@ -143,7 +144,6 @@ def _launcher(name: str, on_result: Callable | None = None):
     is simulated when called (``on_result`` sees each launch's result)."""
     def decorator(kernel=None, **options):
         def wrap(k):
-            from accelopt_nb.sim.frontend import Kernel
             base = k if isinstance(k, Kernel) else Kernel(k)
             return Kernel(base.fn, base.grid_spec, base.mode, options={**base.options, **options},
                           on_result=on_result)

@@ -10,6 +10,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from accelopt_nb.sim.core.prims import ELEMENTWISE as _ELEMENTWISE
+
 _SQRT2 = np.float32(math.sqrt(2.0))
 _INV_SQRT_PI2 = np.float32(2.0 / math.sqrt(math.pi))
 
@@ -105,8 +107,10 @@ ALU: dict[str, Callable[[Any, Any], Any]] = {
     "bypass": lambda a, b: a,
 }
 
-# the tables' functions, each elementwise (an element of the result depends on the same element of each operand)
+# the tables' functions, each elementwise (an element of the result depends on the same element of each operand):
+# they run over lanes like any broadcast axis (core.prims.is_elementwise)
 ELEMENTWISE = frozenset(ACTIVATIONS.values()) | frozenset(ALU.values())
+_ELEMENTWISE.update(ELEMENTWISE)
 
 BITWISE = {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"}
 COMPARISON = {"equal", "not_equal", "greater", "greater_equal", "less", "less_equal",

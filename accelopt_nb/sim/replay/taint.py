@@ -9,18 +9,10 @@ variable in a way extrapolation cannot follow.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
-from accelopt_nb.sim.runtime import LoopIndex
-
-SIM_DIR = str(Path(__file__).parent)   # the simulator's own code
-
-
-def plain(x: int) -> int:
-    """An int (tainted or not: loop variables are int subclasses) as a plain int, for the simulator's own
-    bookkeeping: no escape hook runs, since no kernel code looked at the value."""
-    return int.__index__(x)
+from accelopt_nb.sim.core.failures import SIM_DIR
+from accelopt_nb.sim.core.runtime import LoopIndex
 
 
 def _outside_simulator(depth: int) -> bool:

@@ -8,6 +8,7 @@ transpose plus the matmul).
 from __future__ import annotations
 
 import builtins
+import sys
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,23 +18,36 @@ from math import prod as _prod
 
 from accelopt_nb.errors import UnsupportedAPIError
 
-from accelopt_nb.sim import dtypes as _dt
-from accelopt_nb.sim import effects as _effects
-from accelopt_nb.sim import ops as _ops
-from accelopt_nb.sim.functions import ACTIVATIONS, ALU, SCALAR_ENGINE_FUNCS, op_name
-from accelopt_nb.sim.indexing import IndexExpr, Mask, arange, ds, mgrid  # noqa: F401 (re-exported)
-from accelopt_nb.sim.indexing import broadcast as _broadcast
-from accelopt_nb.sim.indexing import mask_rows_cols as _mask_rows_cols
-from accelopt_nb.sim.launch import nc, spmd_dim  # noqa: F401 (re-exported)
-from accelopt_nb.sim.runtime import (BN_STATS_FMAX, GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX, PSUM_FMAX,
+from accelopt_nb.sim.api import isa as _isa
+from accelopt_nb.sim.api import ops as _ops
+from accelopt_nb.sim.api.launch import nc, spmd_dim  # noqa: F401 (re-exported)
+from accelopt_nb.sim.core import dtypes as _dt
+from accelopt_nb.sim.core import views as _views
+from accelopt_nb.sim.core.functions import ACTIVATIONS, ALU, SCALAR_ENGINE_FUNCS, op_name
+from accelopt_nb.sim.core.indexing import IndexExpr, Mask, arange, ds, mgrid  # noqa: F401 (re-exported)
+from accelopt_nb.sim.core.indexing import broadcast as _broadcast
+from accelopt_nb.sim.core.indexing import mask_rows_cols as _mask_rows_cols
+from accelopt_nb.sim.core.memory import Thunk as _Thunk
+from accelopt_nb.sim.core.memory import box_writable as _box_writable
+from accelopt_nb.sim.core.memory import boxed_read as _boxed_read
+from accelopt_nb.sim.core.memory import copy_of as _copy_of
+from accelopt_nb.sim.core.memory import kept_box as _kept_box
+from accelopt_nb.sim.core.memory import read, write
+from accelopt_nb.sim.core.memory import store_boxed as _store_boxed
+from accelopt_nb.sim.core.operands import as_view, operand
+from accelopt_nb.sim.core.prims import REBUILD as _REBUILD
+from accelopt_nb.sim.core.prims import Lane as _Lane
+from accelopt_nb.sim.core.prims import call as _call
+from accelopt_nb.sim.core.prims import elementwise as _elementwise
+from accelopt_nb.sim.core.prims import fail as _fail
+from accelopt_nb.sim.core.prims import lane_axes as _lane_axes
+from accelopt_nb.sim.core.prims import primitive as _primitive
+from accelopt_nb.sim.core.prims import reduces_over_axes as _reduces_over_axes
+from accelopt_nb.sim.core.runtime import LoopIndex as _LoopIndex
+from accelopt_nb.sim.core.runtime import (BN_STATS_FMAX, GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX, PSUM_FMAX,
                                      ParDim, current, hbm, par_dim, private_hbm, psum, sbuf, shared_hbm)  # noqa: F401
-from accelopt_nb.sim.tensor import Tensor, View, as_view, operand, read, write
-from accelopt_nb.sim.tensor import boxed_into as _boxed_into
-from accelopt_nb.sim.tensor import box_writable as _box_writable
-from accelopt_nb.sim.tensor import boxed_read as _boxed_read
-from accelopt_nb.sim.tensor import copy_of as _copy_of
-from accelopt_nb.sim.tensor import kept_box as _kept_box
-from accelopt_nb.sim.tensor import store_boxed as _store_boxed
+from accelopt_nb.sim.core.tensor import Tensor
+from accelopt_nb.sim.core.views import View
 
 # ---- dtypes --------------------------------------------------------------------------------------
 float32, float16, bfloat16, tfloat32 = _dt.float32, _dt.float16, _dt.bfloat16, _dt.tfloat32
@@ -247,7 +261,8 @@ def _index_regions(view: View, attrs: dict) -> tuple:
     return tuple(v.region() for v in view.indirect)
 
 
-def _loaded(data: np.ndarray, dtype: Any) -> np.ndarray:
+@_primitive(replay=_REBUILD, lane=_Lane())
+def _loaded(data: np.ndarray, *, dtype: Any) -> np.ndarray:
     """HBM values as a tile of ``dtype`` holds them, in the compute type (fp32, or int64 for integers)."""
     compute = np.float32 if _dt.is_float(dtype) else np.int64
     return _dt.cast(data.astype(compute), dtype).astype(compute, copy=False)
@@ -271,16 +286,16 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
     part = None if box is None else _boxed_read(view, m, box)
     data = thunk = None
     if part is not None:   # a ragged tile: just the box its mask keeps is copied, into the tile's destination
-        thunk = (_boxed_into, shape, box, _copy_of, part)
+        thunk = _Thunk(_copy_of, (part,), box=box)
     else:
         data, _ = read(view, m, api)
     if data is not None:
         data = data.reshape(shape)
         if data.dtype == np.float32 and out_dtype == _dt.float32 and len(shape) >= 2:
-            thunk = (_copy_of, data)   # the one copy out of HBM goes straight into the tile's destination (tensor.defer)
+            thunk = _Thunk(_copy_of, (data,))   # the one copy out of HBM, straight into the tile's destination (defer)
             data = None
         else:
-            data = _effects.run(_loaded, data, out_dtype)  # one copy out of HBM
+            data = _call(_loaded, data, dtype=out_dtype)  # one copy out of HBM
     out = _ops.new_result(rt, api, shape, out_dtype, "sbuf", data, None, m, thunk)
     attrs = _dma_attrs(view, shape, _dt.itemsize(view.tensor.dtype), "hbm", "sbuf", mask=m)
     ins = rt.emit("dma", "dma_load", api, (view.region(m),) + _index_regions(view, attrs),
@@ -290,7 +305,8 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
     return out
 
 
-def _transposed_cast(data: np.ndarray, dtype: Any) -> np.ndarray:
+@_primitive(replay=_REBUILD, lane=_Lane())
+def _transposed_cast(data: np.ndarray, *, dtype: Any) -> np.ndarray:
     """A 2-D tile's transpose in ``dtype``'s values, over any leading axes (lanes)."""
     return _dt.cast(np.swapaxes(data, -1, -2).astype(np.float32), dtype).astype(np.float32)
 
@@ -308,7 +324,7 @@ def load_transpose2d(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
     out_dtype = _dt.canonical(dtype) if dtype is not None else view.tensor.dtype
     data, written = read(view, m.T if m is not None and m.ndim == 2 else m, api)
     if data is not None:
-        data = _effects.run(_transposed_cast, data, out_dtype)
+        data = _call(_transposed_cast, data, dtype=out_dtype)
     out = _ops.new_result(rt, api, shape, out_dtype, "sbuf", data, None if written is None else written.T, m)
     attrs = _dma_attrs(view, shape, _dt.itemsize(view.tensor.dtype), "hbm", "sbuf", transpose=True)
     out._producer = rt.emit("dma", "dma_transpose", api, (view.region(),), (out.full_view().region(),), shape[0],
@@ -373,8 +389,7 @@ def _emit_store(rt: Any, api: str, dview: View, op: Any, m: np.ndarray | None) -
 
 
 def copy(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
-    return _ops.elementwise("nl.copy", "vector", "tensor_copy", _ops.identity, [src], dtype=dtype, mask=mask,
-                            out_dtype_default=None)
+    return _ops.copy_tile(src, mask=mask, dtype=dtype)
 
 
 def broadcast_to(src, *, shape, **kwargs) -> Tensor:
@@ -386,7 +401,7 @@ def broadcast_to(src, *, shape, **kwargs) -> Tensor:
         np.broadcast_shapes(op.shape, shape)
     except ValueError:
         raise rt.rule_error(api, f"cannot broadcast {op.shape} to {shape}", "broadcast_to follows NumPy rules") from None
-    data = None if op.data is None else _effects.run(_ops.broadcast_copy, op.data, shape)
+    data = None if op.data is None else _call(_ops.broadcast_copy, op.data, shape=shape)
     written = None if op.written is None else _broadcast(op.written, shape)
     if op.shape[0] == 1 and shape[0] > 1:
         # partition broadcast: a TensorE matmul with a ones row. One PSUM bank holds the result, which
@@ -504,6 +519,7 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
                             [condition, x, y], dtype=dtype or _where_dtype(x, y), mask=mask, attrs={"alu": "select"})
 
 
+@_elementwise
 def _select(c, a, b):
     return np.where(c != 0, a, b)
 
@@ -515,9 +531,15 @@ def _where_dtype(x, y):
 
 
 # ---- reductions ----------------------------------------------------------------------------------
-def _reduced(rfn: Any, data: np.ndarray, axes: tuple[int, ...], keepdims: bool, to_fp32: bool) -> np.ndarray:
+@_primitive(replay=_REBUILD)
+def _reduced_lanes(data: np.ndarray, *, fn: Any, axes: tuple[int, ...], keepdims: bool, to_fp32: bool) -> np.ndarray:
+    return _reduced(data, fn=fn, axes=_lane_axes(axes), keepdims=keepdims, to_fp32=to_fp32)
+
+
+@_primitive(replay=_REBUILD, lane=_Lane(impl=_reduced_lanes, accepts=_reduces_over_axes))
+def _reduced(data: np.ndarray, *, fn: Any, axes: tuple[int, ...], keepdims: bool, to_fp32: bool) -> np.ndarray:
     with np.errstate(all="ignore"):
-        return np.asarray(rfn(data.astype(np.float32) if to_fp32 else data, axis=axes, keepdims=keepdims))
+        return np.asarray(fn(data.astype(np.float32) if to_fp32 else data, axis=axes, keepdims=keepdims))
 
 
 def _reduce(name: str, rfn):
@@ -531,7 +553,7 @@ def _reduce(name: str, rfn):
             tuple(s for i, s in enumerate(op.shape) if i not in axes)
         data = None
         if op.data is not None:
-            data = _effects.run(_reduced, rfn, op.data, axes, keepdims, name in ("mean", "var"))
+            data = _call(_reduced, op.data, fn=rfn, axes=axes, keepdims=keepdims, to_fp32=name in ("mean", "var"))
         written = None
         if op.written is not None:
             written = np.all(op.written, axis=axes, keepdims=keepdims)
@@ -583,12 +605,12 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
         to_float = _dt.is_float(out_dtype)
         acc = _Accumulators.of(rt, named, xo.shape, np.dtype(np.float32) if to_float else xo.data.dtype)
         slot = acc.slot(rt)
-        data = _effects.run(_reduce_step, fn, acc.values[slot], acc.started[slot + (Ellipsis,)], xo.data, m, restart,
-                            to_float)
+        data = _call(_reduce_step, acc.values[slot], acc.started[slot + (Ellipsis,)], xo.data, m, fn=fn,
+                     restart=restart, to_float=to_float)
         written = xo.written
         if written is not None or acc.written:
             # validity kept per slot in a dict: a loop doing this is not replayed with values
-            _effects.fail("nl.loop_reduce of a partially written tile")
+            _fail("nl.loop_reduce of a partially written tile")
             written = _ops.combine_written(None if restart else acc.written.get(slot), written, shape=xo.shape)
             acc.written[slot] = written
     out = _ops.new_result(rt, api, xo.shape, out_dtype, "sbuf", data, written, m)
@@ -603,7 +625,7 @@ class _Accumulators:
     run inside the outermost loop it names (a loop around all the named ones restarts the reduction at each of
     its iterations, so needs no slot of its own), in one dense array.
 
-    The slots' offsets move with those loops, so value replay (:mod:`accelopt_nb.sim.effects`) re-runs a
+    The slots' offsets move with those loops, so value replay (:mod:`accelopt_nb.sim.replay.values`) re-runs a
     reduction step at another iteration on the right slot; ``started`` marks the slots a restart wrote.
     """
 
@@ -619,8 +641,9 @@ class _Accumulators:
         counts = tuple(rt.loops[d].count for d in depths)
         if acc is None or builtins.any(c > n for c, n in zip(counts, acc.started.shape)):
             acc = rt.loop_reduce_state[key] = cls(depths, counts, shape, dtype, acc)
-            for a in (acc.values, acc.started):   # by identity in value replay's records, however they are used
-                rt.roots[id(a)] = a
+            if rt.observer is not None:   # by identity in value replay's records, however they are used
+                for a in (acc.values, acc.started):
+                    rt.observer.storage(a)
         return acc
 
     def __init__(self, depths: tuple[int, ...], counts: tuple[int, ...], shape: tuple[int, ...], dtype: np.dtype,
@@ -642,26 +665,26 @@ class _Accumulators:
         return tuple((rt.loops[d].iteration - rt.loops[d].start) // rt.loops[d].step for d in self.depths)
 
 
-def _reduce_step(fn, slot: np.ndarray, started: np.ndarray, x: np.ndarray, m: np.ndarray | None, restart: bool,
+@_primitive(replay=_REBUILD)
+def _reduce_step(slot: np.ndarray, started: np.ndarray, x: np.ndarray, m: np.ndarray | None, *, fn: Any, restart: bool,
                  to_float: bool) -> np.ndarray:
     """One ``nl.loop_reduce`` call: the new accumulator, also kept in ``slot``. ``x`` at a restart (or in a slot
     no restart wrote), else ``fn(slot, x)`` where the mask keeps."""
     new = x.astype(np.float32) if to_float else x.copy()
     if not restart and started:
-        new = _combine(fn, slot, new, m)
+        new = _combine(slot, new, m, fn=fn)
     slot[...] = new
     started[...] = True
     return new
 
 
 def _named_loops(rt, api: str, loop_indices: Any) -> list:
-    from accelopt_nb.sim.runtime import LoopIndex
     items = loop_indices if isinstance(loop_indices, (list, tuple)) else [loop_indices]
     if not items:
         raise rt.rule_error(api, "loop_indices is empty", "loop_reduce names the loops it reduces over")
     frames = []
     for idx in items:
-        if isinstance(idx, LoopIndex) and idx.frame in rt.loops:
+        if isinstance(idx, _LoopIndex) and idx.frame in rt.loops:
             frames.append(idx.frame)
             continue
         # a plain int: the innermost enclosing loop at that value that is not named yet
@@ -674,7 +697,8 @@ def _named_loops(rt, api: str, loop_indices: Any) -> list:
     return frames
 
 
-def _combine(fn, acc: np.ndarray, x: np.ndarray, m: np.ndarray | None) -> np.ndarray:
+@_primitive(replay=_REBUILD)
+def _combine(acc: np.ndarray, x: np.ndarray, m: np.ndarray | None, *, fn: Any) -> np.ndarray:
     """``fn(acc, x)`` where ``m`` keeps (fp32 for a float accumulator)."""
     if acc.dtype.kind == "f":
         acc = acc.astype(np.float32, copy=False)
@@ -703,8 +727,8 @@ class _PendingReduce:
         else:
             acc, acc_written = read(dest, None, api)
             x = self.x.data.reshape(dest.shape)
-            new = _effects.run(_combine, self.fn, acc, x,
-                               None if self.mask is None else _broadcast(self.mask, self.x.shape).reshape(dest.shape))
+            new = _call(_combine, acc, x,
+                        None if self.mask is None else _broadcast(self.mask, self.x.shape).reshape(dest.shape), fn=self.fn)
             xw = None if self.x.written is None else self.x.written.reshape(dest.shape)
             write(dest, new, _ops.combine_written(acc_written, xw, shape=dest.shape), mask, api, reduction=True)
         if producer is not None:
@@ -741,56 +765,39 @@ def random_seed(seed, **kwargs) -> None:
     rt.rng = np.random.default_rng(int(seed) if not isinstance(seed, (Tensor, View)) else 0)
 
 
-def _rng() -> np.random.Generator:
-    """The launch's generator (``Runtime.rng``): seeded with 0 at its first use unless ``nl.random_seed`` set it, so
-    a launch's random values depend on the launch alone, not on what ran before it in the process."""
-    rt = current()
-    if rt.rng is None:
-        rt.rng = np.random.default_rng(0)
-    return rt.rng
-
-
 def rand(shape, dtype=float32, **kwargs):
     rt = current()
     dims, _ = _parse_shape(rt, "nl.rand", shape)
-    data = None if rt.options.trace_only else _rng().random(dims, dtype=np.float32)
+    data = None if rt.options.trace_only else _ops.random_generator(rt).random(dims, dtype=np.float32)
     out = _ops.new_result(rt, "nl.rand", dims, dtype, "sbuf", data, None, None)
     _ops.emit_for(rt, out, "gpsimd", "rand", "nl.rand", [], {})
     return out
 
 
 def dropout(x, rate, *, dtype=None, mask=None, **kwargs):
-    keep = None
-    rt = current()
-    if not rt.options.trace_only:
-        op = operand(x, "nl.dropout", allow_scalar=False)
-        keep = (_rng().random(op.shape) >= float(rate)).astype(np.float32) / np.float32(1 - float(rate))
-    return _ops.elementwise("nl.dropout", "vector", "dropout",
-                            (lambda a: a * keep) if keep is not None else (lambda a: a), [x], dtype=dtype, mask=mask)
+    return _ops.dropout(x, rate, dtype=dtype, mask=mask)
 
 
 # ---- matmul and transpose ------------------------------------------------------------------------
 def matmul(x, y, *, transpose_x: bool = False, mask=None, **kwargs) -> Tensor:
     """``x @ y`` into a PSUM fp32 tile. Without ``transpose_x`` the compiler adds a PE transpose of x."""
-    from accelopt_nb.sim import isa
     rt = current()
     if not transpose_x:
         xv = as_view(x)
         if xv is None:
             raise rt.rule_error("nl.matmul", "x must be a tile", "matmul operands are SBUF tiles")
         xt = transpose(x)
-        return isa.nc_matmul(xt, y, mask=mask, _api="nl.matmul")
-    return isa.nc_matmul(x, y, mask=mask, _api="nl.matmul")
+        return _isa.nc_matmul(xt, y, mask=mask, _api="nl.matmul")
+    return _isa.nc_matmul(x, y, mask=mask, _api="nl.matmul")
 
 
 def transpose(x, *, dtype=None, mask=None, **kwargs) -> Tensor:
     """Swap partition and free axes of a 2-D tile: a PE transpose into PSUM, evacuated to SBUF."""
-    from accelopt_nb.sim import isa
     rt = current()
     op_view = as_view(x)
     if op_view is None or len(op_view.shape) != 2:
         raise rt.rule_error("nl.transpose", "nl.transpose takes a 2-D tile", "transpose swaps P and F of a 2-D tile")
-    t = isa.nc_transpose(x, engine=isa.tensor_engine, _api="nl.transpose")
+    t = _isa.nc_transpose(x, engine=_isa.tensor_engine, _api="nl.transpose")
     return copy(t, dtype=dtype or op_view.tensor.dtype)
 
 
@@ -807,5 +814,7 @@ def gather_flattened(data, indices, *, mask=None, dtype=None, **kwargs):
     _ops.emit_for(rt, out, "gpsimd", "local_gather", "nl.gather_flattened", [d, i], {})
     return out
 
+
+_views.API.language = sys.modules[__name__]   # what tile operators and methods mean (core.views.API)
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -7,17 +7,25 @@ from typing import Any
 import numpy as np
 from math import prod as _prod
 
-from accelopt_nb.sim import dtypes as _dt
-from accelopt_nb.sim import effects
-from accelopt_nb.sim import ops as _ops
-from accelopt_nb.sim.functions import ACTIVATIONS, ALU, REDUCE, op_name
-from accelopt_nb.sim.indexing import IndexExpr, Mask
-from accelopt_nb.sim.indexing import broadcast as _broadcast
-from accelopt_nb.sim.indexing import mask_rows_cols as _mask_rows_cols
-from accelopt_nb.sim.runtime import GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX, current
-from accelopt_nb.sim.tensor import Operand, Tensor, as_view, combine_written, operand, read, write
-from accelopt_nb.sim.tensor import boxed_into as _boxed_into
-from accelopt_nb.sim.tensor import kept_box as _kept_box
+from accelopt_nb.sim.api import ops as _ops
+from accelopt_nb.sim.core import dtypes as _dt
+from accelopt_nb.sim.core.functions import ACTIVATIONS, ALU, REDUCE, op_name
+from accelopt_nb.sim.core.indexing import IndexExpr, Mask
+from accelopt_nb.sim.core.indexing import broadcast as _broadcast
+from accelopt_nb.sim.core.indexing import mask_rows_cols as _mask_rows_cols
+from accelopt_nb.sim.core.memory import Thunk as _Thunk
+from accelopt_nb.sim.core.memory import kept_box as _kept_box
+from accelopt_nb.sim.core.memory import read, write
+from accelopt_nb.sim.core.operands import Operand, as_view, combine_written, operand
+from accelopt_nb.sim.core.prims import REBUILD as _REBUILD
+from accelopt_nb.sim.core.prims import Lane as _Lane
+from accelopt_nb.sim.core.prims import call as _call
+from accelopt_nb.sim.core.prims import is_elementwise as _is_elementwise
+from accelopt_nb.sim.core.prims import lane_axes as _lane_axes
+from accelopt_nb.sim.core.prims import primitive as _primitive
+from accelopt_nb.sim.core.prims import reduces_over_axes as _reduces_over_axes
+from accelopt_nb.sim.core.runtime import GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX, current
+from accelopt_nb.sim.core.tensor import Tensor
 
 
 class engine(enum.IntEnum):  # noqa: N801 (NKI's name)
@@ -179,9 +187,9 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
         out_dtype = st.dtype  # PE transpose mode passes 2-byte types through (NC-v3)
     data = thunk = None
     if st.data is not None and rows == 1 and _ops.deferrable((np.matmul,), (st.data, mv.data), out_dtype, (m, n)):
-        thunk = (_ops.ufunc_into, np.matmul, st.data.T, mv.data)   # maybe computed in its destination (defer)
+        thunk = _Thunk(_ops.ufunc_into, (st.data.T, mv.data), {"ufunc": np.matmul})   # maybe into its destination
     elif st.data is not None:
-        data = effects.run(_pe_matmul, st.data, mv.data, rows)
+        data = _call(_pe_matmul, st.data, mv.data, rows=rows)
     written = None
     if st.written is not None or mv.written is not None:
         ws = np.ones(st.shape, bool) if st.written is None else st.written
@@ -200,9 +208,10 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
     return out
 
 
-def _pe_matmul(st: np.ndarray, mv: np.ndarray, rows: int) -> np.ndarray:
-    """``st.T @ mv`` in fp32 (two rows of K per pass: ``[K, 2, M] x [K, 2, N]``), over any leading axes (the
-    lanes of ``lanes``: one call for many iterations' tiles)."""
+@_primitive(replay=_REBUILD, lane=_Lane())
+def _pe_matmul(st: np.ndarray, mv: np.ndarray, *, rows: int) -> np.ndarray:
+    """``st.T @ mv`` in fp32 (two rows of K per pass: ``[K, 2, M] x [K, 2, N]``), over any leading axes (lanes:
+    one call for many iterations' tiles)."""
     st, mv = st.astype(np.float32, copy=False), mv.astype(np.float32, copy=False)
     if rows != 2:
         return np.matmul(np.swapaxes(st, -1, -2), mv)
@@ -211,10 +220,11 @@ def _pe_matmul(st: np.ndarray, mv: np.ndarray, rows: int) -> np.ndarray:
     # einsum over leading axes is not promised to sum in one tile's order: tile by tile
     lead = np.broadcast_shapes(st.shape[:-3], mv.shape[:-3])
     st, mv = np.broadcast_to(st, lead + st.shape[-3:]), np.broadcast_to(mv, lead + mv.shape[-3:])
-    return np.stack([_pe_matmul(st[i], mv[i], rows) for i in np.ndindex(lead)]).reshape(
+    return np.stack([_pe_matmul(st[i], mv[i], rows=rows) for i in np.ndindex(lead)]).reshape(
         lead + (st.shape[-1], mv.shape[-1]))
 
 
+@_primitive(replay=_REBUILD, lane=_Lane())
 def _transposed(x: np.ndarray) -> np.ndarray:
     """A tile's transpose, over any leading axes (lanes)."""
     return np.swapaxes(x, -1, -2).copy()
@@ -232,7 +242,7 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=None, _api: str = "nisa.
     if eng == "vector" and (p > 32 or f > 32):
         raise rt.rule_error(_api, f"VectorE transpose takes at most 32x32, got {op.shape}", "nc_transpose on VectorE <= 32x32")
     _ops.check_engine_access(rt, _api, eng, [op], None)
-    out_data = None if op.data is None else effects.run(_transposed, op.data)
+    out_data = None if op.data is None else _call(_transposed, op.data)
     written = None if op.written is None else op.written.T.copy()
     buffer = "psum" if eng == "tensor" else "sbuf"
     out_dtype = _dt.canonical(dtype) if dtype is not None else (_dt.float32 if eng == "tensor" else op.dtype)
@@ -264,20 +274,26 @@ def _sign_blind(fn: Any) -> bool:
         return blind
 
 
-def _activation_into(dst: np.ndarray | None, fn: Any, xs: np.ndarray, sc: Any, bc: Any) -> np.ndarray:
-    """fn(xs * sc + bc), each step rounded to fp32 (a deferred thunk, see ``tensor.defer``); a scale or
+def _func_lanes(args: list, params: dict) -> bool:
+    return _is_elementwise(params["func"])
+
+
+@_primitive(replay=_REBUILD, lane=_Lane(accepts=_func_lanes), writes=0)
+def _activation_into(dst: np.ndarray | None, xs: np.ndarray, sc: Any, bc: Any, *, func: Any) -> np.ndarray:
+    """func(xs * sc + bc), each step rounded to fp32 (a deferred thunk, see ``memory.defer``); a scale or
     bias of None is a step that changes nothing, skipped (``_activation`` decides, once per instruction)."""
     y, out = xs, dst
     if sc is not None:
         y = out = np.multiply(y, sc, out=out)
     if bc is not None:
         y = out = np.add(y, bc, out=out)
-    return fn(y, out=out)
+    return func(y, out=out)
 
 
-def _activation_eager(fn: Any, xs: np.ndarray, sc: Any, bc: Any) -> np.ndarray:
+@_primitive(replay=_REBUILD, lane=_Lane(accepts=_func_lanes))
+def _activation_eager(xs: np.ndarray, sc: Any, bc: Any, *, func: Any) -> np.ndarray:
     with np.errstate(all="ignore"):
-        return fn(xs * sc + bc).astype(np.float32, copy=False)
+        return func(xs * sc + bc).astype(np.float32, copy=False)
 
 
 def _activation(api: str, op, data, bias, scale, reduce_op, reduce_res, mask, dtype, reduce_required: bool,
@@ -324,14 +340,13 @@ def _activation(api: str, op, data, bias, scale, reduce_op, reduce_res, mask, dt
             # x * 1.0 is x; x + 0.0 is x but at -0.0, which only some functions tell apart
             skip_scale = type(sc) in _SCALARS and sc == 1.0
             skip_bias = type(bc) in _SCALARS and bc == 0.0 and _sign_blind(fn)
-            thunk = (_activation_into, fn, xs, None if skip_scale else sc, None if skip_bias else bc)
-            if box is not None:
-                thunk = (_boxed_into, x.shape, box) + thunk
+            thunk = _Thunk(_activation_into, (xs, None if skip_scale else sc, None if skip_bias else bc), {"func": fn},
+                           box)
         elif box is not None:   # computed whole after all
             return _activation(api, op, data, bias, scale, reduce_op, reduce_res, mask, dtype, reduce_required,
                                boxed=False)
         else:
-            out_data = effects.run(_activation_eager, fn, xs, sc, bc)
+            out_data = _call(_activation_eager, xs, sc, bc, func=fn)
     written = combine_written(*[o.written if o is x else (None if o.written is None else _broadcast(
         o.written.reshape((rows,) + (1,) * (len(x.shape) - 1)), x.shape)) for o in operands], shape=x.shape)
     out = _ops.new_result(rt, api, x.shape, out_dtype, "sbuf", out_data, written, m, thunk)
@@ -395,19 +410,25 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, **kwa
                             attrs={"alu": name})
 
 
-def _tensor_scalar_into(dst: np.ndarray | None, x: np.ndarray, f0: Any, a0: Any, reverse0: bool, f1: Any, a1: Any,
+def _tensor_scalar_lanes(args: list, params: dict) -> bool:
+    return _is_elementwise(params["op0"]) and (params["op1"] is None or _is_elementwise(params["op1"]))
+
+
+@_primitive(replay=_REBUILD, lane=_Lane(accepts=_tensor_scalar_lanes), writes=0)
+def _tensor_scalar_into(dst: np.ndarray | None, x: np.ndarray, a0: Any, a1: Any, *, op0: Any, reverse0: bool, op1: Any,
                         reverse1: bool) -> np.ndarray:
-    """``x op0 a0`` (then ``op1 a1``), into ``dst`` when given (a deferred thunk, see ``tensor.defer``)."""
+    """``x op0 a0`` (then ``op1 a1``), into ``dst`` when given (a deferred thunk, see ``memory.defer``)."""
     with np.errstate(all="ignore"):
         kw = {} if dst is None else {"out": dst}
-        v = f0(a0, x, **kw) if reverse0 else f0(x, a0, **kw)
-        if f1 is not None:
-            v = f1(a1, v, **kw) if reverse1 else f1(v, a1, **kw)
+        v = op0(a0, x, **kw) if reverse0 else op0(x, a0, **kw)
+        if op1 is not None:
+            v = op1(a1, v, **kw) if reverse1 else op1(v, a1, **kw)
     return v
 
 
-def _tensor_scalar_eager(*args: Any) -> np.ndarray:
-    return np.asarray(_tensor_scalar_into(None, *args))
+@_primitive(replay=_REBUILD, lane=_Lane(accepts=_tensor_scalar_lanes))
+def _tensor_scalar_eager(x: np.ndarray, a0: Any, a1: Any, **params: Any) -> np.ndarray:
+    return np.asarray(_tensor_scalar_into(None, x, a0, a1, **params))
 
 
 def tensor_scalar(data, op0, operand0, reverse0: bool = False, op1=None, operand1=None, reverse1: bool = False, *,
@@ -437,12 +458,12 @@ def tensor_scalar(data, op0, operand0, reverse0: bool = False, op1=None, operand
         nd = x.data.ndim
         a0, a1 = _reshape_col(c0, nd), _reshape_col(c1, nd)
 
-        call = (_tensor_scalar_into, x.data, f0, a0, bool(reverse0), f1, a1, bool(reverse1))
+        params = {"op0": f0, "reverse0": bool(reverse0), "op1": f1, "reverse1": bool(reverse1)}
         if _ops.deferrable((f0,) if f1 is None else (f0, f1), (x.data, a0) if f1 is None else (x.data, a0, a1),
                            out_dtype, x.shape):
-            thunk = call
+            thunk = _Thunk(_tensor_scalar_into, (x.data, a0, a1), params)
         else:
-            out_data = effects.run(_tensor_scalar_eager, *call[1:])
+            out_data = _call(_tensor_scalar_eager, x.data, a0, a1, **params)
     written = combine_written(x.written, *[None if o.written is None else _broadcast(
         o.written.reshape((x.shape[0],) + (1,) * (len(x.shape) - 1)), x.shape) for o in ops_[1:]], shape=x.shape)
     if out_data is not None and _dt.is_float(out_dtype):
@@ -484,7 +505,14 @@ def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0: bool =
     return out
 
 
-def _tensor_reduced(name: str, vals: np.ndarray, keep: np.ndarray | None, axes: tuple[int, ...], keepdims: bool,
+@_primitive(replay=_REBUILD)
+def _tensor_reduced_lanes(vals: np.ndarray, keep: np.ndarray | None, *, axes: tuple[int, ...], **params: Any
+                          ) -> np.ndarray:
+    return _tensor_reduced(vals, keep, axes=_lane_axes(axes), **params)
+
+
+@_primitive(replay=_REBUILD, lane=_Lane(impl=_tensor_reduced_lanes, accepts=_reduces_over_axes))
+def _tensor_reduced(vals: np.ndarray, keep: np.ndarray | None, *, name: str, axes: tuple[int, ...], keepdims: bool,
                     negate: bool) -> np.ndarray:
     """``tensor_reduce``'s values: masked-off elements count as the operator's neutral element."""
     if keep is not None:
@@ -513,8 +541,8 @@ def tensor_reduce(op, data, axis, *, dtype=None, negate: bool = False, keepdims:
         tuple(s for i, s in enumerate(x.shape) if i not in axes)
     out_data = None
     if x.data is not None:
-        out_data = effects.run(_tensor_reduced, name, x.data, None if m is None else _broadcast(m, x.data.shape), axes,
-                               keepdims, bool(negate))
+        out_data = _call(_tensor_reduced, x.data, None if m is None else _broadcast(m, x.data.shape), name=name,
+                         axes=axes, keepdims=keepdims, negate=bool(negate))
     written = None if x.written is None else np.all(x.written, axis=axes, keepdims=keepdims)
     out = _ops.new_result(rt, api, out_shape, _dt.canonical(dtype) if dtype is not None else x.dtype, "sbuf",
                           out_data, written, None)
@@ -678,8 +706,7 @@ def affine_select(pred, on_true_tile, on_false_value, *, dtype=None, mask=None, 
     src = as_view(on_true_tile)
     if src is not None and src.tensor.buffer == "psum":
         # GpSimdE cannot read PSUM: the compiler first evacuates the tile to SBUF (a VectorE copy)
-        from accelopt_nb.sim import language as nl
-        on_true_tile = nl.copy(on_true_tile)
+        on_true_tile = _ops.copy_tile(on_true_tile)
     x = operand(on_true_tile, api, allow_scalar=False)
     _ops.check_engine_access(rt, api, "gpsimd", [x], None)
     try:
@@ -696,8 +723,7 @@ def affine_select(pred, on_true_tile, on_false_value, *, dtype=None, mask=None, 
 
 
 def dropout(data, prob, *, dtype=None, mask=None, **kwargs) -> Tensor:
-    from accelopt_nb.sim import language as nl
-    return nl.dropout(data, prob, dtype=dtype, mask=mask)
+    return _ops.dropout(data, prob, dtype=dtype, mask=mask)
 
 
 def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0: bool = False, dtype=None,

@@ -2,7 +2,7 @@
 
 Different iterations of one ``affine_range`` instance must not assign the same element (the hardware
 may run them in any order). The exact check keeps, per element, the epoch of its last plain write
-(``tensor._stamps`` as an int32 array): as large as the tensor and touched on every write. Compiler-style
+(``Tensor._stamps`` as an int32 array): as large as the tensor and touched on every write. Compiler-style
 kernels assign whole (possibly strided) boxes, so a tensor starts with a :class:`WriteLog` of
 ``(box, epoch)`` rows instead; a write that is not a box (a gather, a partly masked box) replays the log
 into the per-element array and the tensor continues there.
@@ -18,7 +18,7 @@ import bisect
 
 import numpy as np
 
-from accelopt_nb.sim.indexing import broadcast_reps, compact, memo
+from accelopt_nb.sim.core.indexing import broadcast_reps, compact, memo
 
 Box = tuple[tuple[int, int, int], ...]  # per axis (first, last + 1, step), tight
 

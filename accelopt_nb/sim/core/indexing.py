@@ -6,12 +6,22 @@ Affine arithmetic with loop variables (plain ints) and other expressions stays a
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from accelopt_nb.sim import replay as _replay
-from accelopt_nb.sim.taint import plain
+from accelopt_nb.sim.core.context import active
+from accelopt_nb.sim.core.failures import SIM_DIR
+
+_NUMPY_DIR = str(Path(np.__file__).parent)
+
+
+def plain(x: int) -> int:
+    """An int (a loop variable is an int subclass, maybe tainted by loop replay) as a plain int, for the simulator's
+    own bookkeeping: no hook of the subclass runs, since no kernel code looked at the value."""
+    return int.__index__(x)
 
 
 def _const(x: Any) -> int | None:
@@ -46,8 +56,8 @@ class IndexExpr:
     axis longer than 1 (``nl.arange`` and int arithmetic on it); None when unknown. It lets the
     data path address compiler-style accesses as slices without inspecting the values.
 
-    ``deps``: the loop replay probes of the loop variables the values were computed from (trace-only
-    replay, ``sim/replay.py``); non-affine arithmetic on them stops those loops from being replayed.
+    ``deps``: what the values were computed from that must hear of non-affine use (the probes of loop replay,
+    ``sim/replay/loops.py``): each has ``fail(reason)`` (:func:`combine_deps`, :func:`note_array`).
     """
 
     __slots__ = ("values", "aff", "_subs", "deps")
@@ -113,7 +123,7 @@ class IndexExpr:
 
     def __array__(self, dtype=None, copy=None):
         if self.deps:
-            _replay.note_array(self.deps)
+            note_array(self.deps)
         return self.values if dtype is None else self.values.astype(dtype)
 
     def _bin(self, other: Any, fn, aff_fn=None, product: bool = False) -> "IndexExpr":
@@ -133,7 +143,7 @@ class IndexExpr:
         deps = self.deps
         other_deps = getattr(other, "deps", ())
         if deps or other_deps:
-            deps = _replay.combine_deps(deps, other_deps, affine=aff_fn is not None, product=product)
+            deps = combine_deps(deps, other_deps, affine=aff_fn is not None, product=product)
         return IndexExpr(fn(self.values, c), aff, deps)
 
     def __add__(self, o): return self._bin(o, np.add, lambda a, c: (a[0] + c, a[1]))
@@ -153,9 +163,9 @@ class IndexExpr:
     def _compare(self, o: Any, op) -> "Mask":
         rhs = _arr(o)
         out = Mask(op(self.values, rhs))
-        rt = _replay.probing()
-        if rt is not None:  # trace-only loop replay extrapolates mask outcomes (sim/replay.py)
-            _replay.note_mask(rt, op, self.values, rhs, out.values)
+        rt = active()
+        if rt is not None and rt.watching is not None:   # loop replay extrapolates mask outcomes (core.hooks)
+            rt.watching.mask(op, self.values, rhs, out.values)
         return out
 
     def __lt__(self, o): return self._compare(o, np.less)
@@ -165,6 +175,30 @@ class IndexExpr:
     def __eq__(self, o): return self._compare(o, np.equal)  # type: ignore[override]
     def __ne__(self, o): return self._compare(o, np.not_equal)  # type: ignore[override]
     __hash__ = None  # type: ignore[assignment]
+
+
+def combine_deps(a: tuple, b: tuple, affine: bool, product: bool) -> tuple:
+    """The dependencies of an index expression computed from two operands (``IndexExpr.deps``).
+
+    ``//`` and ``%`` (``affine`` False), or a product of two operands that depend on one loop variable, are
+    not affine in it: extrapolation could not follow them, so each dependency hears why.
+    """
+    merged = a + tuple(p for p in b if p not in a)
+    if not affine or (product and any(p in b for p in a)):
+        for p in merged:
+            p.fail("non-affine index arithmetic on the loop variable")
+    return merged
+
+
+def note_array(deps: tuple) -> None:
+    """An index expression with dependencies became a NumPy array (``IndexExpr.__array__``): outside the
+    simulator's own code, what happens to it next is not followed."""
+    frame = sys._getframe(2)   # the caller of __array__, past NumPy's own Python code
+    while frame is not None and frame.f_code.co_filename.startswith(_NUMPY_DIR):
+        frame = frame.f_back
+    if frame is None or not frame.f_code.co_filename.startswith(SIM_DIR):
+        for p in deps:
+            p.fail("an index expression computed from the loop variable was converted to a NumPy array")
 
 
 class Mask:
@@ -340,6 +374,20 @@ def basic_key(key: tuple, shape: tuple[int, ...], affs: dict[int, tuple[int, int
                             (n > 2 and not np.array_equal(flat, np.arange(start, last + 1, step)))):
             return None
         out.append(slice(start, last + 1, step))
+    return tuple(out)
+
+
+def broadcast_shapes(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """``np.broadcast_shapes`` for the common case, falling back to it (and its error) otherwise."""
+    nd = max(len(s) for s in shapes)
+    out = [1] * nd
+    for s in shapes:
+        for i, n in enumerate(s, nd - len(s)):
+            if n != out[i]:
+                if out[i] == 1:
+                    out[i] = n
+                elif n != 1:
+                    return np.broadcast_shapes(*shapes)
     return tuple(out)
 
 

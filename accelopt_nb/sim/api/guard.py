@@ -32,8 +32,9 @@ import numpy as np
 import yaml
 
 from accelopt_nb.errors import UnsupportedAPIError
-from accelopt_nb.sim import dtypes as _dt
-from accelopt_nb.sim import isa as _isa
+from accelopt_nb.sim.api import isa as _isa
+from accelopt_nb.sim.core import dtypes as _dt
+from accelopt_nb.sim.core.context import active
 
 API_FILE = Path(__file__).with_name("nki_api.yaml")
 FRONT_END_PREFIX = {"neuronxcc": "neuronxcc.nki", "nki": "nki"}
@@ -134,7 +135,6 @@ VALUE_CHECKS: dict[str, Callable[[str, str, Any], None]] = {"dtype": _check_dtyp
 
 def _refuse(api: str, arg: str | None, reason: str,
             cls: type[UnsupportedAPIError] = UnsupportedAPIError) -> UnsupportedAPIError:
-    from accelopt_nb.sim.runtime import active
     what = f"argument '{arg}': " if arg else ""
     err = cls(f"{what}{reason}", api=api)
     rt = active()

@@ -1,6 +1,6 @@
 """Lane replay: a loop's replayed iterations as one NumPy call per recorded call.
 
-Value replay (:mod:`accelopt_nb.sim.effects`) re-runs an iteration's recorded calls once per replayed iteration,
+Value replay (:mod:`accelopt_nb.sim.replay.values`) re-runs an iteration's recorded calls once per replayed iteration,
 about 40 µs of Python per call: most of a paper-shape run of a short-loop kernel (our bmm: 1.3 of 1.5 s). Where it
 provably leaves memory the same, the iterations run instead as *lanes*: first the calls that only keep the
 runtime's books (loop frames, validity covers, the write log) and the guards, iteration by iteration as before;
@@ -15,12 +15,13 @@ over every pair of lanes (a shared step: one access against the other's later la
 whole sweeps), and a write's own lanes must be apart, but for an accumulator that stays put (PSUM over a
 contraction loop), which is summed into lane after lane and must meet nothing else.
 
-A program runs as lanes when each computing call is in the table (:func:`_table`): elementwise functions, whose
-arrays are padded to one rank behind the lane axis exactly as broadcasting aligns them, matmuls and transposes on
-their trailing axes, reductions over given axes. The ints they take must not move. Anything else replays iteration
-by iteration. Inside a loop that is probing with values the lane calls are recorded like any others, with a note per
-written tensor that the enclosing loop may only replay them where their offsets all move by one step
-(:func:`effects.same_step`): the distances proven apart here stay as they were.
+A program runs as lanes when each computing call's primitive declares a lane form (``core.prims.Lane``, declared
+where the primitive is defined): elementwise functions, whose arrays are padded to one rank behind the lane axis
+exactly as broadcasting aligns them, matmuls and transposes on their trailing axes, reductions over given axes. The
+ints they take must not move. Anything else replays iteration by iteration. Inside a loop that is probing with values
+the lane calls are recorded like any others, with a note per written tensor that the enclosing loop may only replay
+them where their offsets all move by one step (:func:`values.same_step`): the distances proven apart here stay as
+they were.
 """
 from __future__ import annotations
 
@@ -30,8 +31,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from accelopt_nb.sim import effects
-from accelopt_nb.sim.runtime import LoopFrame, Runtime
+from accelopt_nb.sim.core.prims import BOOKS, GUARD, PRIMS, REBUILD, Array, call, note, primitive
+from accelopt_nb.sim.core.runtime import LoopFrame, Runtime
+from accelopt_nb.sim.replay import values as value_replay
+from accelopt_nb.sim.replay.values import same_step
 
 # lanes per NumPy call: at most this many bytes in a call's largest array (a paper-shape bmm tile is 256 KiB).
 # Measured in one process, two alternations (CPU s, ours bmm / matmul / arange_mask): 1 MiB 0.98-1.06 / 7.49-7.85 /
@@ -39,119 +42,6 @@ from accelopt_nb.sim.runtime import LoopFrame, Runtime
 LANE_BYTES = 4 << 20
 MAX_EXACT = 64        # exact checks of access pairs past which checking would cost more than lanes save
 SHARES_WORK = 20000   # bound on np.shares_memory's exact search; past it the accesses count as meeting
-
-
-@dataclass(frozen=True)
-class Lane:
-    """How one recorded function runs over lanes."""
-
-    impl: Callable[..., Any] | None = None          # None: the function itself (elementwise)
-    writes: int | None = None                        # the argument it writes in place, when given
-    accepts: Callable[[list], bool] | None = None    # on its arguments (arrays as _Array): whether lanes are exact
-    accumulates: bool = False                        # writes dst + vals: into a place that stays, lane after lane
-
-
-@dataclass(frozen=True)
-class _Array:
-    rank: int
-
-
-def _elementwise(fn: Any) -> bool:
-    return (type(fn) is np.ufunc and fn.signature is None and fn.nout == 1) or fn in _ELEMENTWISE
-
-
-def _ufunc_ok(args: list) -> bool:
-    fn = args[1]
-    if type(fn) is not np.ufunc or fn.nout != 1:
-        return False
-    if fn.signature is None:
-        return True
-    return fn is np.matmul and all(a.rank >= 2 for a in args[2:] if isinstance(a, _Array))
-
-
-def _add_into(dst: np.ndarray, vals: np.ndarray) -> None:
-    """``dst += vals`` lane after lane where the destination stays put (a PSUM accumulator over a contraction loop:
-    each lane adds in the order its iteration did, so the sums round as they did), else all lanes at once."""
-    if dst.strides[0] == 0:
-        for lane in np.broadcast_to(vals, dst.shape):
-            np.add(dst[0], lane, out=dst[0])
-    else:
-        np.add(dst, vals, out=dst)
-
-
-def _lane_axes(axes: Any) -> Any:
-    """Reduction axes of an iteration's array as axes of its lanes (behind the lane axis)."""
-    return tuple(a + 1 if a >= 0 else a for a in axes) if isinstance(axes, tuple) else axes + 1 if axes >= 0 else axes
-
-
-def _reduced(rfn: Any, data: np.ndarray, axes: Any, keepdims: bool, to_fp32: bool) -> np.ndarray:
-    from accelopt_nb.sim.language import _reduced as one
-    return one(rfn, data, _lane_axes(axes), keepdims, to_fp32)
-
-
-def _tensor_reduced(name: str, vals: np.ndarray, keep: Any, axes: Any, keepdims: bool, negate: bool) -> np.ndarray:
-    from accelopt_nb.sim.isa import _tensor_reduced as one
-    return one(name, vals, keep, _lane_axes(axes), keepdims, negate)
-
-
-def _reduces_by_axes(axes_at: int) -> Callable[[list], bool]:
-    """Reductions over given axes of arrays of one rank (so no padding shifts them); axes None reduce everything."""
-    def accepts(args: list) -> bool:
-        ranks = {a.rank if isinstance(a, _Array) else np.ndim(a) for a in args if isinstance(a, (_Array, np.ndarray))}
-        return args[axes_at] is not None and len(ranks) == 1
-    return accepts
-
-
-_TABLE: dict[Callable, Lane] | None = None
-_ELEMENTWISE: frozenset[Callable] = frozenset()   # elementwise functions that are not ufuncs (filled with _TABLE)
-
-
-def _table() -> dict[Callable, Lane]:
-    """The recorded functions that run over lanes (built on first use: they live in modules that import this one's
-    importers)."""
-    global _TABLE, _ELEMENTWISE
-    if _TABLE is None:
-        from accelopt_nb.sim import isa, language, ops, tensor
-        from accelopt_nb.sim.functions import ELEMENTWISE
-        _ELEMENTWISE = ELEMENTWISE | {ops.identity, ops.reciprocal_of, language._select}
-        _TABLE = {
-            ops.ufunc_into: Lane(writes=0, accepts=_ufunc_ok),
-            ops._eager: Lane(accepts=lambda a: _elementwise(a[0])),
-            np.copy: Lane(),
-            tensor.copy_of: Lane(writes=0),
-            tensor._assign: Lane(writes=0),
-            tensor._copy_where: Lane(writes=0),
-            tensor._add_into: Lane(impl=_add_into, writes=0, accumulates=True),
-            tensor._accumulate_cast: Lane(writes=0),
-            tensor._masked_copy: Lane(),
-            tensor._where_written: Lane(),
-            tensor._upcast: Lane(),
-            language._loaded: Lane(),
-            language._transposed_cast: Lane(),   # these three take lanes on their leading axes
-            isa._transposed: Lane(),
-            isa._pe_matmul: Lane(),
-            isa._activation_into: Lane(writes=0, accepts=lambda a: _elementwise(a[1])),
-            isa._activation_eager: Lane(accepts=lambda a: _elementwise(a[0])),
-            isa._tensor_scalar_into: Lane(writes=0, accepts=lambda a: _elementwise(a[2]) and (
-                a[5] is None or _elementwise(a[5]))),
-            isa._tensor_scalar_eager: Lane(accepts=lambda a: _elementwise(a[1]) and (a[4] is None or _elementwise(a[4]))),
-            language._reduced: Lane(impl=_reduced, accepts=_reduces_by_axes(2)),
-            isa._tensor_reduced: Lane(impl=_tensor_reduced, accepts=_reduces_by_axes(3)),
-        }
-    return _TABLE
-
-
-# calls that change no memory, only the runtime's books: run iteration by iteration, before the lanes
-_BOOKS: frozenset[Callable] | None = None
-
-
-def _books() -> frozenset[Callable]:
-    global _BOOKS
-    if _BOOKS is None:
-        from accelopt_nb.sim import tensor
-        _BOOKS = frozenset({effects.loop_begin, effects.loop_iteration, effects.loop_end, effects.cover_add,
-                            effects.same_step, tensor._box_conflict_replayed, tensor._box_logged})
-    return _BOOKS
 
 
 @dataclass
@@ -191,13 +81,12 @@ class Plan:
                        if len(s) > 1]
 
     def together(self, row: list[int]) -> list[list[int]]:
-        """Per written tensor, its accesses' offsets at ``row`` (see effects.same_step)."""
+        """Per written tensor, its accesses' offsets at ``row`` (see values.same_step)."""
         return [[row[s] for s in slots] for slots in self.groups]
 
 
-def plan(log: effects.Log) -> Plan | str:
+def plan(log: value_replay.Log) -> Plan | str:
     """The lane plan of an iteration's log, or why its calls cannot run as lanes."""
-    table, books = _table(), _books()
     ns: dict[str, Any] = {"_nd": np.ndarray}
     slot = 0
     book_calls: list[int] = []
@@ -208,13 +97,14 @@ def plan(log: effects.Log) -> Plan | str:
     uses: dict[int, int] = {}   # register -> index in compute of its last use
     index = -1   # in Program.calls (the guards' own calls are not there)
     for sig, consts in zip(log.sigs, log.consts):
-        fn = sig[0]
-        nodes = sig[1:-1]
-        if fn is effects.guard_covered or fn is effects.guard_local:
+        fn, names = sig[0], sig[1]
+        nodes = sig[2:-1]
+        prim = PRIMS[fn]
+        if prim.replay == GUARD:
             slot = _skip(nodes, consts, slot)
             continue
         index += 1
-        if fn in books:
+        if prim.replay == BOOKS:
             if any(type(n) is tuple and n and n[0] == "a" for n in nodes):
                 return f"a bookkeeping call takes an array ({getattr(fn, '__qualname__', fn)})"
             if type(sig[-1]) is tuple and sig[-1][0] not in ("frame",):
@@ -222,8 +112,8 @@ def plan(log: effects.Log) -> Plan | str:
             book_calls.append(index)
             slot = _skip(nodes, consts, slot)
             continue
-        lane = table.get(fn)
-        name = getattr(fn, "__qualname__", repr(fn))
+        lane = prim.lane
+        name = prim.name
         if lane is None:
             return f"no lane form for {name}"
         tag = sig[-1]
@@ -232,18 +122,21 @@ def plan(log: effects.Log) -> Plan | str:
         described = _describe(nodes, consts)
         if described is None:
             return f"{name} takes an argument lanes cannot step"
-        if lane.accepts is not None and not lane.accepts(described):
+        k = len(described) - len(names)
+        args, params = described[:k], dict(zip(names, described[k:]))
+        if lane.accepts is not None and not lane.accepts(args, params):
             return f"{name} with these arguments has no exact lane form"
-        rank = max([a.rank for a in described if isinstance(a, _Array)]
+        rank = max([a.rank for a in described if isinstance(a, Array)]
                    + [np.ndim(a) for a in described if isinstance(a, np.ndarray)] + [0])
-        if lane.writes is not None and described[lane.writes] is not None and not isinstance(described[lane.writes], _Array):
+        writes = prim.writes
+        if writes is not None and args[writes] is not None and not isinstance(args[writes], Array):
             return f"{name} writes memory that is not a stepped view"
         it, cit = iter(nodes), iter(consts)
         exprs = []
         position = 0
-        while (node := next(it, effects._END)) is not effects._END:
+        while (node := next(it, value_replay._END)) is not value_replay._END:
             first = slot
-            expr, slot = _source(node, it, cit, slot, ns, rank, accesses, len(compute), position == lane.writes,
+            expr, slot = _source(node, it, cit, slot, ns, rank, accesses, len(compute), position == writes,
                                  uses, largest, lane.accumulates)
             exprs.append(expr)
             position += 1
@@ -251,7 +144,7 @@ def plan(log: effects.Log) -> Plan | str:
                 fixed.extend(range(first, slot))
         if type(tag) is tuple:
             largest[0] = max(largest[0], math.prod(tag[2]) * np.dtype(tag[4]).itemsize)
-        build = effects._compiled(f"lambda row, step, regs, n: ({''.join(e + ', ' for e in exprs)})", ns)
+        build = value_replay._compiled(f"lambda row, step, regs, n: {value_replay._call_source(exprs, names)}", ns)
         compute.append((index, lane.impl or fn, tag, build, ()))
     if not compute:
         return "no call computes on memory"
@@ -262,17 +155,25 @@ def plan(log: effects.Log) -> Plan | str:
     return Plan(book_calls, compute, accesses, fixed, max(1, LANE_BYTES // largest[0]))
 
 
+def plan_of(program: value_replay.Program) -> Plan | str:
+    """The program's lane plan (:func:`plan`), made once per launch (kept with its compiled calls)."""
+    if program._compiled[3] is None:
+        program._compiled[3] = plan(program._log)
+    return program._compiled[3]
+
+
 def _skip(nodes: tuple, consts: list, slot: int) -> int:
-    """The next number slot after a call's arguments (walked as ``effects._source`` reads them)."""
+    """The next number slot after a call's arguments (walked as ``values._source`` reads them)."""
     it, cit, scratch = iter(nodes), iter(consts), {}
-    while (node := next(it, effects._END)) is not effects._END:
-        _, slot = effects._source(node, it, cit, slot, scratch)
+    while (node := next(it, value_replay._END)) is not value_replay._END:
+        _, slot = value_replay._source(node, it, cit, slot, scratch)
     return slot
 
 
 def _describe(nodes: tuple, consts: list) -> list | None:
-    """Per argument: an _Array (a stepped view), its value (a constant), or 0 (ints); None for an argument lanes
-    do not take (a container, a loop frame, a tensor allocated in the iteration)."""
+    """Per argument (positional, then the parameters): an Array (a stepped view), its value (a constant), or 0
+    (ints); None for an argument lanes do not take (a container, a loop frame, a tensor allocated in the
+    iteration)."""
     out: list[Any] = []
     cit = iter(consts)
     for node in nodes:
@@ -281,7 +182,7 @@ def _describe(nodes: tuple, consts: list) -> list | None:
         elif node[0] == "a":
             if node[1] == "b":
                 next(cit)
-            out.append(_Array(len(node[4])))
+            out.append(Array(len(node[4])))
         elif node[0] == "v":
             out.append(node[2])
         elif node[0] in ("m", "o"):
@@ -294,9 +195,9 @@ def _describe(nodes: tuple, consts: list) -> list | None:
 def _source(node: Any, it: Any, cit: Any, slot: int, ns: dict[str, Any], rank: int, accesses: list[_Access],
             call: int, written: bool, uses: dict[int, int], largest: list[int], accumulates: bool) -> tuple[str, int]:
     """Python source building one argument over lanes, and the next slot: an array as a view with a lane axis, any
-    other argument as ``effects._source`` rebuilds it for one iteration (ints do not move, constants broadcast)."""
+    other argument as ``values._source`` rebuilds it for one iteration (ints do not move, constants broadcast)."""
     if type(node) is not tuple or node[0] != "a":
-        return effects._source(node, it, cit, slot, ns)
+        return value_replay._source(node, it, cit, slot, ns)
 
     def const(value: Any) -> str:
         name = f"c{len(ns)}"
@@ -411,27 +312,28 @@ def _lanes(a: _Access, offset: int, step: int, n: int) -> np.ndarray:
 
 
 # ---- the run ------------------------------------------------------------------------------------------
-def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: effects.Program,
+def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: value_replay.Program,
            count: int) -> int | None:
-    """``effects.replay`` as lanes: the number of iterations run, or None (nothing done) where lanes are not exact.
+    """``values.replay`` as lanes: the number of iterations run, or None (nothing done) where lanes are not exact.
 
-    Inside a loop that is probing with values, every call is recorded as ``effects.replay`` records them (the lane
-    calls with their lane views), and so is, per written tensor, :func:`effects.same_step` of its accesses'
+    Inside a loop that is probing with values, every call is recorded as ``values.replay`` records them (the lane
+    calls with their lane views), and so is, per written tensor, :func:`values.same_step` of its accesses'
     offsets: the enclosing loop replays them only where they all move by one step, which keeps the distances
     proven apart here."""
     if count < 2:
         return None
-    p = program.lanes()
+    p = plan_of(program)
     first = program.last + program.delta
     if isinstance(p, str) or not _fits(p, first, program.delta, count):
         return None
-    # the bookkeeping and the guards, iteration by iteration (recorded as effects.replay records them)
-    done = effects.replay(rt, frame, values, pos, program, count, only=p.books)
-    recorded = bool(rt.probes)
-    call = effects.run if recorded else _direct
-    logs = [q.logs[-1] for q in rt.probes if q.logs]
+    # the bookkeeping and the guards, iteration by iteration (recorded as values.replay records them)
+    done = value_replay.replay(rt, frame, values, pos, program, count, only=p.books)
+    probes = rt.observer.probes
+    recorded = bool(probes)
+    run = call if recorded else _direct
+    logs = [q.logs[-1] for q in probes if q.logs]
     step = program.delta.tolist()
-    with np.errstate(all="ignore"):   # as effects.replay: NumPy's warnings are no kernel's
+    with np.errstate(all="ignore"):   # as values.replay: NumPy's warnings are no kernel's
         for begin in range(0, done, p.chunk):
             n = min(p.chunk, done - begin)
             row = (first + begin * program.delta).tolist()
@@ -439,23 +341,24 @@ def replay(rt: Runtime, frame: LoopFrame, values: range, pos: int, program: effe
             for log in logs:
                 log.replayed += len(p.compute)
             for _, fn, tag, build, frees in p.compute:
-                result = call(fn, *build(row, step, regs, n))
+                args, params = build(row, step, regs, n)
+                result = run(fn, *args, **params)
                 if tag is not None:
-                    regs[tag[1]] = _register(result, n, tag, call)
+                    regs[tag[1]] = _register(result, n, tag, run)
                 del result
                 for k in frees:
                     regs[k] = None
             if recorded:
                 for offsets in p.together(row):
-                    effects.note(effects.same_step, *offsets)
+                    note(same_step, *offsets)
     return done
 
 
-def _direct(fn: Callable[..., Any], *args: Any) -> Any:
-    return fn(*args)
+def _direct(fn: Callable[..., Any], /, *args: Any, **params: Any) -> Any:
+    return fn(*args, **params)
 
 
-def _register(result: Any, n: int, tag: tuple, call: Callable[..., Any]) -> tuple[np.ndarray, int]:
+def _register(result: Any, n: int, tag: tuple, run: Callable[..., Any]) -> tuple[np.ndarray, int]:
     """A computing call's new memory over ``n`` lanes as (buffer, bytes per lane), each lane laid out as the
     iteration's own result was (``tag``: its shape, strides and dtype), so recorded offsets and strides hold."""
     shape, strides, dtype = tuple(tag[2]), tuple(tag[3]), np.dtype(tag[4])
@@ -467,10 +370,11 @@ def _register(result: Any, n: int, tag: tuple, call: Callable[..., Any]) -> tupl
         raise RuntimeError(f"lane replay: a result of shape {result.shape} {result.dtype}, expected {(n,) + shape} {dtype}")
     if result.flags.c_contiguous and result.strides[1:] == strides and (n == 1 or result.strides[0] == size):
         return result, size
-    return call(_laid_out, result, n, shape, strides, dtype), size
+    return run(_laid_out, result, n=n, shape=shape, strides=strides, dtype=dtype), size
 
 
-def _laid_out(result: np.ndarray, n: int, shape: tuple[int, ...], strides: tuple[int, ...],
+@primitive(replay=REBUILD)
+def _laid_out(result: np.ndarray, *, n: int, shape: tuple[int, ...], strides: tuple[int, ...],
               dtype: np.dtype) -> np.ndarray:
     """``result``'s lanes copied into a new buffer, each lane ``shape`` with ``strides`` (a recorded call, so an
     enclosing probing loop sees the buffer as a register)."""

@@ -14,11 +14,15 @@ import inspect
 import types
 from typing import Any, Callable
 
-from accelopt_nb.sim import isa as _isa
-from accelopt_nb.sim import language as _nl
-from accelopt_nb.sim import ops as _ops
-from accelopt_nb.sim.runtime import current
-from accelopt_nb.sim.tensor import as_view
+from accelopt_nb.sim.api import compiler as _compiler
+from accelopt_nb.sim.api import guard
+from accelopt_nb.sim.api import isa as _isa
+from accelopt_nb.sim.api import language as _nl
+from accelopt_nb.sim.api import ops as _ops
+from accelopt_nb.sim.api.facade_neuronxcc import compiler_module, typing_module
+from accelopt_nb.sim.api.kernel import Kernel, jit
+from accelopt_nb.sim.core.context import current
+from accelopt_nb.sim.core.operands import as_view
 
 
 def _dst_view(dst: Any, api: str):
@@ -98,3 +102,27 @@ def _build_isa() -> types.ModuleType:
 
 
 isa_module = _build_isa()
+
+
+def _module(name: str, attrs: dict[str, Any]) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    mod.__dict__.update(attrs)
+    return mod
+
+
+# the package: the same language as neuronxcc.nki, the ISA with an explicit dst
+language_module = _module("nki.language", {k: getattr(_nl, k) for k in _nl.__all__})
+typing_module_nki = _module("nki.typing", dict(typing_module.__dict__, __name__="nki.typing"))
+compiler_module_nki = _module("nki.compiler", dict(compiler_module.__dict__, __name__="nki.compiler"))
+nki_module = _module("nki", {"jit": jit, "language": language_module, "isa": isa_module, "typing": typing_module_nki,
+                             "compiler": compiler_module_nki,
+                             "simulate": lambda kernel: (kernel if isinstance(kernel, Kernel) else Kernel(kernel)),
+                             "baremetal": _compiler.baremetal, "benchmark": _compiler.benchmark,
+                             "profile": _compiler.profile})
+
+MODULES: dict[str, types.ModuleType] = {"nki": nki_module, "nki.language": language_module, "nki.isa": isa_module,
+                                        "nki.typing": typing_module_nki, "nki.compiler": compiler_module_nki}
+
+# the API boundary: every nl / nisa function checks its call against the NKI docs of this front end
+guard.guard_module(language_module, "nki", "language")
+guard.guard_module(isa_module, "nki", "isa")

@@ -38,30 +38,38 @@ the mask outcomes and index bounds of its first probe and of the far corner of i
 probes it ran). Mask outcomes and bounds are linear in each loop variable, so checking a range's ends checks
 all of it.
 ``Trace.replayed`` counts extrapolated instructions. With values, the probes also record their effects on
-memory (:mod:`accelopt_nb.sim.effects`) and the extrapolated iterations re-run them; a loop whose effects
+memory (:mod:`accelopt_nb.sim.replay.values`) and the extrapolated iterations re-run them; a loop whose effects
 cannot be recorded runs every iteration. Where the replayed iterations cannot affect each other through memory, their
-calls run once each over all of them (:mod:`accelopt_nb.sim.lanes`). ``SimOptions(loop_replay=False)`` runs every iteration. Where checking would cost more than it saves, a loop runs every iteration without probing
+calls run once each over all of them (:mod:`accelopt_nb.sim.replay.lanes`). ``SimOptions(loop_replay=False)`` runs every iteration. Where checking would cost more than it saves, a loop runs every iteration without probing
 further: fewer than :data:`MIN_GAIN` records left to extrapolate after its first iteration, or nothing
 extrapolated in its last :data:`MISSES` instances (``Runtime.replay_misses``); with values, fewer
 iterations left after its probes than :data:`MIN_SKIPPED_VALUES` (:data:`MIN_SKIPPED_KNOWN` for a later
 instance, :data:`MIN_SKIPPED_PROBING` inside a loop that is probing with values).
+
+The loop reaches here through the core's observer (``ReplayState.loop``, :mod:`accelopt_nb.sim.replay.state`),
+whose fields hold everything replay keeps for a launch (``st`` below; ``rt`` is the core's runtime).
 """
 from __future__ import annotations
 
 import dataclasses
 import itertools
 import logging
-import sys
-from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
-from accelopt_nb.sim import effects, lanes, loopcheck
-from accelopt_nb.sim import replay_records as records
-from accelopt_nb.sim.runtime import LoopFrame, Runtime, active
-from accelopt_nb.sim.taint import SIM_DIR, ProbeIndex
-from accelopt_nb.sim.trace import Region, Trace
+from accelopt_nb.sim.core.indexing import IndexExpr, Mask, _Grid, _MGrid
+from accelopt_nb.sim.core.runtime import LoopFrame, Runtime
+from accelopt_nb.sim.core.tensor import Tensor
+from accelopt_nb.sim.core.views import View
+from accelopt_nb.sim.replay import lanes, loopcheck
+from accelopt_nb.sim.replay import records
+from accelopt_nb.sim.replay import values as value_replay
+from accelopt_nb.sim.replay.taint import ProbeIndex
+from accelopt_nb.sim.trace import Region
+
+if TYPE_CHECKING:
+    from accelopt_nb.sim.replay.state import ReplayState
 
 PROBES = 3         # iterations compared (two steps: a constant step is seen twice)
 WARMUP = 1         # iterations that may run first when the probes differ (a loop_reduce restarting at the start)
@@ -86,8 +94,7 @@ MIN_SKIPPED_KNOWN = 1
 MIN_SKIPPED_PROBING = 8
 _OTHER_STATE = "runtime state other than the trace changed in the loop body"   # see _mark
 MISSES = 2         # instances of one loop in a row that extrapolated nothing, after which it is no longer probed
-_log = logging.getLogger(__name__)
-_NUMPY_DIR = str(Path(np.__file__).parent)
+_log = logging.getLogger("accelopt_nb.sim.replay")   # the logger the docs name: why a loop was not replayed
 
 
 # ---- probes -----------------------------------------------------------------------------------------
@@ -99,7 +106,7 @@ class Probe:
         self.mismatch: str | None = None      # why the latest probe iterations do not extrapolate
         self.events: list[list[tuple]] = []   # per probe iteration: (op, lhs, rhs, result) of mask comparisons
         self.keys: list[list[int]] = []       # per probe iteration: (lo, hi, size) of every int and slice index
-        self.logs: list[effects.Log] = []     # per probe iteration, with values: its effects on memory
+        self.logs: list[value_replay.Log] = []     # per probe iteration, with values: its effects on memory
         self.evidence: Evidence | None = None  # what the last extrapolation from PROBES probes established
 
     def fail(self, reason: str) -> None:
@@ -111,7 +118,7 @@ class Probe:
 class Evidence:
     """What a loop's last extrapolation from :data:`PROBES` probes established about one iteration's step: the
     records' signature and integer step, the counters' step, each mask comparison's (op, lhs step, rhs step)
-    and the index bounds' step; with values, its recorded calls' signatures and their numbers' step (``effects``).
+    and the index bounds' step; with values, its recorded calls' signatures and their numbers' step (``values``).
     A later instance of the loop whose first two probes show exactly this step is extrapolated from them
     (:func:`run`): its third probe could only confirm the step again."""
 
@@ -120,48 +127,18 @@ class Evidence:
     counters: np.ndarray
     comparisons: list[tuple]
     keys: np.ndarray
-    effects: tuple | None = None   # with values: (the recorded calls' signatures, their numbers' step): see effects.agreed
+    effects: tuple | None = None   # with values: (the recorded calls' signatures, their numbers' step): see values.agreed
 
 
-def probing() -> Runtime | None:
-    """The runtime of this thread when one of its loops is probing (the hooks' gate)."""
-    rt = active()
-    return rt if rt is not None and rt.probes else None
-
-
-def note_mask(rt: Runtime, op: Any, lhs: np.ndarray, rhs: Any, result: np.ndarray) -> None:
+def note_mask(st: ReplayState, op: Any, lhs: np.ndarray, rhs: Any, result: np.ndarray) -> None:
     """A mask comparison made while probing (``IndexExpr`` comparison hook)."""
     rhs = np.asarray(rhs)
-    for p in rt.probes:
+    for p in st.probes:
         if p.events:
             p.events[-1].append((op, lhs, rhs, result))
 
 
-def combine_deps(a: tuple, b: tuple, affine: bool, product: bool) -> tuple:
-    """The probes an index expression computed from two operands depends on (``IndexExpr`` arithmetic hook).
-
-    ``//`` and ``%`` (``affine`` False), or a product of two operands that depend on one loop variable, are
-    not affine in it: extrapolation could not follow them, so those loops are not replayed.
-    """
-    merged = a + tuple(p for p in b if p not in a)
-    if not affine or (product and any(p in b for p in a)):
-        for p in merged:
-            p.fail("non-affine index arithmetic on the loop variable")
-    return merged
-
-
-def note_array(deps: tuple) -> None:
-    """An index expression computed from a probing loop variable became a NumPy array (``IndexExpr.__array__``
-    hook): outside the simulator's own code, what happens to it next is not followed."""
-    frame = sys._getframe(2)   # the caller of __array__, past NumPy's own Python code
-    while frame is not None and frame.f_code.co_filename.startswith(_NUMPY_DIR):
-        frame = frame.f_back
-    if frame is None or not frame.f_code.co_filename.startswith(SIM_DIR):
-        for p in deps:
-            p.fail("an index expression computed from the loop variable was converted to a NumPy array")
-
-
-def note_key(rt: Runtime, key: tuple, shape: tuple[int, ...]) -> None:
+def note_key(st: ReplayState, key: tuple, shape: tuple[int, ...]) -> None:
     """A tensor indexed while probing (``Tensor.__getitem__`` hook): its ints and slices as (lo, hi, size)."""
     out = []
     for k, size in zip(key, shape):
@@ -170,11 +147,11 @@ def note_key(rt: Runtime, key: tuple, shape: tuple[int, ...]) -> None:
         elif type(k) is slice:
             out += (k.start, k.stop, size)
     if out:
-        for p in rt.probes:
+        for p in st.probes:
             p.keys[-1] += out
 
 
-def note_view_key(rt: Runtime, key: list[Any], lengths: list[int]) -> None:
+def note_view_key(st: ReplayState, key: list[Any], lengths: list[int]) -> None:
     """A view re-indexed while probing (``View.__getitem__`` hook): bounds relative to the view's axes."""
     out: list[int] = []
     for k, length in zip(key, lengths):
@@ -184,11 +161,11 @@ def note_view_key(rt: Runtime, key: list[Any], lengths: list[int]) -> None:
         elif isinstance(k, int):
             out += (int(k), int(k) + 1, length)
     if out:
-        for p in rt.probes:
+        for p in st.probes:
             p.keys[-1] += out
 
 
-def note_region(rt: Runtime, region: Region, shape: tuple[int, ...],
+def note_region(st: ReplayState, region: Region, shape: tuple[int, ...],
                 clamped: list[tuple[int, int, int]] | None) -> None:
     """A region recorded while probing (``View.region`` hook): its view's shape and, when it was clamped to
     its tensor, every index-array axis's (lo, hi, size) before clamping.
@@ -196,41 +173,35 @@ def note_region(rt: Runtime, region: Region, shape: tuple[int, ...],
     Clamping is linear in the loop variables while each bound stays on the same side of 0 and of the axis
     size, so those sides are noted as mask comparisons: replay stops where one would change.
     """
-    rt.region_shapes[id(region)] = shape
+    st.region_shapes[id(region)] = shape
     if clamped:
         bounds = np.array([(lo, hi) for lo, hi, _ in clamped], dtype=np.int64)
         sizes = np.array([size for _, _, size in clamped], dtype=np.int64)[:, None]
-        note_mask(rt, np.less, bounds, 0, bounds < 0)
-        note_mask(rt, np.greater, bounds, sizes, bounds > sizes)
-
-
-def trace_fields(trace: Trace) -> tuple:
-    """Everything a trace records except ``replayed``, as plain data: what replay must leave unchanged."""
-    return ([dataclasses.astuple(i) for i in trace.instructions],
-            [dataclasses.astuple(t) for t in trace.tensors.values()], list(trace.tensors), trace.kernel_name,
-            trace.grid, trace.trace_only, trace.num_cores, trace.program_cores)
+        note_mask(st, np.less, bounds, 0, bounds < 0)
+        note_mask(st, np.greater, bounds, sizes, bounds > sizes)
 
 
 # ---- the loop ---------------------------------------------------------------------------------------
 def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[int]:
     """Iterate ``values`` for the kernel frame ``caller``, replaying what can be replayed."""
+    st: ReplayState = rt.observer
     site: loopcheck.LoopSite | str = "loop not called from kernel code"
     key = None
     if caller is not None and caller.f_code.co_filename in rt.kernel_files:
         site = loopcheck.loop_site(caller.f_code, caller.f_lineno)
         key = (caller.f_code, caller.f_lineno)
-        if not isinstance(site, str) and rt.replay_misses.get(key, 0) >= MISSES:
+        if not isinstance(site, str) and st.replay_misses.get(key, 0) >= MISSES:
             site = f"nothing was extrapolated in the last {MISSES} instances of this loop"
     if isinstance(site, str):
         _log.debug("loop at %s runs every iteration: %s", caller and caller.f_lineno, site)
     n = len(values)
     pos = 0
     gained: int | None = None   # iterations extrapolated, once a probe ran
-    known = None if key is None else rt.replay_evidence.get(key)
+    known = None if key is None else st.replay_evidence.get(key)
     # with values, probing records every call of the probes: worth it only with enough iterations left to skip
-    if not rt.value_replay:
+    if not st.value_replay:
         skip = 0
-    elif rt.probes:   # an enclosing loop is probing (with values)
+    elif st.probes:   # an enclosing loop is probing (with values)
         skip = MIN_SKIPPED_PROBING
     else:
         skip = MIN_SKIPPED_KNOWN if known is not None else MIN_SKIPPED_VALUES
@@ -246,20 +217,20 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
         heads: list[list[tuple[int, int]]] = []   # per probe iteration: where it began in the enclosing probes' lists
         done = None
         while done is None and probe.reason is None and pos < n and len(marks) <= PROBES + WARMUP:
-            heads.append([(len(p.events[-1]), len(p.keys[-1])) for p in rt.probes])
+            heads.append([(len(p.events[-1]), len(p.keys[-1])) for p in st.probes])
             probe.events.append([])
             probe.keys.append([])
             idx = rt.iterate(frame, values[pos], ProbeIndex)
             idx.deps = (probe,)
-            if rt.value_replay:
+            if st.value_replay:
                 if probe.logs:   # only the last log is rebuilt from: the others keep nothing alive
                     probe.logs[-1].release()
-                probe.logs.append(effects.Log())
-            rt.probes.append(probe)
+                probe.logs.append(value_replay.Log())
+            st.push(probe)
             try:
                 yield idx
             finally:
-                rt.probes.remove(probe)
+                st.pop(probe)
             pos += 1
             marks.append(_mark(rt))
             if len(marks) >= 3 and marks[-1][4] != marks[-2][4]:
@@ -269,7 +240,7 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
                 probe.fail(_OTHER_STATE)
             if len(marks) == 2:
                 records = marks[1][0] - marks[0][0] + marks[1][1] - marks[0][1]
-                if (n - pos - (PROBES - 1)) * records < (MIN_GAIN_VALUES if rt.value_replay else MIN_GAIN):
+                if (n - pos - (PROBES - 1)) * records < (MIN_GAIN_VALUES if st.value_replay else MIN_GAIN):
                     probe.fail(f"at most {(n - pos - (PROBES - 1)) * records} records to extrapolate")
                 else:
                     reason = loopcheck.runtime_reason(site, caller.f_locals, caller.f_globals, rt.kernel_files,
@@ -285,11 +256,11 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
                 done = _extrapolate(rt, frame, values, pos, probe, marks[-PROBES - 1:], probe.events[-PROBES:],
                                     probe.keys[-PROBES:], heads[-PROBES + 1])
                 if done and probe.evidence is not None and key is not None:
-                    rt.replay_evidence[key] = probe.evidence
-        if not rt.probes:
-            rt.region_shapes.clear()
-            rt.replayed_blocks.clear()
-            rt.flattened.clear()
+                    st.replay_evidence[key] = probe.evidence
+        if not st.probes:
+            st.region_shapes.clear()
+            st.replayed_blocks.clear()
+            st.flattened.clear()
         # the probes' logs keep what their calls named alive (ids must not be reused while probing): let go
         probe.logs.clear()
         marks.clear()
@@ -300,19 +271,17 @@ def run(rt: Runtime, frame: LoopFrame, values: range, caller: Any) -> Iterator[i
             pos += done
             gained += done
     if gained is not None:   # probing that gained nothing, again and again, is not tried any more in this run
-        rt.replay_misses[key] = 0 if gained else rt.replay_misses.get(key, 0) + 1
+        st.replay_misses[key] = 0 if gained else st.replay_misses.get(key, 0) + 1
 
 
 def _sim_types() -> tuple[type, ...]:
-    from accelopt_nb.sim.indexing import IndexExpr, Mask, _Grid, _MGrid
-    from accelopt_nb.sim.tensor import Tensor, View
     return (Tensor, View, IndexExpr, Mask, _Grid, _MGrid)
 
 
-_MARK_SKIP = frozenset({"trace", "loops", "loop_key", "epoch", "_next_uid", "_next_tensor", "probes", "region_shapes",
-                        "replayed_blocks", "flattened", "replay_misses", "roots", "deferred", "identities",
-                        "generations", "pending_reduction", "programs", "hidden", "tensors_unsorted",
-                        "replay_evidence", "onchip"})
+# the runtime's fields that move while a body runs, or are the replay wing's own (all others must stay put)
+_MARK_SKIP = frozenset({"trace", "loops", "loop_key", "epoch", "_next_uid", "_next_tensor", "deferred",
+                        "pending_reduction", "hidden", "tensors_unsorted", "onchip", "observer", "watching",
+                        "recording"})
 
 
 def _mark(rt: Runtime) -> tuple:
@@ -336,6 +305,7 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
     per enclosing probing loop, where the second of them began in its mask comparisons and index bounds.
     Returns how many iterations were appended, or None (``probe.mismatch`` or ``probe.reason`` says why).
     """
+    st: ReplayState = rt.observer
     probe.mismatch = None
     probe.evidence = None
     n_probes = len(marks) - 1
@@ -352,8 +322,8 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
         probe.mismatch = "iterations differ in their mask comparisons"
         return None
     program = None
-    if rt.value_replay:   # checked first: cheaper than flattening the records, and it fails more often
-        program = effects.agreed(probe, n_probes, None if known is None else known.effects)
+    if st.value_replay:   # checked first: cheaper than flattening the records, and it fails more often
+        program = value_replay.agreed(probe, n_probes, None if known is None else known.effects)
         if program is None:
             return None
     flats = [records.flatten(rt, marks[j], marks[j + 1]) for j in range(n_probes)]
@@ -381,9 +351,9 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
         probe.fail("a region of the records cannot be checked against its tensor")
         return None
     if count > 0 and program is not None:   # memory as running them would leave it: their effects, re-run
-        compiled = effects.Program(*program)
+        compiled = value_replay.Program(*program)
         done = lanes.replay(rt, frame, values, pos, compiled, count)
-        count = effects.replay(rt, frame, values, pos, compiled, count) if done is None else done
+        count = value_replay.replay(rt, frame, values, pos, compiled, count) if done is None else done
     if count <= 0:
         return 0
     _emit(rt, frame, values, pos, last, delta, count, steps[0], flat)
@@ -393,10 +363,10 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
     # an enclosing probing loop must also see this loop's mask outcomes and index bounds over its whole range:
     # its first probe's and the far corner's (each is linear in both loops' variables, so the corners decide
     # the whole rectangle). The later probes' are dropped, so it sees the same however many probes ran.
-    for p, (n_events, n_keys) in zip(rt.probes, trim):
+    for p, (n_events, n_keys) in zip(st.probes, trim):
         del p.events[-1][n_events:]
         del p.keys[-1][n_keys:]
-    for p in rt.probes:
+    for p in st.probes:
         p.events[-1].extend((op, lhs + count * dl, rhs + count * dr, res) for op, lhs, dl, rhs, dr, res in comparisons)
         p.keys[-1] += bounds(count)
     return count
@@ -549,7 +519,7 @@ def _emit(rt: Runtime, frame: LoopFrame, values: range, pos: int, last: np.ndarr
     if tens_cols:
         tens.update((rec.id, rec) for rec in itertools.chain.from_iterable(zip(*tens_cols)))
     trace.replayed += len(ins) - first_ins
-    if rt.probes:  # an enclosing loop is probing: it reads these records back as one block
+    if rt.observer.probes:  # an enclosing loop is probing: it reads these records back as one block
         records.keep_block(rt, flat, rows, count, ins[first_ins] if len(ins) > first_ins else None,
                     tens.get(first_tensor), int(step[1]))
     _, n_tensor, n_uid, n_epoch = (int(x) * count for x in step)

@@ -1,9 +1,10 @@
 """Shared machinery of the NKI APIs: result tiles, engine rules, and instruction emission.
 
-Every API reads its operands through :func:`tensor.operand`, computes in fp32 (or int64 for
+Every API reads its operands through :func:`operands.operand`, computes in fp32 (or int64 for
 all-integer operands), produces a fresh *result tile*, and emits one instruction. Assigning a
 result tile into a buffer (``buf[i] = nl.exp(x)``) re-targets that instruction's write to the
-buffer, as the NKI compiler does, instead of emitting a copy.
+buffer, as the NKI compiler does, instead of emitting a copy. Tile assignment and ``+=`` land here
+(bound into the core's tile handles at import: ``core.views.API``).
 """
 from __future__ import annotations
 
@@ -13,13 +14,16 @@ import numpy as np
 from math import prod as _prod
 
 from accelopt_nb.errors import NKIRuleError, UninitializedReadError
-from accelopt_nb.sim import dtypes as dt
-from accelopt_nb.sim import effects
-from accelopt_nb.sim.functions import FLOAT32_INTO
-from accelopt_nb.sim.indexing import Mask, broadcast, keep, mask_all, mask_rows_cols
-from accelopt_nb.sim.runtime import PMAX, PSUM_BANK_BYTES, Runtime, current
-from accelopt_nb.sim.tensor import (Operand, Tensor, View, as_view, boxed_into, combine_written, defer, kept_box,
-                                     operand, read, write, write_boxed, write_deferred)
+from accelopt_nb.sim.core import dtypes as dt
+from accelopt_nb.sim.core import views
+from accelopt_nb.sim.core.functions import FLOAT32_INTO
+from accelopt_nb.sim.core.indexing import Mask, broadcast, keep, mask_all, mask_rows_cols
+from accelopt_nb.sim.core.memory import Thunk, defer, kept_box, read, write, write_boxed, write_deferred
+from accelopt_nb.sim.core.operands import Operand, as_view, combine_written, operand
+from accelopt_nb.sim.core.prims import REBUILD, Array, Lane, call, elementwise, is_elementwise, primitive
+from accelopt_nb.sim.core.runtime import PMAX, PSUM_BANK_BYTES, Runtime, current
+from accelopt_nb.sim.core.tensor import Tensor
+from accelopt_nb.sim.core.views import View
 
 # Which buffers each engine may read and write (Trainium arch guide, memory figure).
 ENGINE_READS = {"tensor": {"sbuf"}, "vector": {"sbuf", "psum"}, "scalar": {"sbuf", "psum"},
@@ -62,25 +66,34 @@ def check_tile_shape(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, 
                                 f"(shape {shape}, {dt.name(dtype)})", "PSUM tile <= 2 KiB per partition (512 fp32)")
 
 
-_DEFERRED = np.empty(0, np.float32)   # the data of a tile whose values are deferred (never read: see tensor.defer)
+_DEFERRED = np.empty(0, np.float32)   # the data of a tile whose values are deferred (never read: see memory.defer)
 
 
+@elementwise
 def identity(x: Any) -> Any:
     return x
 
 
+@elementwise
 def reciprocal_of(x: Any) -> Any:
     return 1.0 / x
 
 
-def broadcast_copy(data: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+@primitive(replay=REBUILD)
+def broadcast_copy(data: np.ndarray, *, shape: tuple[int, ...]) -> np.ndarray:
     return broadcast(data, shape).copy()
+
+
+@primitive(replay=REBUILD, lane=Lane())
+def copied(data: np.ndarray) -> np.ndarray:
+    """A copy of its own (a view of another tile's storage must not alias it)."""
+    return np.copy(data)
 
 
 def new_result(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, buffer: str,
                data: np.ndarray | None, written: np.ndarray | None, mask: np.ndarray | None,
                thunk: tuple | None = None) -> Tensor:
-    """A fresh result tile; ``thunk`` (values mode) computes its values later (``tensor.defer``)."""
+    """A fresh result tile; ``thunk`` (values mode) computes its values later (``memory.defer``)."""
     shape = tuple(map(int, shape))
     if len(shape) == 1:
         shape = (shape[0], 1)
@@ -102,9 +115,9 @@ def new_result(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, buffer
         data = _DEFERRED
     elif data is not None:
         if data.shape != shape:
-            data = effects.run(broadcast_copy, data, shape)
+            data = call(broadcast_copy, data, shape=shape)
         elif data.base is not None or not data.flags.writeable:
-            data = effects.run(np.copy, data)  # a view (e.g. nl.copy's identity) must not alias its source's storage
+            data = call(copied, data)  # a view (e.g. nl.copy's identity) must not alias its source's storage
     t = Tensor(rt, shape, dtype, buffer, "result", data=data, written=written if written is not None else True,
                raw=True)
     if thunk is not None:
@@ -146,7 +159,7 @@ def broadcast_shape(rt: Runtime, api: str, operands: Sequence[Operand]) -> tuple
 
 
 def deferrable(fns: Sequence[Any], values: Sequence[Any], dtype: Any, shape: tuple[int, ...]) -> bool:
-    """Whether a result can be computed later, maybe into its destination (``tensor.defer``): NumPy ufuncs
+    """Whether a result can be computed later, maybe into its destination (``memory.defer``): NumPy ufuncs
     (or ``FLOAT32_INTO`` functions) of float32 arrays and scalars giving a float32 tile (then ``out=``
     rounds exactly as the result tile and its copy would)."""
     if dtype != dt.float32 or len(shape) < 2 or not all(map(computes_into, fns)):
@@ -166,12 +179,24 @@ def computes_into(fn: Any) -> bool:
     return (type(fn) is np.ufunc and fn.nout == 1) or fn in FLOAT32_INTO
 
 
-def ufunc_into(dst: np.ndarray | None, fn: np.ufunc, *args: Any) -> np.ndarray:
+def _ufunc_lanes(args: list, params: dict) -> bool:
+    """Lanes of ``ufunc_into``: a single-output ufunc, elementwise, or matmul on operands of rank 2 or more."""
+    fn = params["ufunc"]
+    if type(fn) is not np.ufunc or fn.nout != 1:
+        return False
+    if fn.signature is None:
+        return True
+    return fn is np.matmul and all(a.rank >= 2 for a in args[1:] if isinstance(a, Array))
+
+
+@primitive(replay=REBUILD, lane=Lane(accepts=_ufunc_lanes), writes=0)
+def ufunc_into(dst: np.ndarray | None, *args: Any, ufunc: np.ufunc) -> np.ndarray:
     """The deferred thunk of a :func:`deferrable` ufunc (elementwise ops, ``nc_matmul``): into ``dst`` or new."""
-    return fn(*args) if dst is None else fn(*args, out=dst)
+    return ufunc(*args) if dst is None else ufunc(*args, out=dst)
 
 
-def _eager(fn: Callable[..., Any], is_float: bool, *args: Any) -> np.ndarray:
+@primitive(replay=REBUILD, lane=Lane(accepts=lambda args, params: is_elementwise(params["fn"])))
+def _eager(*args: Any, fn: Callable[..., Any], is_float: bool) -> np.ndarray:
     with np.errstate(all="ignore"):
         data = np.asarray(fn(*args))
     return data.astype(np.float32, copy=False) if is_float else data
@@ -199,11 +224,10 @@ def elementwise(api: str, engine: str, op: str, fn: Callable[..., np.ndarray], a
         box, opnds = None, [operand(a, api, mask=m) for a in args]
         deferred = deferrable((fn,), [o.data for o in opnds], dtype, shape)
     if not rt.options.trace_only and not deferred:
-        data = effects.run(_eager, fn, dt.is_float(dtype), *[o.data for o in opnds])
+        data = call(_eager, *[o.data for o in opnds], fn=fn, is_float=dt.is_float(dtype))
     written = combine_written(*[o.written for o in opnds], shape=shape)
     args = [o.data for o in opnds]
-    thunk = None if not deferred else (ufunc_into, fn, *args) if box is None else (boxed_into, shape, box, ufunc_into,
-                                                                                  fn, *args)
+    thunk = None if not deferred else Thunk(ufunc_into, tuple(args), {"ufunc": fn}, box)
     out = new_result(rt, api, shape, dtype, buffer, data, written, m, thunk)
     a = {"num_inputs": sum(1 for o in opnds if not o.scalar),
          "psum_input": any(o.buffer == "psum" for o in opnds)}
@@ -211,6 +235,31 @@ def elementwise(api: str, engine: str, op: str, fn: Callable[..., np.ndarray], a
         a.update(attrs)
     emit_for(rt, out, engine, op, api, opnds, a)
     return out
+
+
+def copy_tile(src: Any, *, mask: Any = None, dtype: Any = None) -> Tensor:
+    """``nl.copy``: a VectorE copy (also the PSUM evacuation other APIs make before a GpSimdE read)."""
+    return elementwise("nl.copy", "vector", "tensor_copy", identity, [src], dtype=dtype, mask=mask,
+                       out_dtype_default=None)
+
+
+def random_generator(rt: Runtime) -> np.random.Generator:
+    """The launch's generator (``Runtime.rng``): seeded with 0 at its first use unless ``nl.random_seed`` set it, so
+    a launch's random values depend on the launch alone, not on what ran before it in the process."""
+    if rt.rng is None:
+        rt.rng = np.random.default_rng(0)
+    return rt.rng
+
+
+def dropout(x: Any, rate: Any, *, dtype: Any = None, mask: Any = None) -> Tensor:
+    """``nl.dropout`` (and ``nisa.dropout``): elements kept with probability ``1 - rate``, scaled by its inverse."""
+    keep = None
+    rt = current()
+    if not rt.options.trace_only:
+        op = operand(x, "nl.dropout", allow_scalar=False)
+        keep = (random_generator(rt).random(op.shape) >= float(rate)).astype(np.float32) / np.float32(1 - float(rate))
+    return elementwise("nl.dropout", "vector", "dropout",
+                       (lambda a: a * keep) if keep is not None else (lambda a: a), [x], dtype=dtype, mask=mask)
 
 
 def _promoted(opnds: Sequence[Operand], dtype: Any) -> Any:
@@ -270,7 +319,7 @@ def copy_into(dest: View, value: Any, api: str, reduction: bool = False) -> None
             rt.pending_reduction = None
             pending[1].reduce_into(dest, src, api)
             return
-        # a deferred result is computed straight into a whole float32 destination box (tensor.defer)
+        # a deferred result is computed straight into a whole float32 destination box (memory.defer)
         if not (src._thunk is not None and sshape == dshape and (
                 write_deferred(dest, src, src._written, api, reduction=reduction) if mask is None or mask_all(mask)
                 else write_boxed(dest, src, mask, api, reduction=reduction))):
@@ -314,8 +363,7 @@ def accumulate_into(dest: View, value: Any) -> None:
             if value.dtype == dest.dtype:
                 current().hide_result(value.id)
             return
-    from accelopt_nb.sim import language as nl
-    result = nl.add(dest, value, dtype=dest.dtype)
+    result = views.API.language.add(dest, value, dtype=dest.dtype)
     copy_into(dest, result, "+=", reduction=True)
 
 
@@ -342,5 +390,31 @@ def reduce_axes(rt: Runtime, api: str, shape: tuple[int, ...], axis: Any) -> tup
                             "a matmul with a ones vector", "reductions run over free axes only")
     return axes
 
+
+def assign(dest: View, value: Any) -> None:
+    """``dest[...] = value``: write a result tile, copy a tile, or fill with a scalar."""
+    rt = current()
+    if isinstance(value, View) and value._accum_pending and value.tensor is dest.tensor:
+        value._accum_pending = False
+        return  # the second half of an augmented assignment (psum[i] += x)
+    if not dest.tensor.on_chip:
+        raise rt.rule_error("assignment", f"cannot assign to HBM tensor '{dest.tensor.name}' inside a kernel; "
+                            "use nl.store (or nisa.dma_copy)", "HBM is written by DMA only")
+    dest.check_tile("assignment")
+    copy_into(dest, value, api="assignment")
+
+
+def accumulate(dest: View, value: Any) -> None:
+    """``dest += value``."""
+    rt = current()
+    if not dest.tensor.on_chip:
+        raise rt.rule_error("+=", f"cannot accumulate into HBM tensor '{dest.tensor.name}'",
+                            "HBM is written by DMA only")
+    dest.check_tile("+=")
+    accumulate_into(dest, value)
+
+
+views.API.assign = assign
+views.API.accumulate = accumulate
 
 __all__ = ["NKIRuleError", "read"]

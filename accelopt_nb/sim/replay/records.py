@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from accelopt_nb.sim.runtime import Runtime
-from accelopt_nb.sim.taint import ProbeIndex, Tainted
+from accelopt_nb.sim.core.runtime import Runtime
+from accelopt_nb.sim.replay.taint import ProbeIndex, Tainted
 from accelopt_nb.sim.trace import Instruction, Region, TensorInfo
 
 # Signature nodes: _INT (an integer), a str/bool/None (itself), ("f", hex, x) (a float), ("c", type, x)
@@ -48,9 +48,10 @@ class Flat:
         self.ints: list[int] = []
         self.chunks: list[np.ndarray] = []
         self.base = 0
-        self.shapes = rt.region_shapes
-        self.blocks = rt.replayed_blocks
-        self.seen = rt.flattened
+        st = rt.observer   # the replay wing's state (replay.state)
+        self.shapes = st.region_shapes
+        self.blocks = st.replayed_blocks
+        self.seen = st.flattened
         self.lo: list[int] = []
         self.hi: list[int] = []
         self.size: list[int] = []
@@ -407,6 +408,6 @@ def keep_block(rt: Runtime, flat: Flat, rows: np.ndarray, count: int, first_ins:
     blk.lo, blk.hi, blk.size, blk.free = (flat.slots(n) for n in ("lo", "hi", "size", "free"))
     blk.unchecked = flat.unchecked
     if first_ins is not None and ins_plan:
-        rt.replayed_blocks[id(first_ins)] = blk
+        rt.observer.replayed_blocks[id(first_ins)] = blk
     if first_tensor is not None and tens_plan:
-        rt.replayed_blocks[id(first_tensor)] = blk
+        rt.observer.replayed_blocks[id(first_tensor)] = blk
