@@ -758,18 +758,18 @@ def kernel(a, b):
     return out
 """
     import accelopt_nb.sim.api.ops as sim_ops
-    import accelopt_nb.sim.core.memory as sim_tensor
+    import accelopt_nb.sim.core.memory as memory
     a = rng.standard_normal((128, 64)).astype(np.float32)
     b = rng.standard_normal((128, 64)).astype(np.float32)
-    direct = []
-    write_deferred = sim_tensor.write_deferred
+    direct = []   # per deferred tile assigned to a destination of its shape: whether it was computed there
+    in_place = memory._in_place
 
     def spy(*args, **kwargs):
-        done = write_deferred(*args, **kwargs)
-        direct.append(done)
-        return done
+        target = in_place(*args, **kwargs)
+        direct.append(target is not None)
+        return target
 
-    monkeypatch.setattr(sim_ops, "write_deferred", spy)
+    monkeypatch.setattr(memory, "_in_place", spy)
     res = run_kernel(body, a, b)
     assert direct and all(direct)
     monkeypatch.setattr(sim_ops, "deferrable", lambda *args: False)

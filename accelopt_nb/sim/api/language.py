@@ -33,7 +33,7 @@ from accelopt_nb.sim.core.memory import boxed_read as _boxed_read
 from accelopt_nb.sim.core.memory import copy_of as _copy_of
 from accelopt_nb.sim.core.memory import kept_box as _kept_box
 from accelopt_nb.sim.core.memory import read, write
-from accelopt_nb.sim.core.memory import store_boxed as _store_boxed
+from accelopt_nb.sim.core.memory import takes_box as _takes_box
 from accelopt_nb.sim.core.operands import as_view, operand
 from accelopt_nb.sim.core.prims import REBUILD as _REBUILD
 from accelopt_nb.sim.core.prims import Lane as _Lane
@@ -354,8 +354,11 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
     # a ragged tile into float32 memory: its mask's box alone (checked first: else the box is read for nothing)
     box = (None if rt.options.trace_only or sview.shape != dview.shape or not _box_writable(dview.tensor)
            else _kept_box(m, dview.shape))
+    if box is not None and not _takes_box(dview, m, box):
+        box = None
     op = None if box is None else operand(sview, api, mask=m, compute=False, box=box)
-    if op is not None and _store_boxed(dview, op.data, m, box, api):   # a ragged tile: its mask's box alone
+    if op is not None:   # a ragged tile: its mask's box alone
+        write(dview, op.data, None, m, api, box=box)
         _emit_store(rt, api, dview, op, m)
         return
     op = operand(sview, api, mask=m, compute=False)

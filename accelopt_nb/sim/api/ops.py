@@ -18,7 +18,7 @@ from accelopt_nb.sim.core import dtypes as dt
 from accelopt_nb.sim.core import views
 from accelopt_nb.sim.core.functions import FLOAT32_INTO
 from accelopt_nb.sim.core.indexing import Mask, broadcast, keep, mask_all, mask_rows_cols
-from accelopt_nb.sim.core.memory import Thunk, defer, kept_box, read, write, write_boxed, write_deferred
+from accelopt_nb.sim.core.memory import Thunk, defer, kept_box, read, write
 from accelopt_nb.sim.core.operands import Operand, as_view, combine_written, operand
 from accelopt_nb.sim.core.prims import REBUILD, Array, Lane, call, elementwise, is_elementwise, primitive
 from accelopt_nb.sim.core.runtime import PMAX, PSUM_BANK_BYTES, Runtime, current
@@ -319,16 +319,12 @@ def copy_into(dest: View, value: Any, api: str, reduction: bool = False) -> None
             rt.pending_reduction = None
             pending[1].reduce_into(dest, src, api)
             return
-        # a deferred result is computed straight into a whole float32 destination box (memory.defer)
-        if not (src._thunk is not None and sshape == dshape and (
-                write_deferred(dest, src, src._written, api, reduction=reduction) if mask is None or mask_all(mask)
-                else write_boxed(dest, src, mask, api, reduction=reduction))):
-            values = None if src._data is None else src._data.reshape(dshape) if sshape != dshape else src._data
-            written = None if src._written is None else (src._written.reshape(dshape) if sshape != dshape
-                                                         else src._written)
-            if mask is not None and sshape != dshape:
-                mask = mask.reshape(dshape)
-            write(dest, values, written, mask, api, reduction=reduction)
+        # the tile's values: a deferred result is computed straight into a float32 destination (memory.write)
+        written = None if src._written is None else (src._written.reshape(dshape) if sshape != dshape
+                                                     else src._written)
+        if mask is not None and sshape != dshape:
+            mask = mask.reshape(dshape)
+        write(dest, None, written, mask, api, reduction=reduction, tile=src)
         producer.writes = (dest.region(mask),)
         producer.out_dtype = dt.name(dest.dtype)
         if src.dtype == dest.dtype:   # else the trace keeps the tile: its dtype is what the instruction computed in

@@ -291,23 +291,60 @@ def _adv_shape(view: View) -> tuple[int, ...]:
     return broadcast_shapes([k.shape for k in view.key if isinstance(k, np.ndarray)])
 
 
-def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mask: np.ndarray | None,
-          api: str, accumulate: bool = False, reduction: bool = False) -> None:
-    """Scatter values into a view (rounding to the tensor dtype) and update validity.
+# ---- the write path -------------------------------------------------------------------------------------
+def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mask: np.ndarray | None, api: str, *,
+          accumulate: bool = False, reduction: bool = False, tile: Tensor | None = None,
+          box: tuple[slice, ...] | None = None) -> None:
+    """Write into a view: the one way a tensor's memory and validity change (values rounded to its dtype).
 
-    ``reduction`` marks a read-modify-write (``+=``) computed by the caller: legal across
-    affine_range iterations, so it skips the loop-carried write check.
+    ``values``: an array broadcast to the view (None in a trace-only run: only the checks run); ``written``: its
+    validity (None: all valid); ``mask``: the elements written. ``tile``: a result tile whose values are written
+    (``values`` None): deferred ones are computed straight into the destination when it is float32 memory of their
+    shape (or, for a tile computed on its mask's box, into that box: :func:`_in_place`), else computed first.
+    ``box``: ``values`` hold only that box of the view, the box ``mask`` keeps (callers ask :func:`takes_box`).
+    ``accumulate``: add into the destination (PSUM accumulation); ``reduction``: a read-modify-write the caller
+    computed (``+=``). Both are legal across affine_range iterations: the loop-carried write check skips them.
+
+    Every write makes the same checks once, in this order: any other pending result is computed (its operands are
+    views of memory this write may change), the loop-carried write check, a borrowed kernel input is copied; then
+    the values land and the elements written are marked valid.
     """
     t = view.tensor
     rt = current()
-    if rt.deferred is not None:   # its operands are views of memory this write may change
-        _compute_deferred(rt)
+    target = None   # (key, memory, box): where the values land directly
+    if tile is not None:
+        if tile._thunk is not None and tile.shape == view.shape:
+            target = _in_place(view, tile, mask)
+        if target is None:   # the tile's values, computed first if they were deferred
+            values = tile._data
+            if values is not None and tile.shape != view.shape:
+                values = values.reshape(view.shape)
+    elif box is not None:
+        target = _box_target(view, mask, box)
+        if target is None:
+            raise RuntimeError(f"{api}: a box's values written where the box cannot go (ask takes_box first)")
+    if rt.deferred is not None and (tile is None or rt.deferred() is not tile):
+        _compute_deferred(rt)   # its operands are views of memory this write may change
     # a ragged tile whose key runs past its tensor: the box its mask keeps, for the check and the data path
-    kept = _kept_basic(view, mask) if view.advanced and view.basic is None and not rt.options.trace_only else None
+    if target is not None:
+        kept = (target[0], target[2]) if target[2] is not None and view.advanced and view.basic is None else None
+    else:
+        kept = _kept_basic(view, mask) if view.advanced and view.basic is None and not rt.options.trace_only else None
     _loop_conflict_check(rt, view, mask, api, accumulate or reduction, kept)
-    if t._data is None or values is None:
+    if target is None and (t._data is None or values is None):
         return
     t.own()
+    if target is not None:
+        key, sub, at = target
+        if tile is not None:   # computed straight into the destination (whole, or the box the tile computes)
+            tile._compute(sub, at)
+            if at is None and written is not None:
+                written = broadcast(written, view.shape).reshape(sub.shape)
+            _mark_written(t, key, None if at is not None else written)
+        else:   # the values of the mask's box alone, copied into its destination
+            call(_assign, sub, values, dtype=t.dtype, raw=False)
+            _mark_written(t, key, None)
+        return
     shape = view.shape
     store_dtype = dt.storage(t.dtype)
     vals = broadcast(values, shape)
@@ -389,10 +426,10 @@ class Thunk:
 
 
 def defer(t: Tensor, thunk: Thunk) -> None:
-    """Compute a fresh result tile's values later (``thunk``). Assigned
-    whole to a float32 box next (``dst[...] = nl.add(a, b)``, every compiler-style instruction), they are
-    computed in place there (``write_deferred``) instead of into a tile that is then copied; anything else
-    computes them first: reading the tile, and any write (the thunk's operands are views of memory)."""
+    """Compute a fresh result tile's values later (``thunk``). Assigned whole to a float32 box next
+    (``dst[...] = nl.add(a, b)``, every compiler-style instruction), they are computed in place there
+    (``write(..., tile=t)``) instead of into a tile that is then copied; anything else computes them first: reading
+    the tile, and any write (the thunk's operands are views of memory)."""
     rt = current()
     if rt.deferred is not None:
         _compute_deferred(rt)
@@ -405,25 +442,6 @@ def _compute_deferred(rt: Runtime) -> None:
     rt.deferred = None
     if t is not None and t._thunk is not None:
         t._compute()
-
-
-def write_deferred(view: View, src: Tensor, written: np.ndarray | None, api: str, reduction: bool = False) -> bool:
-    """``write(view, src's values, written)`` for a deferred ``src`` of the view's shape, computed into the
-    destination; False (nothing done) unless the view is a box of a float32 tensor."""
-    t = view.tensor
-    if t._data is None or t.dtype != dt.float32 or t._raw:
-        return False
-    key = view.basic if view.advanced else view.key
-    if key is None or _box(key) is None:
-        return False
-    sub = t._data[key]
-    if sub.shape != src.shape:
-        return False
-    _loop_conflict_check(current(), view, None, api, reduction)
-    t.own()
-    src._compute(out=sub)
-    _mark_written(t, key, None if written is None else broadcast(written, view.shape).reshape(sub.shape))
-    return True
 
 
 # ---- masked instructions computed on the box their mask keeps ------------------------------------------
@@ -483,8 +501,8 @@ def _boxable(t: Tensor) -> bool:
 
 
 def box_writable(t: Tensor) -> bool:
-    """Whether a box of ``t`` can take values written straight into its memory (``write_boxed``, ``store_boxed``):
-    float32 memory that rounds as the tensor does."""
+    """Whether a box of ``t`` can take values written straight into its memory (``write(..., tile=...)`` of a
+    boxed result, ``write(..., box=...)``): float32 memory that rounds as the tensor does."""
     return _boxable(t) and not t._raw
 
 
@@ -519,52 +537,35 @@ def boxed_into(dst: np.ndarray | None, *args: Any, box_shape: tuple[int, ...], b
     return dst
 
 
-def _box_destination(view: View, mask: np.ndarray, box: tuple[slice, ...], api: str, reduction: bool,
-                     src: Tensor | None = None) -> tuple[tuple, np.ndarray] | None:
-    """For a write of ``box`` of ``view`` (the elements ``mask`` keeps): its key and the memory to write,
-    after the checks ``write`` makes; None (nothing done) unless the view is a float32 box of memory.
-    ``src``: the deferred tile the write computes (every other one is computed first, as ``write`` does)."""
+def takes_box(view: View, mask: np.ndarray, box: tuple[slice, ...]) -> bool:
+    """Whether a write of ``box``'s values alone (the box ``mask`` keeps of ``view``) can land straight in the
+    view's memory: a float32 box of memory (``write(..., box=box)``)."""
+    return box_writable(view.tensor) and _box_key(view, mask, box) is not None
+
+
+def _box_target(view: View, mask: np.ndarray, box: tuple[slice, ...]) -> tuple | None:
+    """(key, memory, box) for values of ``box`` of ``view`` written straight into its memory, or None."""
     t = view.tensor
     if not box_writable(t):
         return None
     key = _box_key(view, mask, box)
-    if key is None:
+    return None if key is None else (key, _box_of_memory(t, key, box), box)
+
+
+def _in_place(view: View, tile: Tensor, mask: np.ndarray | None) -> tuple | None:
+    """Where a deferred result tile of the view's shape is computed straight into the destination: (key, memory,
+    None) for a whole tile into a float32 box of memory; (key, memory, box) for a tile computed on its mask's box
+    (``Thunk.box``) into the destination's box; None where it must be computed first."""
+    t = view.tensor
+    if mask is not None and not mask_all(mask):
+        return None if tile._thunk.box is None else _box_target(view, mask, tile._thunk.box)
+    if t._data is None or t.dtype != dt.float32 or t._raw:
         return None
-    rt = current()
-    if rt.deferred is not None and rt.deferred() is not src:
-        _compute_deferred(rt)   # its operands are views of memory this write may change
-    kept = (key, box) if view.advanced and view.basic is None else None   # a ragged tile past the tensor's end
-    _loop_conflict_check(rt, view, mask, api, reduction, kept)
-    t.own()
-    return key, _box_of_memory(t, key, box)
-
-
-def write_boxed(view: View, src: Tensor, mask: np.ndarray, api: str, reduction: bool = False) -> bool:
-    """``write(view, src's values, ..., mask)`` for a result ``src`` computed on its mask's box (``boxed_into``):
-    its values computed straight into the destination's box. False (nothing done) for any other case."""
-    thunk = src._thunk
-    if thunk is None or thunk.box is None or src.shape != view.shape:
-        return False
-    box = thunk.box
-    dest = _box_destination(view, mask, box, api, reduction, src)
-    if dest is None:
-        return False
-    key, sub = dest
-    src._compute(sub, box)
-    _mark_written(view.tensor, key, None)
-    return True
-
-
-def store_boxed(view: View, values: np.ndarray, mask: np.ndarray, box: tuple[slice, ...], api: str) -> bool:
-    """``write(view, values, None, mask)`` for the values of ``mask``'s box alone (``boxed_read``); False
-    (nothing done) unless the destination is a float32 box of the same shape."""
-    dest = _box_destination(view, mask, box, api, False)
-    if dest is None:
-        return False
-    key, sub = dest
-    call(_assign, sub, values, dtype=view.tensor.dtype, raw=False)
-    _mark_written(view.tensor, key, None)
-    return True
+    key = view.basic if view.advanced else view.key
+    if key is None or _box(key) is None:
+        return None
+    sub = t._data[key]
+    return (key, sub, None) if sub.shape == tile.shape else None
 
 
 def _write_basic(t: Tensor, basic: tuple, vals: np.ndarray, written: np.ndarray | None, shape: tuple[int, ...],
