@@ -90,9 +90,35 @@ def _scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0: boo
         reverse1=reverse1, **kwargs)
 
 
+def _dst_leading(name: str, old: Callable) -> Callable:
+    """An instruction that takes its ``dst`` in NKI 0.1 already: the same, with ``dst`` its first parameter."""
+    params = [p for n, p in inspect.signature(old).parameters.items() if not n.startswith("_")]
+    dst = next(p for p in params if p.name == "dst")
+    first = [p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD, default=inspect.Parameter.empty)
+             for p in [dst] + [p for p in params if p is not dst and p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]]
+    rest = [p for p in params if p is not dst and p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    signature = inspect.Signature(first + rest)
+    extra = next((p.name for p in rest if p.kind is inspect.Parameter.VAR_KEYWORD), None)
+
+    def instruction(*args, **kwargs):
+        arguments = signature.bind(*args, **kwargs).arguments
+        more = arguments.pop(extra, {}) if extra else {}
+        return old(**arguments, **more)
+    instruction.__name__ = name
+    instruction.__qualname__ = name
+    instruction.__doc__ = f"``{name}`` with ``dst`` first (NKI 0.2+ calling convention)."
+    instruction.__signature__ = signature  # type: ignore[attr-defined]
+    instruction.__wrapped__ = old  # type: ignore[attr-defined]
+    return instruction
+
+
 def _build_isa() -> types.ModuleType:
     attrs: dict[str, Any] = {k: getattr(_isa, k) for k in _isa.__all__ if not callable(getattr(_isa, k))
                              or isinstance(getattr(_isa, k), type)}
+    # an instruction whose NKI 0.1 form takes dst already needs no listing: dst moves to the front
+    attrs.update({n: _dst_leading(n, getattr(_isa, n)) for n in _isa.__all__
+                  if inspect.isfunction(getattr(_isa, n)) and getattr(_isa, n).__module__ == _isa.__name__
+                  and "dst" in inspect.signature(getattr(_isa, n)).parameters})
     attrs.update({n: _with_dst(n, getattr(_isa, n)) for n in _DST_FIRST})
     attrs.update(nc_matmul=nc_matmul, memset=memset, dma_copy=dma_copy, scalar_tensor_tensor=_scalar_tensor_tensor,
                  get_nc_version=_isa.get_nc_version)
