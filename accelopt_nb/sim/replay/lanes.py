@@ -42,6 +42,7 @@ from accelopt_nb.sim.replay.values import same_step
 LANE_BYTES = 4 << 20
 MAX_EXACT = 64        # exact checks of access pairs past which checking would cost more than lanes save
 SHARES_WORK = 20000   # bound on np.shares_memory's exact search; past it the accesses count as meeting
+_NUMBERS = (value_replay.INTS, value_replay.BOX, value_replay.TUPLE, value_replay.SLICE)   # nodes whose ints stay put
 
 
 @dataclass
@@ -105,7 +106,7 @@ def plan(log: value_replay.Log) -> Plan | str:
             continue
         index += 1
         if prim.replay == BOOKS:
-            if any(type(n) is tuple and n and n[0] == "a" for n in nodes):
+            if any(type(n) is tuple and n and n[0] == value_replay.ARRAY for n in nodes):
                 return f"a bookkeeping call takes an array ({getattr(fn, '__qualname__', fn)})"
             if type(sig[-1]) is tuple and sig[-1][0] not in ("frame",):
                 return "a bookkeeping call returns memory"
@@ -140,7 +141,7 @@ def plan(log: value_replay.Log) -> Plan | str:
                                  uses, largest, lane.accumulates)
             exprs.append(expr)
             position += 1
-            if node == 0 or (type(node) is tuple and node[0] in ("I", "B", "t", "s")):
+            if node == 0 or (type(node) is tuple and node[0] in _NUMBERS):
                 fixed.extend(range(first, slot))
         if type(tag) is tuple:
             largest[0] = max(largest[0], math.prod(tag[2]) * np.dtype(tag[4]).itemsize)
@@ -177,15 +178,15 @@ def _describe(nodes: tuple, consts: list) -> list | None:
     out: list[Any] = []
     cit = iter(consts)
     for node in nodes:
-        if node == 0 or node[0] in ("I", "B"):
+        if node == 0 or node[0] in (value_replay.INTS, value_replay.BOX):
             out.append(0)
-        elif node[0] == "a":
-            if node[1] == "b":
+        elif node[0] == value_replay.ARRAY:
+            if node[1] == value_replay.IN_STORAGE:
                 next(cit)
             out.append(Array(len(node[4])))
-        elif node[0] == "v":
+        elif node[0] == value_replay.VALUE:
             out.append(node[2])
-        elif node[0] in ("m", "o"):
+        elif node[0] in (value_replay.CONST, value_replay.OBJECT):
             out.append(next(cit))
         else:
             return None
@@ -196,7 +197,7 @@ def _source(node: Any, it: Any, cit: Any, slot: int, ns: dict[str, Any], rank: i
             call: int, written: bool, uses: dict[int, int], largest: list[int], accumulates: bool) -> tuple[str, int]:
     """Python source building one argument over lanes, and the next slot: an array as a view with a lane axis, any
     other argument as ``values._source`` rebuilds it for one iteration (ints do not move, constants broadcast)."""
-    if type(node) is not tuple or node[0] != "a":
+    if type(node) is not tuple or node[0] != value_replay.ARRAY:
         return value_replay._source(node, it, cit, slot, ns)
 
     def const(value: Any) -> str:
@@ -210,7 +211,7 @@ def _source(node: Any, it: Any, cit: Any, slot: int, ns: dict[str, Any], rank: i
     lane_shape, lane_strides = (1,) * pad + tuple(shape), (0,) * pad + tuple(strides)
     dtype = np.dtype(dtype)
     largest[0] = max(largest[0], math.prod(shape) * dtype.itemsize)
-    if where == "b":
+    if where == value_replay.IN_STORAGE:
         base = next(cit)
         accesses.append(_Access(call, base, slot, tuple(shape), tuple(strides), dtype.itemsize, written,
                                 written and accumulates))

@@ -17,15 +17,16 @@ from accelopt_nb.sim.core.runtime import Runtime
 from accelopt_nb.sim.replay.taint import ProbeIndex, Tainted
 from accelopt_nb.sim.trace import Instruction, Region, TensorInfo
 
-# Signature nodes: _INT (an integer), a str/bool/None (itself), ("f", hex, x) (a float), ("c", type, x)
-# (another constant), ("g", type) (a NumPy integer), ("t"|"l", items), ("d", keys, values), ("R", ...)
-# (a Region), ("L", kinds) (a loops tuple), ("N", class, fields) (a record), ("auto",) (a default name).
+# Signature nodes: _INT (an integer), a str/bool/None (itself), ("float", hex, x), ("const", type, x) (another
+# constant), ("npint", type) (a NumPy integer), ("tuple"|"list", items), ("dict", keys, values), ("region", ...)
+# (a Region), ("loops", kinds) (a loops tuple), ("record", class, fields) (a record), ("auto",) (a default name).
+# Named apart from value replay's nodes (replay.values), which flatten other things.
 _FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in (Instruction, Region, TensorInfo)}
 _REGION_FAST = _FIELDS[Region] == ("tensor", "buffer", "lo", "hi", "elements", "itemsize", "block")
 _INSTRUCTION_FAST = _FIELDS[Instruction] == ("index", "engine", "op", "api", "reads", "writes", "partitions", "free_elems",
                                              "in_dtypes", "out_dtype", "accumulate", "attrs", "loops", "file", "line")
 _CTOR = {Instruction: "I", Region: "R", TensorInfo: "T"}
-_INT = ("i",)
+_INT = ("int",)
 _PLAIN = (str, bool, type(None))
 
 
@@ -131,15 +132,15 @@ class Flat:
         if t in _PLAIN:
             return x
         if t is float:   # by its bits: 0.0 == -0.0 and nan != nan would mislead the comparison
-            return ("f", x.hex(), x)
+            return ("float", x.hex(), x)
         if t is tuple:
-            return ("t", self.items(x))
+            return ("tuple", self.items(x))
         if t is Region:
             return self.region(x)
         if t is dict:
-            return ("d", tuple(x), self.items(x.values()))
+            return ("dict", tuple(x), self.items(x.values()))
         if t is list:
-            return ("l", self.items(x))
+            return ("list", self.items(x))
         if t in _FIELDS:
             return self.record(x)
         if t is Tainted or t is ProbeIndex:
@@ -147,8 +148,8 @@ class Flat:
             return _INT
         if isinstance(x, np.integer):
             self.ints.append(int(x))
-            return ("g", t)
-        return ("c", t, x)
+            return ("npint", t)
+        return ("const", t, x)
 
     def items(self, xs: Any) -> tuple:
         out = []
@@ -191,7 +192,7 @@ class Flat:
         ints.append(x.elements)
         ints.append(x.itemsize)
         ints.append(x.block)
-        return ("R", x.buffer, len(x.lo), len(x.hi))
+        return ("region", x.buffer, len(x.lo), len(x.hi))
 
     def loops(self, x: Any) -> Any:
         if type(x) is not tuple:
@@ -205,7 +206,7 @@ class Flat:
             ints.append(uid)
             ints.append(it)
             kinds.append(kind)
-        return ("L", tuple(kinds))
+        return ("loops", tuple(kinds))
 
     def record(self, x: Any) -> tuple:
         if type(x) is Instruction and _INSTRUCTION_FAST:
@@ -219,14 +220,14 @@ class Flat:
         parts = (sig(x.index), sig(x.engine), sig(x.op), sig(x.api), self.regions(x.reads), self.regions(x.writes),
                  sig(x.partitions), sig(x.free_elems), sig(x.in_dtypes), sig(x.out_dtype), sig(x.accumulate))
         attrs = x.attrs
-        attrs = ("d", tuple(attrs), items(attrs.values())) if type(attrs) is dict else sig(attrs)
-        return ("N", Instruction, parts + (attrs, self.loops(x.loops), sig(x.file), sig(x.line)))
+        attrs = ("dict", tuple(attrs), items(attrs.values())) if type(attrs) is dict else sig(attrs)
+        return ("record", Instruction, parts + (attrs, self.loops(x.loops), sig(x.file), sig(x.line)))
 
     def regions(self, x: Any) -> Any:
         """``sig`` of a tuple of regions."""
         if type(x) is not tuple:
             return self.sig(x)
-        return ("t", tuple(self.region(r) if type(r) is Region else self.sig(r) for r in x))
+        return ("tuple", tuple(self.region(r) if type(r) is Region else self.sig(r) for r in x))
 
     def fields(self, x: Any) -> tuple:
         t = type(x)
@@ -239,7 +240,7 @@ class Flat:
                 parts.append(("auto",))   # the runtime's default name: kind + id
             else:
                 parts.append(self.sig(val))
-        return ("N", t, tuple(parts))
+        return ("record", t, tuple(parts))
 
 
 def flatten(rt: Runtime, a: tuple, b: tuple) -> tuple[tuple, np.ndarray, Flat]:
@@ -294,29 +295,29 @@ class _Codegen:
         if type(sig) is not tuple:
             return self.const(sig)
         kind = sig[0]
-        if kind == "i":
+        if kind == "int":
             return self.slot()
-        if kind == "c":
+        if kind == "const":
             return self.const(sig[2])
-        if kind == "f":
+        if kind == "float":
             return self.const(sig[2])
-        if kind == "g":
+        if kind == "npint":
             return self.slot(sig[1])
-        if kind == "t":
+        if kind == "tuple":
             return "(" + "".join(self.expr(e) + "," for e in sig[1]) + ")"
-        if kind == "l":
+        if kind == "list":
             return "[" + ",".join(self.expr(e) for e in sig[1]) + "]"
-        if kind == "d":
+        if kind == "dict":
             return "{" + ",".join(f"{self.const(key)}:{self.expr(e)}" for key, e in zip(sig[1], sig[2])) + "}"
-        if kind == "L":
+        if kind == "loops":
             return "(" + "".join(f"({self.slot()},{kind!r},{self.slot()})," for kind in sig[1]) + ")"
-        if kind == "R":
+        if kind == "region":
             _, buffer, nlo, nhi = sig
             tensor = self.slot()
             lo = "(" + "".join(self.slot() + "," for _ in range(nlo)) + ")"
             hi = "(" + "".join(self.slot() + "," for _ in range(nhi)) + ")"
             return f"R({tensor},{self.const(buffer)},{lo},{hi},{self.slot()},{self.slot()},{self.slot()})"
-        if kind == "N":
+        if kind == "record":
             cls, parts = sig[1], sig[2]
             names = _FIELDS[cls]
             args, id_slot = [], ""

@@ -43,6 +43,19 @@ if TYPE_CHECKING:
     from accelopt_nb.sim.replay.state import ReplayState
 
 _PLAIN = (str, bool, float, type(None), np.floating, np.bool_, np.dtype)
+
+# The nodes of a recorded call's signature (its function, its parameters' names, a node per argument, nested for
+# tuples and slices, and its result's register tag); every number is a slot of the iteration's numbers. Named apart
+# from the trace records' nodes (replay.records), which flatten other things.
+INT = 0                            # an int
+INTS, BOX = "ints", "box"          # a tuple of ints; of (first, last + 1, step) triples: flat numbers
+TUPLE, SLICE = "tuple", "slice"    # a container: its items' nodes follow
+ARRAY = "array"                    # a view: (ARRAY, IN_REGISTER, register, 0 | IN_STORAGE, id, generation, shape,
+IN_REGISTER, IN_STORAGE = "in register", "in storage"   # strides, dtype); its byte offset is a number
+CONST = "const"                    # an array that does not change (a mask, read-only memory): by value
+VALUE = "value"                    # a plain value (str, float, bool, None, dtype): by value
+OWN = "own"                        # a loop frame or a tensor an earlier call of the iteration made
+OBJECT = "object"                  # any other object: by identity
 # past this many calls in one iteration, most of them repeated by nested loops' replays, the iteration is not
 # recorded: its nested loops already replay, and recording and compiling it cost more than replaying it saved
 # (measured: the paper's matmul, 10.5 -> 15.5 s had its 12-iteration outer loop been replayed). Calls the
@@ -183,58 +196,58 @@ def _box_ints(a: tuple) -> list[int] | tuple | None:
 def _flatten(st: ReplayState, log: Log, a: Any, sig: list, consts: list) -> None:
     t = type(a)
     if t is int or (isinstance(a, np.integer) and t is not np.bool_):
-        sig.append(0)
+        sig.append(INT)
         log.ints.append(int(a))
     elif t is tuple:
         ints = _box_ints(a)
         if ints is not None:   # a box (per axis first, last + 1, step) or a shape: the common tuples, flat
-            sig.append(("B" if ints is not a else "I", len(a)))
+            sig.append((BOX if ints is not a else INTS, len(a)))
             log.ints += ints
             return
-        sig.append(("t", len(a)))
+        sig.append((TUPLE, len(a)))
         for x in a:
             _flatten(st, log, x, sig, consts)
     elif t is slice:
-        sig.append(("s",))
+        sig.append((SLICE,))
         for x in (a.start, a.stop, a.step):
             _flatten(st, log, x, sig, consts)
     elif t is np.ndarray:
         base = root(a)
         reg = log.regs.get(id(base))
         if reg is not None:
-            where = ("r", reg, 0)
+            where = (IN_REGISTER, reg, 0)
         elif id(base) in st.roots:
-            where = ("b",) + _identity(st, log, base)
+            where = (IN_STORAGE,) + _identity(st, log, base)
             consts.append(base)
         elif not base.flags.writeable or a.dtype == np.bool_:
             # a constant: a kept array, or a mask (bool arrays reaching these calls are masks and what
             # combines them; replay checks that the mask comparisons come out the same): by value
-            sig.append(("m", a.shape, a.dtype, a.tobytes()))
+            sig.append((CONST, a.shape, a.dtype, a.tobytes()))
             consts.append(a)
             return
         else:
             # memory from before the iteration (a tile computed before the loop): by identity, so the
             # probes agree only if every iteration reads that same memory
-            where = ("b",) + _identity(st, log, base)
+            where = (IN_STORAGE,) + _identity(st, log, base)
             consts.append(base)
         if not base.flags.c_contiguous:
             raise Unsupported("an array whose storage is not contiguous")
         # the dtype itself: an ml_dtypes type's .str is a bare '<V2' (bfloat16) or '<V1' (fp8), which rebuilds as void
-        sig.append(("a",) + where + (a.shape, a.strides, a.dtype))
+        sig.append((ARRAY,) + where + (a.shape, a.strides, a.dtype))
         log.ints.append(_address(a) - _address(base))
     elif isinstance(a, _PLAIN):
-        sig.append(("v", t, a))
+        sig.append((VALUE, t, a))
     elif t is LoopFrame:
         reg = log.regs.get(id(a))
         if reg is None:
             raise Unsupported("a loop frame from outside the iteration")
-        sig.append(("f", reg))
+        sig.append((OWN, reg))
     else:
         reg = log.regs.get(id(a))
         if reg is not None:   # a tensor allocated earlier in the iteration
-            sig.append(("f", reg))
+            sig.append((OWN, reg))
             return
-        sig.append(("o",) + _identity(st, log, a))
+        sig.append((OBJECT,) + _identity(st, log, a))
         consts.append(a)
 
 
@@ -299,8 +312,8 @@ class Program:
         last_use: dict[int, int] = {}
         for i, sig in enumerate(log.sigs):
             for node in sig[2:-1]:
-                if type(node) is tuple and node and ((node[0] == "a" and node[1] == "r") or node[0] == "f"):
-                    last_use[node[2] if node[0] == "a" else node[1]] = i
+                if type(node) is tuple and node and ((node[0] == ARRAY and node[1] == IN_REGISTER) or node[0] == OWN):
+                    last_use[node[2] if node[0] == ARRAY else node[1]] = i
         frees: dict[int, list[int]] = {}
         for reg, i in last_use.items():
             frees.setdefault(i, []).append(reg)
@@ -316,13 +329,13 @@ class Program:
                 expr, slot = _source(node, it, cit, slot, ns)
                 exprs.append(expr)
                 tops.append(node)
-                spans.append((first, slot) if type(node) is tuple and node[0] == "B" else None)
+                spans.append((first, slot) if type(node) is tuple and node[0] == BOX else None)
             if PRIMS[fn].replay == GUARD:
                 # checked before each replayed iteration (self.guards), and nothing to run
                 pending += frees.get(i, ())
             else:
                 if PRIMS[fn].provable is not None and spans[1] is not None and type(tops[0]) is tuple and \
-                        tops[0][0] == "o":
+                        tops[0][0] == OBJECT:
                     checks.append((len(calls), fn, consts[0], spans[1]))
                 # registers are dropped after their last use, so temporaries are freed when running the body frees them
                 calls.append((fn, _compiled(f"lambda row, regs: {_call_source(exprs, names)}", ns), sig[-1],
@@ -330,7 +343,7 @@ class Program:
                 pending = []
             if fn is cover_add or fn is guard_covered or fn is guard_local:
                 # the tensor: a constant, or (None) one allocated in the iteration, whose cover starts empty
-                fresh = type(tops[0]) is tuple and tops[0][0] == "f"
+                fresh = type(tops[0]) is tuple and tops[0][0] == OWN
                 guards.append((fn, ("reg", tops[0][1]) if fresh else id(consts[0]), None if fresh else consts[0],
                                _compiled(f"lambda row: {exprs[1]}", ns),
                                consts[-1] if fn is guard_local else None, spans[1]))
@@ -466,30 +479,30 @@ def _source(node: Any, it: Any, cit: Any, slot: int, ns: dict[str, Any]) -> tupl
         ns[name] = value
         return name
 
-    if node == 0:
+    if node == INT:
         return f"row[{slot}]", slot + 1
     kind = node[0]
-    if kind == "I":
+    if kind == INTS:
         return f"({''.join(f'row[{slot + i}], ' for i in range(node[1]))})", slot + node[1]
-    if kind == "B":
+    if kind == BOX:
         axes = "".join(f"(row[{slot + 3 * i}], row[{slot + 3 * i + 1}], row[{slot + 3 * i + 2}]), "
                        for i in range(node[1]))
         return f"({axes})", slot + 3 * node[1]
-    if kind in ("t", "s"):
+    if kind in (TUPLE, SLICE):
         parts = []
-        for _ in range(node[1] if kind == "t" else 3):
+        for _ in range(node[1] if kind == TUPLE else 3):
             expr, slot = _source(next(it), it, cit, slot, ns)
             parts.append(expr)
-        return (f"({''.join(p + ', ' for p in parts)})" if kind == "t" else f"slice({', '.join(parts)})"), slot
-    if kind == "a":
-        base = const(next(cit)) if node[1] == "b" else f"regs[{node[2]}]"
+        return (f"({''.join(p + ', ' for p in parts)})" if kind == TUPLE else f"slice({', '.join(parts)})"), slot
+    if kind == ARRAY:
+        base = const(next(cit)) if node[1] == IN_STORAGE else f"regs[{node[2]}]"
         return (f"_nd({node[4]!r}, {const(np.dtype(node[6]))}, buffer={base}, offset=row[{slot}], "
                 f"strides={node[5]!r})"), slot + 1
-    if kind == "v":
+    if kind == VALUE:
         return const(node[2]), slot
-    if kind == "f":
+    if kind == OWN:
         return f"regs[{node[1]}]", slot
-    return const(next(cit)), slot   # "m", "o"
+    return const(next(cit)), slot   # CONST, OBJECT
 
 
 def agreed(probe: Any, probes: int, established: tuple[list, np.ndarray] | None = None
