@@ -744,6 +744,78 @@ def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0
     return out
 
 
+# ---- cross-partition data movement -----------------------------------------------------------------------
+_QUADRANT = 32   # a stream shuffle moves partitions within each quadrant of 32, the same mask in every quadrant
+_UNMODIFIED = 255   # a shuffle_mask entry that leaves its destination partition as it is
+
+
+@_primitive(replay=_REBUILD)
+def _rows_taken_lanes(data: np.ndarray, *, rows: tuple[int, ...]) -> np.ndarray:
+    return np.take(data, rows, axis=1)
+
+
+@_primitive(replay=_REBUILD, lane=_Lane(impl=_rows_taken_lanes))
+def _rows_taken(data: np.ndarray, *, rows: tuple[int, ...]) -> np.ndarray:
+    """The tile whose partition ``p`` is partition ``rows[p]`` of ``data``."""
+    return np.take(data, rows, axis=0)
+
+
+def nc_stream_shuffle(src, dst, shuffle_mask, **kwargs) -> None:
+    """VectorE cross-partition move: partition ``32 q + i`` of ``dst`` takes partition ``32 q + shuffle_mask[i]``
+    of ``src``, for every quadrant ``q`` of 32 partitions; an entry of 255 leaves its partition unmodified."""
+    rt = current()
+    api = "nisa.nc_stream_shuffle"
+    dv = as_view(dst)
+    if dv is None:
+        raise rt.rule_error(api, f"dst must be a tile, got {type(dst).__name__}", "nc_stream_shuffle moves partitions "
+                            "of a tile")
+    entries = list(shuffle_mask) if isinstance(shuffle_mask, (list, tuple)) else None
+    if entries is None or len(entries) != _QUADRANT or not all(
+            isinstance(e, (int, np.integer)) and (0 <= int(e) < _QUADRANT or int(e) == _UNMODIFIED) for e in entries):
+        raise rt.rule_error(api, f"shuffle_mask must be a list of {_QUADRANT} ints in 0..{_QUADRANT - 1} or "
+                            f"{_UNMODIFIED}, got {shuffle_mask!r}", "nc_stream_shuffle takes a 32-entry shuffle mask")
+    x = operand(src, api, allow_scalar=False)
+    if dv.tensor.on_chip:
+        dv.check_tile(api)
+    _ops.check_engine_access(rt, api, "vector", [x], dv.tensor.buffer)
+    if dv.tensor.dtype != x.dtype:
+        raise rt.rule_error(api, f"dst is {_dt.name(dv.tensor.dtype)} but src is {_dt.name(x.dtype)}",
+                            "nc_stream_shuffle keeps the data type (dst and src share one dtype)")
+    p_src, p_dst = x.shape[0], dv.shape[0]
+    free = int(_prod(x.shape[1:])) if len(x.shape) > 1 else 1
+    if free != (int(_prod(dv.shape[1:])) if len(dv.shape) > 1 else 1):
+        raise rt.rule_error(api, f"src {x.shape} and dst {dv.shape} hold different numbers of elements per partition",
+                            "nc_stream_shuffle moves whole partitions")
+    reads, writes = x.region, dv.region()
+    active = -(-max(p_src, p_dst) // _QUADRANT) * _QUADRANT
+    starts = {32: (0, 32, 64, 96), 64: (0, 64)}.get(active, (0,))
+    for name, reg, t in (("src", reads, x.view.tensor), ("dst", writes, dv.tensor)):
+        start = reg.lo[t.par_axis] if t.on_chip else 0
+        if start not in starts:
+            raise rt.rule_error(api, f"{name} starts at partition {start}; with {active} active partitions a shuffle "
+                                f"starts at partition {' or '.join(map(str, starts))}",
+                                "nc_stream_shuffle start partitions follow its active-partition rule")
+    rows = []
+    for p in range(p_dst):
+        quadrant, i = divmod(p, _QUADRANT)
+        entry = int(entries[i])
+        row = _QUADRANT * quadrant + entry
+        if entry != _UNMODIFIED and row >= p_src:
+            raise rt.rule_error(api, f"shuffle_mask[{i}] = {entry} reads partition {row} of src, which has {p_src}",
+                                "nc_stream_shuffle reads partitions of src's own quadrants")
+        rows.append(0 if entry == _UNMODIFIED else row)
+    kept = np.array([int(entries[p % _QUADRANT]) != _UNMODIFIED for p in range(p_dst)])[:, None]
+    mask = None if kept.all() else kept
+    data = written = None
+    if x.data is not None:
+        data = _call(_rows_taken, x.data.reshape(p_src, free), rows=tuple(rows)).reshape(dv.shape)
+        written = None if x.written is None else x.written.reshape(p_src, free)[rows].reshape(dv.shape)
+    write(dv, data, written, mask, api)
+    rt.emit("vector", "nc_stream_shuffle", api, (reads,), (dv.region(mask),), p_dst if mask is None else
+            int(kept.sum()), free, (_dt.name(x.dtype),), _dt.name(dv.tensor.dtype),
+            attrs={"num_inputs": 1, "psum_input": x.buffer == "psum"})
+
+
 def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=None, **kwargs) -> None:
     """A DMA between HBM and SBUF (either direction, or HBM->HBM); ``dst_rmw_op=np.add`` accumulates."""
     rt = current()
