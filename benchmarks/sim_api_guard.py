@@ -1,4 +1,4 @@
-"""Cost of the simulator's API boundary (sim/api_guard.py): the NKIBench baselines simulated with the
+"""Cost of the simulator's API boundary (sim/api/guard.py): the NKIBench baselines simulated with the
 facade functions guarded (as shipped) and unguarded, side by side in one run.
 
     python benchmarks/sim_api_guard.py                      # small shapes, values

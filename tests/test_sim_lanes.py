@@ -1,4 +1,4 @@
-"""Lane replay (``accelopt_nb.sim.lanes``) leaves memory as running every iteration does, or is not used.
+"""Lane replay (``accelopt_nb.sim.replay.lanes``) leaves memory as running every iteration does, or is not used.
 
 Each kernel runs with values three ways: loop replay with lanes (the default), loop replay iteration by iteration
 (lanes switched off), and every iteration in Python (``loop_replay=False``). Outputs must be bit-equal and traces

@@ -3,9 +3,9 @@ simulator does with it, and the rules a kernel using it must keep.
 
 Three sources, each read through its public function and kept in one place:
 
-* the documented API table (``accelopt_nb/sim/nki_api.yaml``, extracted from the Neuron docs) for
+* the documented API table (``accelopt_nb/sim/api/nki_api.yaml``, extracted from the Neuron docs) for
   the signature, doc section and docs release of each front end;
-* the simulator's coverage report (:func:`accelopt_nb.sim.coverage.collect`): supported, partial
+* the simulator's coverage report (:func:`accelopt_nb.sim.api.coverage.collect`): supported, partial
   or refused, with the arguments it refuses and why;
 * the NKI knowledge and programming rules the agents' prompts teach (``agents/prompts/_nki_knowledge.j2``,
   ``_nki_rules.j2``): every bullet that names the call.
@@ -39,7 +39,7 @@ class UnknownAPIError(ConfigError):
 @functools.lru_cache(maxsize=1)
 def _table() -> dict[str, Any]:
     """front end -> module -> name -> entry, plus each front end's docs release and URL."""
-    from accelopt_nb.sim import api_guard
+    from accelopt_nb.sim.api import guard as api_guard
 
     meta = api_guard.api_file()["front_ends"]
     return {"apis": api_guard.documented(),
@@ -48,7 +48,7 @@ def _table() -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def _coverage() -> dict[tuple[str, str, str], tuple[str, list[str]]]:
-    from accelopt_nb.sim import coverage
+    from accelopt_nb.sim.api import coverage
 
     return {(row.front_end, row.module, row.name): (row.status, list(row.notes)) for row in coverage.collect()}
 
