@@ -886,3 +886,61 @@ def test_an_instruction_flattens_as_the_generic_record_walk_does():
         assert (fast.lo, fast.hi, fast.size, fast.free, fast.unchecked) == \
                (generic.lo, generic.hi, generic.size, generic.free, generic.unchecked)
     assert len(instructions) > 500
+
+
+# ---- exactness by construction: a primitive replays only as its declared rules allow ----------------------------
+SHUFFLED_ROWS = """
+import neuronxcc.nki.isa as nisa
+
+
+@nki.jit
+def kernel(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    spread = [(5 * k) % 32 for k in range(32)]
+    s = nl.ndarray((a.shape[0] // 32, nl.par_dim(32), 64), dtype=nl.float32, buffer=nl.sbuf)
+    for i in nl.affine_range(a.shape[0] // 32):
+        t = nl.load(a[i * 32:(i + 1) * 32, :])
+        nisa.nc_stream_shuffle(src=t, dst=s[i], shuffle_mask=spread)
+        nl.store(out[i * 32:(i + 1) * 32, :], value=s[i])
+    return out
+"""
+
+
+@pytest.mark.parametrize("rules", ["undeclared", "no rules", "replay", "replay and lanes"])
+def test_a_primitive_without_a_replay_rule_is_not_replayed(monkeypatch, rules):
+    """A new primitive (here standing in for the one nc_stream_shuffle computes with) replays with values only as
+    far as it declares: undeclared or declared without a replay rule, its loop runs every iteration; with a replay
+    rule but no lane form, the loop replays one iteration at a time; with both, as lanes. Outputs and traces
+    equal running every iteration in every case (run_both)."""
+    from accelopt_nb.sim.api import isa
+    from accelopt_nb.sim.core.prims import REBUILD, Lane, primitive
+    from accelopt_nb.sim.replay import lanes
+
+    def take_rows(data, *, rows):   # a new function of its own: the primitive under test
+        return np.take(data, rows, axis=0)
+
+    def take_rows_lanes(data, *, rows):
+        return np.take(data, rows, axis=1)
+
+    if rules == "no rules":
+        take_rows = primitive()(take_rows)
+    elif rules == "replay":
+        take_rows = primitive(replay=REBUILD)(take_rows)
+    elif rules == "replay and lanes":
+        primitive(replay=REBUILD)(take_rows_lanes)
+        take_rows = primitive(replay=REBUILD, lane=Lane(impl=take_rows_lanes))(take_rows)
+    monkeypatch.setattr(isa, "_rows_taken", take_rows)
+    plans = []
+    real_plan = lanes.plan_of
+    monkeypatch.setattr(lanes, "plan_of", lambda program: plans.append(real_plan(program)) or plans[-1])
+    a = rows(32 * 24)
+    replayed = values_replayed(SHUFFLED_ROWS, a)
+    expected = np.concatenate([blk[[(5 * k) % 32 for k in range(32)]] for blk in a.reshape(24, 32, 64)])
+    np.testing.assert_array_equal(simulate(load_kernel(source=HEADER + SHUFFLED_ROWS), a).output, expected)
+    if rules in ("undeclared", "no rules"):
+        assert replayed == 0 and plans == []
+    elif rules == "replay":
+        assert replayed > 0
+        assert plans and all(isinstance(p, str) and "no lane form for" in p and "take_rows" in p for p in plans)
+    else:
+        assert replayed > 0 and plans and not any(isinstance(p, str) for p in plans)
