@@ -345,6 +345,14 @@ def write(view: View, values: np.ndarray | None, written: np.ndarray | None, mas
             call(_assign, sub, values, dtype=t.dtype, raw=False)
             _mark_written(t, key, None)
         return
+    _scatter(view, values, written, mask, api, accumulate, kept)
+
+
+def _scatter(view: View, values: np.ndarray, written: np.ndarray | None, mask: np.ndarray | None, api: str,
+             accumulate: bool, kept: tuple | None) -> None:
+    """``write``'s values landing through the view's key (after its checks): a box of memory where the key is one
+    (an affine nl.arange key's basic equivalent, a ragged tile's kept box), else a scatter through index arrays."""
+    t = view.tensor
     shape = view.shape
     store_dtype = dt.storage(t.dtype)
     vals = broadcast(values, shape)
