@@ -35,7 +35,10 @@ the speed goal (:data:`GOAL_VALUES`, :data:`GOAL_TRACE`), naming the rows over i
 
     python benchmarks/sim_speed.py [--shapes paper|small] [--only adamw,silu] [--repeat 3]
                                    [--accelopt-repo DIR] [--no-ours] [--no-values] [--wall]
-                                   [--heap as-is|reuse] [--in-process]
+                                   [--heap as-is|reuse] [--in-process] [--against-tree DIR [--rounds 2]]
+
+``--against-tree DIR`` compares two simulators instead (this tree's and another checkout's, e.g. one from before a
+refactoring): each row in both, in fresh processes, alternating, and the ratio of their times.
 """
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ import ctypes
 import ctypes.util
 import gc
 import json
+import os
 import re
 import subprocess
 import sys
@@ -364,10 +368,17 @@ def replay_table(doc: str, title: str, measure: Callable[["Case", int], dict], c
 _ROW = "sim_speed row: "   # how a row measured in a process of its own comes back (one JSON line)
 
 
-def measure_isolated(case: Case) -> Row:
+def measure_isolated(case: Case, tree: Path | None = None) -> Row:
     """``measure`` in a fresh Python process running only this kernel, so what earlier rows left behind (heap
-    holes, the simulator's kept on-chip memory and caches, cold CPU caches) cannot move its numbers."""
-    done = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--case", case.name], capture_output=True, text=True)
+    holes, the simulator's kept on-chip memory and caches, cold CPU caches) cannot move its numbers. ``tree``:
+    another checkout, whose own copy of this script measures the row with its simulator."""
+    argv = _without_against(sys.argv[1:])
+    script, env = __file__, None
+    if tree is not None:
+        script = str(tree / "benchmarks" / "sim_speed.py")
+        env = dict(os.environ, PYTHONPATH=str(tree))
+    done = subprocess.run([sys.executable, script, *argv, "--case", case.name], capture_output=True, text=True,
+                          env=env)
     if "-v" in sys.argv:   # the row's tracebacks
         print(done.stderr, end="", file=sys.stderr)
     for line in done.stdout.splitlines():
@@ -377,6 +388,47 @@ def measure_isolated(case: Case) -> Row:
     return Row(case.name, failure=f"the row's process failed: {tail}"[:160])
 
 
+def _without_against(argv: list[str]) -> list[str]:
+    """The arguments without ``--against-tree DIR`` and ``--rounds N`` (a row's own process measures one tree)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in ("--against-tree", "--rounds"):
+            skip = True
+        elif not a.startswith(("--against-tree=", "--rounds=")):
+            out.append(a)
+    return out
+
+
+def against(cases: list[Case], tree: Path, rounds: int) -> None:
+    """Each row measured in this tree and in ``tree``, in fresh processes, alternating which goes first round by
+    round (so a drift of the machine's load hits both); each column the best of its rounds, and the ratio."""
+    print(f"| {'kernel':34s} | {'values s':>8s} | {'other s':>8s} | {'ratio':>6s} | {'trace s':>8s} | {'other s':>8s} "
+          f"| {'ratio':>6s} |")
+    print(f"|{'-' * 36}|{'-' * 10}|{'-' * 10}|{'-' * 8}|{'-' * 10}|{'-' * 10}|{'-' * 8}|")
+    ratios: dict[str, list[float]] = {"values": [], "trace": []}
+    for case in cases:
+        best: dict[str, dict[str, float]] = {"this": {}, "other": {}}
+        failure = ""
+        for r in range(max(1, rounds)):
+            for side in (("this", "other") if r % 2 == 0 else ("other", "this")):
+                row = measure_isolated(case, None if side == "this" else tree)
+                failure = failure or row.failure
+                for col, t in (("values", row.t_values), ("trace", row.t_trace)):
+                    if t is not None:
+                        best[side][col] = min(t, best[side].get(col, t))
+        cells = []
+        for col in ("values", "trace"):
+            a, b = best["this"].get(col), best["other"].get(col)
+            ratio = a / b if a and b else None
+            if ratio is not None:
+                ratios[col].append(ratio)
+            cells += [_fmt(a, "8.3f"), _fmt(b, "8.3f"), _fmt(ratio, "6.3f")]
+        print(f"| {case.name:34s} | " + " | ".join(cells) + " |" + (f"  {failure}" if failure else ""), flush=True)
+    print(f"geometric mean this/other: values {geomean(ratios['values']):.3f}, trace {geomean(ratios['trace']):.3f}")
+
+
 def main() -> None:
     ap = case_parser(__doc__, repeat=2)
     ap.add_argument("--no-values", action="store_true", help="time trace-only runs alone")
@@ -384,6 +436,10 @@ def main() -> None:
     ap.add_argument("--in-process", action="store_true",
                     help="measure every row in this one process (default: each in a fresh process of its own)")
     ap.add_argument("--case", default="", help=argparse.SUPPRESS)   # the one row a row's own process measures
+    ap.add_argument("--against-tree", type=Path, default=None,
+                    help="another checkout (e.g. an unpacked git archive of an older commit): every row is measured in "
+                         "both trees, in fresh processes, alternating, and the table gives the ratio this/other")
+    ap.add_argument("--rounds", type=int, default=2, help="with --against-tree: alternating rounds per row")
     args = ap.parse_args()
     global CLOCK
     if args.wall:
@@ -395,6 +451,12 @@ def main() -> None:
             print(_ROW + json.dumps(asdict(measure(case, args.repeat, not args.no_values))), flush=True)
         return
     cases = chosen_cases(args)
+    if args.against_tree is not None:
+        print(f"# this tree against {args.against_tree}, preset {args.shapes!r}, {'wall' if args.wall else 'CPU'} "
+              f"seconds, best of {args.rounds} alternating rounds of fresh processes (each best of {args.repeat}), "
+              f"{heap}")
+        against(cases, args.against_tree.resolve(), args.rounds)
+        return
     print(f"# simulator vs NumPy fp32, preset {args.shapes!r}, {'wall' if args.wall else 'CPU'} seconds, "
           f"best of {args.repeat} interleaved rounds, {heap}, "
           f"{'all rows in one process' if args.in_process else 'each row in a fresh process'}")
