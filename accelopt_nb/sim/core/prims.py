@@ -23,8 +23,9 @@ rule per transformation to a primitive):
   write logged before meets the given boxes (value replay then decides the checks once per replay);
 * ``writes``: the positional argument it writes into, if any.
 
-What an instruction records in the trace (its engine, op and the attrs the performance model reads) is the API's
-part: see :data:`accelopt_nb.sim.trace.OPS`.
+What an instruction records in the trace (its engine, op and the attrs the performance model reads, documented on
+:class:`accelopt_nb.sim.trace.Instruction`) is the API's part: one instruction may run several primitives (reads,
+casts, its compute, the write) and one primitive serves many instructions.
 """
 from __future__ import annotations
 
