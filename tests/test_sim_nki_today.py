@@ -324,7 +324,6 @@ def kernel(x):
     np.testing.assert_allclose(res.output, 0.5 * x, rtol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason=MISSING)
 def test_nc_stream_shuffle_broadcasts_a_partition_within_each_quadrant(rng):
     x = rng.standard_normal((128, 8)).astype(np.float32)
     mask = [31 - i for i in range(32)]            # reverse each 32-partition quadrant
