@@ -1,5 +1,6 @@
 """The teaching notebooks (0x_*) as a learner gets them: they run top to bottom on the simulator with every
-exercise unanswered, and each check cell says so instead of raising.
+exercise unanswered, each check cell says so instead of raising, and every claim the text makes about the
+notebook's own numbers holds (a claim that does not raises ClaimError, which fails the run).
 
 With the reference answers they run inside ``accelopt reproduce --smoke`` (tests/test_reproduce.py); the
 search notebooks of the reproduction run there too, against the package's offline fake model.
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NO_CLAIMS = {"05_agent_step_by_hand.ipynb"}     # its one number is the exercise's (the learner's kernel)
 
 
 @pytest.mark.slow
@@ -29,3 +31,6 @@ def test_teaching_notebook_runs_unanswered(name, tmp_path, monkeypatch):
     for eid in exercise_ids(nb):
         assert f"WRONG (exercise {eid})" in text      # unanswered (or the given skeleton): not right yet
     assert "RIGHT" not in text
+    claims = sum("claim(" in c.source for c in nb.cells if c.cell_type == "code")
+    if name not in NO_CLAIMS:
+        assert claims and text.count("\u2714") >= claims     # every claim cell ran, each claim shown ticked

@@ -72,11 +72,13 @@ class NotebookSpec:
 
 
 NOTEBOOKS: tuple[NotebookSpec, ...] = (
-    NotebookSpec("01_nki_basics.ipynb", "teaching", "NKI basics: tiles, partitions, SBUF/PSUM, load-compute-store"),
-    NotebookSpec("02_memory_and_roofline.ipynb", "teaching", "The memory hierarchy and the roofline"),
-    NotebookSpec("03_matmul_step_by_step.ipynb", "teaching", "Optimizing a matmul step by step"),
-    NotebookSpec("04_fusion_and_overlap.ipynb", "teaching", "Fusion and engine overlap"),
+    NotebookSpec("01_nki_basics.ipynb", "teaching", "NKI basics: tiles, SBUF/PSUM, load-compute-store, both NKI styles"),
+    NotebookSpec("02_memory_and_roofline.ipynb", "teaching", "Moving data: HBM, DMA transfer sizes, the roofline"),
+    NotebookSpec("03_matmul_step_by_step.ipynb", "teaching", "TensorE: stationary/moving, transposes, fp32 vs bf16, blocking"),
+    NotebookSpec("04_fusion_and_overlap.ipynb", "teaching", "Overlap: loop kinds, double buffering, engine balance, fusion"),
     NotebookSpec("05_agent_step_by_hand.ipynb", "teaching", "One agent step by hand with the magics"),
+    NotebookSpec("06_sbuf_capacity_and_spills.ipynb", "teaching", "SBUF capacity and spills"),
+    NotebookSpec("07_trn2.ipynb", "teaching", "trn2: what changes from trn1, kernel by kernel"),
     # the tools, smoke only: at paper size their work is the reproduction notebooks' (20-25)
     NotebookSpec("10_search_experiments.ipynb", "tool", "Search experiments: your own arms, problems and models",
                  ("smoke",)),

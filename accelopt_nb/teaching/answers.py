@@ -30,13 +30,21 @@ def kernel(a, b):
     "2.2": 'memory_s = hbm_bytes / hw_peaks.hbm_bandwidth\n'
            'my_bound = "memory" if memory_s >= max(vec_flops / hw_peaks.vec_flops, mm_flops / hw_peaks.mm_flops) '
            'else "compute"\n',
+    "2.3": 'best = sweep["GB_per_s"].max()\n'
+           'knee_bytes = int(sweep.loc[sweep["GB_per_s"] >= 0.9 * best, "bytes_per_partition"].min())\n',
     "3.1": 'from accelopt_nb.kernels import kernel_path\n'
            'my_matmul = load_kernel(kernel_path("matmul_tutorial"), name="matmul_blocked_free")\n',
     "3.2": 'rhs_loads_per_tile = M // 128\n',
+    "3.3": 'fastest = moving["ns_per_column"].min()\n'
+           'full_rate_columns = int(moving.loc[moving["ns_per_column"] <= 1.02 * fastest, "moving_columns"].min())\n',
     "4.1": 'from accelopt_nb.kernels import kernel_path\n'
            'fused_source = kernel_path("silu_fused").read_text()\n',
     "4.2": 'engines = ["tensor", "vector", "scalar", "gpsimd"]\n'
            'busiest_engine_v3 = steps.set_index("kernel").loc["mamba_v3", engines].astype(float).idxmax()\n',
+    "4.3": 'loop_kind = "sequential_range"\n',
     "5.1": 'from accelopt_nb.kernels import kernel_path\n'
            'get_ipython().run_cell_magic("accelopt", f"kernel {plan_id} --only", kernel_path("silu_fused").read_text())\n',
+    "6.1": 'from accelopt_nb.kernels import kernel_path\n'
+           'my_exp = load_kernel(kernel_path("spills"), name="exp_tile_by_tile")\n',
+    "7.1": 'faster_for_fp32_matmul = min(fp32_matmul_ms, key=fp32_matmul_ms.get)\n',
 }

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from accelopt_nb.errors import AccelOptError, ConfigError
+from accelopt_nb.teaching import answers_text as text
 
 
 class ExerciseError(AccelOptError):
@@ -48,15 +49,19 @@ def _exercise(eid: str):
     return register
 
 
-def check(exercise: str, *answer: Any, strict: bool = False) -> Verdict:
-    """Check the answer to ``exercise``; prints nothing, returns a Verdict (the cell shows it)."""
+def check(exercise: str, *answer: Any, strict: bool = False, **params: Any) -> Verdict:
+    """Check the answer to ``exercise``; prints nothing, returns a Verdict (the cell shows it).
+
+    ``params`` are the notebook's parameters the right answer depends on (``hw=hw``, ``M=M``, ...):
+    the check computes the right answer for them, not for a fixed setting.
+    """
     if exercise not in _CHECKS:
         raise ConfigError(f"no exercise {exercise!r}; known: {', '.join(sorted(_CHECKS))}")
     if any(a is Ellipsis or a is None for a in answer):
         verdict = Verdict(exercise, False, "no answer yet: replace the ... in the exercise cell")
     else:
         try:
-            verdict = Verdict(exercise, *_CHECKS[exercise](*answer))
+            verdict = Verdict(exercise, *_CHECKS[exercise](*answer, **params))
         except AccelOptError as exc:   # a kernel that breaks a rule is a wrong answer, with the rule
             verdict = Verdict(exercise, False, f"{type(exc).__name__}: {exc}")
     if strict and not verdict.right:
@@ -83,7 +88,7 @@ def _latency_ms(kernel: Any, args: list, hw: str = "trn1") -> float:
     return float(estimate(simulate(kernel, *args, options=SimOptions(trace_only=True)).trace, hw=hw).latency)
 
 
-def _problem_kernel_check(problem: str, kernel: Any, min_speedup: float) -> tuple[bool, str]:
+def _problem_kernel_check(problem: str, kernel: Any, min_speedup: float, hw: str = "trn1") -> tuple[bool, str]:
     """Correct on the small preset's seed 0 and at least ``min_speedup`` faster than the baseline."""
     import nkibench
     from accelopt_nb.sim import load_kernel, simulate
@@ -97,8 +102,8 @@ def _problem_kernel_check(problem: str, kernel: Any, min_speedup: float) -> tupl
     err = l2_relative_error(out, ref)
     if not err < prob.tolerance:
         return False, f"the kernel computes the wrong result (L2 relative error {err:.2e} > {prob.tolerance:g})"
-    base = _latency_ms(load_kernel(source=prob.baseline_source()), task.to_nki(inputs))
-    mine = _latency_ms(kernel, task.to_nki(inputs))
+    base = _latency_ms(load_kernel(source=prob.baseline_source()), task.to_nki(inputs), hw)
+    mine = _latency_ms(kernel, task.to_nki(inputs), hw)
     speedup = base / mine
     if speedup < min_speedup:
         return False, f"correct, but {speedup:.2f}x the baseline's speed; aim for at least {min_speedup}x"
@@ -107,10 +112,10 @@ def _problem_kernel_check(problem: str, kernel: Any, min_speedup: float) -> tupl
 
 # -------------------------------------------------------------------------------- 01 NKI basics
 @_exercise("1.1")
-def _partitions(answer: int) -> tuple[bool, str]:
-    if answer == 128:
+def _partitions(answer: Any) -> tuple[bool, str]:
+    if text.number(answer) == 128:
         return True, "an on-chip tile spans at most 128 partitions (the first dimension)"
-    return False, f"{answer} partitions: look at nl.tile_size.pmax, or make a 129-row tile and read the error"
+    return False, f"{answer!r} partitions: look at nl.tile_size.pmax, or make a 129-row tile and read the error"
 
 
 @_exercise("1.2")
@@ -127,38 +132,62 @@ def _add_kernel(kernel: Any) -> tuple[bool, str]:
 
 
 @_exercise("1.3")
-def _psum_free(answer: int) -> tuple[bool, str]:
-    if answer == 512:
-        return True, "one PSUM bank is 2 KiB per partition: 512 fp32 values"
-    return False, f"{answer}: a PSUM bank holds 2 KiB per partition; how many 4-byte fp32 values is that?"
+def _psum_free(answer: Any, hw: str = "trn1") -> tuple[bool, str]:
+    from accelopt_nb.perf.hardware import load_hw
+    bank = load_hw(hw).psum_bank_bytes
+    got = text.number(answer)
+    if got == bank // 4:
+        return True, f"one PSUM bank is {bank // 1024} KiB per partition: {bank // 4} fp32 values"
+    if got == bank:
+        return False, f"{bank} is the bank's size in bytes; how many 4-byte fp32 values fit in it?"
+    return False, f"{answer!r}: a PSUM bank holds {bank // 1024} KiB per partition; how many 4-byte fp32 values is that?"
 
 
 # -------------------------------------------------------------------------------- 02 memory and roofline
 @_exercise("2.1")
-def _roofline_ms(answer_ms: float, problem: str = "silu", preset: str = "small", hw: str = "trn1") -> tuple[bool, str]:
+def _roofline_ms(answer_ms: Any, problem: str = "silu", shape_preset: str = "small", hw: str = "trn1") -> tuple[bool, str]:
     import nkibench
-    peak = nkibench.get_problem(problem).peak(preset, hw)
-    if abs(float(answer_ms) - peak.ms) <= 0.01 * peak.ms:
+    peak = nkibench.get_problem(problem).peak(shape_preset, hw)
+    got = text.number(answer_ms)
+    if got is not None and abs(got - peak.ms) <= 0.01 * peak.ms:
         return True, f"{peak.ms * 1e3:.3f} us: the largest of the three roofline terms ({peak.bound})"
-    return False, (f"{float(answer_ms):.6f} ms; the roofline is the max of vec FLOPs / vec FLOP/s, mm FLOPs / "
+    if got is not None and abs(got - peak.seconds) <= 0.01 * peak.seconds:
+        return False, f"{got:.3g} is the roofline in seconds; the exercise asks for milliseconds"
+    return False, (f"{answer_ms!r} ms; the roofline is the max of vec FLOPs / vec FLOP/s, mm FLOPs / "
                    "mm FLOP/s and HBM bytes / bandwidth (milliseconds, not seconds)")
 
 
 @_exercise("2.2")
-def _bound(answer: str, problem: str = "silu", preset: str = "small", hw: str = "trn1") -> tuple[bool, str]:
+def _bound(answer: Any, problem: str = "silu", shape_preset: str = "small", hw: str = "trn1") -> tuple[bool, str]:
     import nkibench
-    peak = nkibench.get_problem(problem).peak(preset, hw)
+    peak = nkibench.get_problem(problem).peak(shape_preset, hw)
     right = "memory" if peak.bound == "memory" else "compute"
-    given = str(answer).strip().lower()
-    if given == right or (right == "memory" and given in ("mem", "hbm")):
+    given = text.bound(answer)
+    if given == right:
         return True, (f"{right}-bound: the {peak.bound} roof is the lowest ceiling "
                       f"({peak.hbm_bytes:.3g} bytes against {peak.vec_flops + peak.mm_flops:.3g} FLOPs)")
+    if given is None:
+        return False, f"{answer!r}: say which roof is lower, memory (bytes) or compute (FLOPs)"
     return False, f"{answer!r}: compare the three roofline terms of exercise 2.1"
 
 
+@_exercise("2.3")
+def _dma_knee(answer: Any, hw: str = "trn1") -> tuple[bool, str]:
+    from accelopt_nb.teaching.measure import dma_knee, dma_sweep
+    sweep = dma_sweep(hw)
+    right = dma_knee(sweep)
+    got = text.number(answer, byte_units=True)
+    if got == right:
+        best = sweep["GB_per_s"].max()
+        at = float(sweep.loc[sweep["bytes_per_partition"] == right, "GB_per_s"].iloc[0])
+        return True, f"{right} bytes ({right // 1024} KiB) per partition: {at:.0f} of the best {best:.0f} GB/s"
+    if got is not None and got * 4 == right:
+        return False, f"{got:g} looks like float32 columns; the question asks for bytes per partition (4 bytes each)"
+    return False, f"{answer!r}: read the sweep table: the first row at or above 90% of the best GB/s"
+
+
 # -------------------------------------------------------------------------------- 03 matmul
-# The NKI matmul tutorial's own shape: its published latencies validate the model here, and the operands
-# (192 MB) outgrow SBUF, so reloads are real (at small shapes the compiler keeps them on chip).
+# The NKI matmul tutorial's own shape (its published latencies); the notebook runs a smaller one by default.
 MATMUL_SHAPE = {"K": 8192, "M": 4096, "N": 8192}
 
 
@@ -171,7 +200,8 @@ def matmul_inputs(shape: dict[str, int] = MATMUL_SHAPE, seed: int = 0) -> list[n
 
 
 @_exercise("3.1")
-def _my_matmul(kernel: Any) -> tuple[bool, str]:
+def _my_matmul(kernel: Any, K: int = MATMUL_SHAPE["K"], M: int = MATMUL_SHAPE["M"], N: int = MATMUL_SHAPE["N"],
+               hw: str = "trn1", min_speedup: float = 1.5) -> tuple[bool, str]:
     from accelopt_nb.kernels import kernel_path
     from accelopt_nb.sim import load_kernel, simulate
     small = {"K": 256, "M": 256, "N": 1024}
@@ -181,38 +211,69 @@ def _my_matmul(kernel: Any) -> tuple[bool, str]:
     err = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
     if err > 2e-2:
         return False, f"wrong result (L2 relative error {err:.2e} at K, M, N = 256, 256, 1024)"
-    args = matmul_inputs()
-    tiled = _latency_ms(load_kernel(kernel_path("matmul_tutorial"), name="matmul_tiled"), args)
-    speedup = tiled / _latency_ms(_kernel(kernel), args)
-    if speedup < 1.5:
-        return False, (f"correct, but only {speedup:.2f}x faster than matmul_tiled; make each load feed several "
-                       "output tiles (block the free dimensions)")
-    return True, f"correct and {speedup:.2f}x faster than matmul_tiled"
+    args = matmul_inputs({"K": K, "M": M, "N": N})
+    tiled = _latency_ms(load_kernel(kernel_path("matmul_tutorial"), name="matmul_tiled"), args, hw)
+    speedup = tiled / _latency_ms(_kernel(kernel), args, hw)
+    if speedup < min_speedup:
+        return False, (f"correct, but only {speedup:.2f}x faster than matmul_tiled at K, M, N = {K}, {M}, {N}; "
+                       "make each load feed several output tiles (block the free dimensions)")
+    return True, f"correct and {speedup:.2f}x faster than matmul_tiled at K, M, N = {K}, {M}, {N}"
 
 
 @_exercise("3.2")
-def _rhs_loads(answer: int) -> tuple[bool, str]:
-    right = MATMUL_SHAPE["M"] // 128
-    if int(answer) == right:
-        return True, f"every rhs tile is loaded once per 128-row block of M: {right} times"
-    return False, f"{answer}: count the iterations of the loops around the rhs load that do not index rhs"
+def _rhs_loads(answer: Any, M: int = MATMUL_SHAPE["M"]) -> tuple[bool, str]:
+    right = M // 128
+    got = text.number(answer)
+    if got == right:
+        return True, f"every rhs tile is loaded once per 128-row block of M: M // 128 = {right} times"
+    return False, f"{answer!r}: count the iterations of the loops around the rhs load that do not index rhs (M = {M})"
 
 
-# -------------------------------------------------------------------------------- 04 fusion
+@_exercise("3.3")
+def _full_rate_width(answer: Any, hw: str = "trn1") -> tuple[bool, str]:
+    from accelopt_nb.teaching.measure import full_rate_width, moving_sweep
+    sweep = moving_sweep(hw)
+    right = full_rate_width(sweep)
+    got = text.number(answer)
+    if got == right:
+        return True, (f"{right} columns: below that the 64-cycle stationary load is not hidden and TensorE "
+                      "idles between columns")
+    return False, f"{answer!r}: find the first row of the sweep whose time per column equals the widest's"
+
+
+# -------------------------------------------------------------------------------- 04 overlap and fusion
 @_exercise("4.1")
-def _fused_silu(kernel: Any) -> tuple[bool, str]:
-    return _problem_kernel_check("silu", _kernel(kernel), 1.3)
+def _fused_silu(kernel: Any, hw: str = "trn1") -> tuple[bool, str]:
+    return _problem_kernel_check("silu", _kernel(kernel), 1.3, hw)
 
 
 @_exercise("4.2")
-def _busiest_engine(answer: str, profile: Any) -> tuple[bool, str]:
+def _busiest_engine(answer: Any, profile: Any) -> tuple[bool, str]:
     fields = {"tensor": "tensor_engine_active_time_percent", "vector": "vector_engine_active_time_percent",
               "scalar": "scalar_engine_active_time_percent", "gpsimd": "gpsimd_engine_active_time_percent"}
     d = profile.to_dict() if hasattr(profile, "to_dict") else dict(profile)
     busiest = max(fields, key=lambda e: d.get(fields[e]) or 0.0)
-    if str(answer).strip().lower().removesuffix("e").removesuffix(" engine") in (busiest, busiest[:-1]):
+    if text.engine(answer) == busiest:
         return True, f"the {busiest} engine is active {100 * d[fields[busiest]]:.0f}% of the time"
     return False, f"{answer!r}: compare the *_engine_active_time_percent fields of the profile"
+
+
+_LOOP_KINDS = {"sequential": ["sequential", "sequential_range", "nl.sequential_range", "sequential range"],
+               "affine": ["affine", "affine_range", "nl.affine_range", "affine range"],
+               "static": ["static", "static_range", "nl.static_range", "static range"]}
+
+
+@_exercise("4.3")
+def _loop_kind(answer: Any) -> tuple[bool, str]:
+    kind = text.one_of(answer, _LOOP_KINDS)
+    if kind == "sequential":
+        return True, ("sequential_range: each iteration reads the running maximum the previous one wrote, a "
+                      "loop-carried dependency that affine_range forbids")
+    if kind == "affine":
+        return False, "affine_range lets iterations run in any order; here each one needs the previous one's result"
+    if kind == "static":
+        return False, "static_range unrolls the loop, which is allowed but makes every iteration an instruction of its own"
+    return False, f"{answer!r}: name a loop kind (affine_range, sequential_range or static_range)"
 
 
 # -------------------------------------------------------------------------------- 05 agent step
@@ -225,3 +286,49 @@ def _agent_step(session: Any) -> tuple[bool, str]:
     if speedup < 1.3:
         return False, f"your kernel is the best so far but only {speedup:.2f}x faster; fuse the activation"
     return True, f"your kernel {best.kernel_id} leads the beam at {speedup:.2f}x over the baseline"
+
+
+# -------------------------------------------------------------------------------- 06 SBUF capacity
+SPILL_SHAPE = (128, 65536)          # 256 KiB of float32 per partition: more than SBUF holds
+
+
+@_exercise("6.1")
+def _no_spills(kernel: Any, hw: str = "trn1", min_speedup: float = 1.2) -> tuple[bool, str]:
+    from accelopt_nb.sim import simulate
+    from accelopt_nb.teaching.measure import profile
+    x = np.random.default_rng(3).normal(size=SPILL_SHAPE).astype(np.float32) * 0.5
+    res = simulate(_kernel(kernel), x)
+    out = np.asarray(res.outputs[0], dtype=np.float32)
+    if out.shape != x.shape or not np.allclose(out, np.exp(x), rtol=1e-5, atol=1e-6):
+        return False, "wrong values: the kernel must return exp(x) with x's shape"
+    from accelopt_nb.perf import estimate
+    mine = estimate(res.trace, hw=hw)
+    spilled = mine.spill_save_bytes + mine.spill_reload_bytes
+    if spilled:
+        return False, (f"correct, but it still spills {spilled / 1e6:.1f} MB (peak demand "
+                       f"{mine.sbuf_peak_demand_bytes_per_partition // 1024} KiB per partition): keep fewer tiles live")
+    base = profile("spills", "exp_all_at_once", x, hw=hw)
+    speedup = base.latency / mine.latency
+    if speedup < min_speedup:
+        return False, f"no spills, but only {speedup:.2f}x faster than exp_all_at_once; aim for {min_speedup}x"
+    return True, (f"no spills (peak {mine.sbuf_peak_demand_bytes_per_partition // 1024} KiB per partition) and "
+                  f"{speedup:.2f}x faster than exp_all_at_once")
+
+
+# -------------------------------------------------------------------------------- 07 trn2
+_HARDWARE = {"trn1": ["trn1", "trainium1", "trainium 1", "trn-1", "inf2"],
+             "trn2": ["trn2", "trainium2", "trainium 2", "trn-2"]}
+
+
+@_exercise("7.1")
+def _faster_hw(answer: Any, latency_ms: dict[str, float]) -> tuple[bool, str]:
+    """``latency_ms``: the fp32 matmul's latency per hardware, as the notebook measured it."""
+    right = min(latency_ms, key=latency_ms.get)
+    other = max(latency_ms, key=latency_ms.get)
+    given = text.one_of(answer, _HARDWARE)
+    if given == right:
+        return True, (f"{right}: {latency_ms[right] * 1e3:.0f} us against {latency_ms[other] * 1e3:.0f} us on "
+                      f"{other}; TensorE's clock sets an fp32 matmul's pace")
+    if given is None:
+        return False, f"{answer!r}: name one of {', '.join(latency_ms)}"
+    return False, f"{answer!r}: compare the two latencies of matmul_lhsT (float32) in the table"

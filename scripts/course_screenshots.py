@@ -1,0 +1,146 @@
+"""Screenshots of the teaching course in a real JupyterLab, one per notebook, into docs/screenshots/course/.
+
+    python scripts/course_screenshots.py [--only 03 07] [--out docs/screenshots/course]
+
+Runs each course notebook (``notebooks/0*.ipynb``) with papermill and the reference answers filled in,
+serves the executed copies from a JupyterLab on loopback, opens each in Debian's ``chromium`` through
+Playwright (never a downloaded browser; set ACCELOPT_CHROMIUM to another path), scrolls to the cell that
+shows the notebook's main idea, and saves a screenshot. Needs the ``notebook`` extra.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+OUT = ROOT / "docs" / "screenshots" / "course"
+
+# the cell (id) each screenshot scrolls to: what the notebook is about, with its output
+FOCUS = {
+    "01_nki_basics": "c14",                 # the two NKI styles side by side
+    "02_memory_and_roofline": "c08",        # DMA bandwidth vs transfer size
+    "03_matmul_step_by_step": "c09",        # moving width sweep and its claims
+    "04_fusion_and_overlap": "c07",         # the sequential loop's timeline
+    "05_agent_step_by_hand": "c10",         # evaluate: the learner's kernel
+    "06_sbuf_capacity_and_spills": "c07",   # latency vs working set
+    "07_trn2": "c06",                       # the kernels on trn1 and trn2
+    "08_model_limits": "c05",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def execute(names: list[str], work: Path) -> list[Path]:
+    import nbformat
+    import papermill
+
+    from accelopt_nb.teaching.answers import REFERENCE_ANSWERS
+    from accelopt_nb.teaching.notebook import fill_exercises
+    done = []
+    for name in names:
+        nb = fill_exercises(nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4), REFERENCE_ANSWERS)
+        src, out = work / f"in-{name}.ipynb", work / f"{name}.ipynb"
+        nbformat.write(nb, src)
+        t = time.time()
+        papermill.execute_notebook(str(src), str(out), cwd=str(NOTEBOOKS), kernel_name="python3", progress_bar=False,
+                                   parameters={"strict": True, "out_dir": str(work / "figures")})
+        src.unlink()
+        print(f"executed {name} in {time.time() - t:.0f} s", flush=True)
+        done.append(out)
+    return done
+
+
+def shoot(notebooks: list[Path], root: Path, out: Path) -> None:
+    from playwright.sync_api import sync_playwright
+    chromium = os.environ.get("ACCELOPT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(root / ".cfg"), "JUPYTER_DATA_DIR": str(root / ".data"),
+           "JUPYTER_RUNTIME_DIR": str(root / ".rt")}
+    for nb in notebooks:     # trusted: their HTML outputs (claims, side-by-side code) render unsanitised
+        subprocess.run([sys.executable, "-m", "jupyter", "trust", str(nb)], env=env, check=True, capture_output=True)
+    settings = root / ".settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    tracker = root / ".settings" / "@jupyterlab" / "notebook-extension"
+    tracker.mkdir(parents=True)
+    (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')   # every cell in the page
+    port, token = _free_port(), secrets.token_hex(16)
+    log = open(root / "lab.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+                             f"--ServerApp.port={port}", f"--IdentityProvider.token={token}",
+                             f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={root / '.settings'}",
+                             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--allow-root"],
+                            cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.5)
+        out.mkdir(parents=True, exist_ok=True)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1600, "height": 1100})
+            sidebar_open = True
+            for nb in notebooks:
+                page.goto(f"{base}/lab/tree/{nb.name}?token={token}")
+                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+                page.wait_for_timeout(6000)
+                if sidebar_open:                  # the file browser off: the notebook gets the width
+                    page.keyboard.press("Control+b")
+                    sidebar_open = False
+                    page.wait_for_timeout(1000)
+                import nbformat
+                ids = [c.get("id") for c in nbformat.read(nb, as_version=4).cells]
+                focus = FOCUS.get(nb.stem)
+                if focus in ids:
+                    page.evaluate("(i) => document.querySelectorAll('.jp-Notebook .jp-Cell')[i].scrollIntoView({block: 'start'})",
+                                  ids.index(focus))
+                    page.wait_for_timeout(2500)
+                    page.evaluate("(i) => document.querySelectorAll('.jp-Notebook .jp-Cell')[i].scrollIntoView({block: 'start'})",
+                                  ids.index(focus))
+                    page.wait_for_timeout(1000)
+                path = out / f"{nb.stem}.png"
+                page.screenshot(path=str(path))
+                print(f"wrote {path}", flush=True)
+            browser.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", nargs="*", default=[], help="notebook numbers or stems (default: every course notebook)")
+    p.add_argument("--out", type=Path, default=OUT)
+    args = p.parse_args(argv)
+    names = sorted(q.stem for q in NOTEBOOKS.glob("0*.ipynb"))
+    if args.only:
+        names = [n for n in names if any(n.startswith(o) for o in args.only)]
+    with tempfile.TemporaryDirectory(prefix="course-shots-") as tmp:
+        work = Path(tmp)
+        shoot(execute(names, work), work, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
