@@ -3,10 +3,13 @@ does not move.
 
 On a shared machine wall-clock ratios drift by 10-20% from one hour to the next, which hides changes of a few
 percent. Callgrind counts the instructions a process executes: with hashing seeded and BLAS on one thread, two
-processes of the same tree agree to a few thousand instructions in billions. Each count
-is two processes: one that loads and warms up (``--warmup`` runs), and one that then does ``--runs`` more; their
-difference divided by ``--runs`` is one run's instructions. ``--against REV`` counts a git revision the same way
-(from a temporary worktree) and prints the ratio, both measured in this one invocation.
+processes of the same tree agree to a few thousand instructions in billions. Each count is one process under
+callgrind with instrumentation off while it imports, loads the kernel and warms up (``--warmup`` runs), switched
+on (``callgrind_control -i on``) for ``--runs`` runs and off again; the count divided by ``--runs`` is one run's
+instructions. (Counting only the runs gives the same number as the difference of two fully instrumented
+processes, to ~20 thousand instructions, at a fraction of the cost: instrumented, the imports alone took
+~165 s of CPU.) ``--against REV`` counts a git revision the same way (from a temporary worktree) and prints the
+ratio, both measured in this one invocation.
 
 Instructions track Python-bound work (trace-only runs) well. With values, NumPy's loops dominate, and under
 valgrind NumPy takes its generic code paths instead of AVX-512, so value runs are better compared by wall clock.
@@ -20,7 +23,6 @@ Needs valgrind (Debian: ``apt install valgrind``).
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import os
 import shutil
 import subprocess
@@ -31,39 +33,59 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = "benchmarks/kernels/arange_mask.py"
 
-# the child: simulate the kernel warmup + runs times on fixed inputs (their values do not change the work)
+# the child: simulate the kernel on fixed inputs (their values do not change the work), warmup times, then
+# runs times between two handshakes on stdin/stdout, while the parent has callgrind's instrumentation on
 CHILD = """
 import sys, numpy as np
 from accelopt_nb.sim import SimOptions, load_kernel, simulate
-mode, shape, count = sys.argv[1], tuple(int(s) for s in sys.argv[2].split("x")), int(sys.argv[3])
-kernel = load_kernel(sys.argv[4])
+mode, shape = sys.argv[1], tuple(int(s) for s in sys.argv[2].split("x"))
+warmup, runs = int(sys.argv[3]), int(sys.argv[4])
+kernel = load_kernel(sys.argv[5])
 inputs = [np.full(shape, 0.5 + 0.25 * i, dtype=np.float32) for i in range(3)]
 options = SimOptions(trace_only=mode == "trace")
-for _ in range(count):
+for _ in range(warmup):
     simulate(kernel, *inputs, options=options)
+print("ready", flush=True)
+sys.stdin.readline()
+for _ in range(runs):
+    simulate(kernel, *inputs, options=options)
+print("done", flush=True)
+sys.stdin.readline()
 """
 
 
-def instructions(tree: Path, mode: str, shape: str, count: int) -> int:
-    """Instructions callgrind counts for a process that simulates the kernel ``count`` times."""
+def instructions(tree: Path, mode: str, shape: str, warmup: int, runs: int) -> int:
+    """Instructions callgrind counts in ``runs`` simulations of the kernel, after ``warmup`` uncounted ones."""
     # one BLAS thread: idle pool threads spin, which moved counts by millions from one process to the next
     env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(tree), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                MKL_NUM_THREADS="1")
-    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c",
-                          CHILD, mode, shape, str(count), str(tree / KERNEL)],
-                         env=env, cwd=tree, capture_output=True, text=True)
-    for line in out.stderr.splitlines():
+    child = subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "--instr-atstart=no",
+                              sys.executable, "-c", CHILD, mode, shape, str(warmup), str(runs), str(tree / KERNEL)],
+                             env=env, cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+
+    def step(expected: str, instrument: str) -> None:
+        line = child.stdout.readline().strip()
+        if line != expected:   # the child failed: its traceback is on stderr
+            child.kill()
+            raise RuntimeError(f"the simulation under callgrind stopped before {expected!r}:\n"
+                               f"{child.communicate()[1][-2000:]}")
+        subprocess.run(["callgrind_control", "-i", instrument, str(child.pid)], check=True, capture_output=True)
+        child.stdin.write("\n")
+        child.stdin.flush()
+
+    step("ready", "on")
+    step("done", "off")
+    err = child.communicate()[1]
+    for line in err.splitlines():
         if "Collected" in line:
             return int(line.split()[-1])
-    raise RuntimeError(f"callgrind gave no count (exit {out.returncode}):\n{out.stderr[-2000:]}")
+    raise RuntimeError(f"callgrind gave no count (exit {child.returncode}):\n{err[-2000:]}")
 
 
 def per_run(tree: Path, args: argparse.Namespace) -> float:
-    """One run's instructions: the two processes run side by side."""
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        base, more = pool.map(lambda n: instructions(tree, args.mode, args.shape, n),
-                              (args.warmup, args.warmup + args.runs))
-    return (more - base) / args.runs
+    """One run's instructions."""
+    return instructions(tree, args.mode, args.shape, args.warmup, args.runs) / args.runs
 
 
 def main(argv: list[str] | None = None) -> int:
