@@ -35,6 +35,7 @@ def fingerprint(results):
     return out
 
 
+@pytest.mark.slow   # a Dask LocalCluster: ~28 s of CPU; tests/test_eval_cli.py keeps a Dask scheduler in the fast tier
 def test_local_pool_and_dask_local_cluster_agree():
     distributed = pytest.importorskip("distributed")
     from accelopt_nb.evaluation import DaskEvaluator

@@ -40,7 +40,20 @@ def make_client(server, run_dir, run_id="r1"):
     return LLMClient(config, ledger, concurrency=4), ledger
 
 
+@pytest.fixture(scope="module", autouse=True)
+def eval_pool():
+    """One pool of warm evaluation workers for the whole file: starting one per session (2 workers, each
+    importing the simulator and the model) was most of these tests' CPU. Jobs stay independent: each
+    runs in its own forked runner, and every session keeps its own result cache."""
+    from accelopt_nb.evaluation import LocalPoolEvaluator
+
+    global POOL
+    with LocalPoolEvaluator(workers=2) as POOL:
+        yield POOL
+
+
 def new_session(problem, tmp_path, server=None, config=None, run_id="r1", **kw):
+    kw.setdefault("eval_executor", POOL)
     run_dir = tmp_path / "run"
     client = ledger = None
     if server is not None:
@@ -176,7 +189,7 @@ def test_every_role_can_be_played_by_a_person_without_any_llm(problem, tmp_path)
     s, _, _ = new_session(problem, tmp_path, server=None, config=small_config(iterations=1))
     with pytest.raises(ConfigError, match="no LLM client for the planner"):
         s.plan()
-    s2 = Session.resume(tmp_path / "run", eval_cache=tmp_path / "cache")
+    s2 = Session.resume(tmp_path / "run", eval_cache=tmp_path / "cache", eval_executor=POOL)
     assert s2.next_phase == "plan"  # the failed attempt left no completed step
     plans = s2.plan(manual=["Use 256-column tiles."])
     assert [p.origin for p in plans] == ["manual"]
@@ -208,7 +221,8 @@ def test_resume_continues_from_the_last_completed_step(problem, tmp_path, server
     before = RunStore.open(tmp_path / "run").table_counts("r1")
 
     client2, _ = make_client(server, tmp_path / "run")
-    s2 = Session.resume(tmp_path / "run", llm=client2, problem=problem, eval_cache=tmp_path / "cache")
+    s2 = Session.resume(tmp_path / "run", llm=client2, problem=problem, eval_cache=tmp_path / "cache",
+                        eval_executor=POOL)
     assert (s2.iteration, s2.next_phase) == (0, "evaluate")
     assert len(s2.iteration_kernels()) == 2
     s2.run()
