@@ -42,8 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--show-peak", action="store_true", help="tell the planner the kernel's %% of peak and bound")
     g.add_argument("--show-hints", action="store_true", help="show the profiler's bottleneck notes to the planner")
     g.add_argument("--prompt-set", choices=["paper", "extended"], help="prompt set (default: the preset's)")
-    g.add_argument("--prompts-dir", type=Path, help="directory of prompt templates overriding the shipped ones")
+    g.add_argument("--prompts-dir", type=Path, help="prompt templates overriding the shipped ones, or the authors' "
+                   "prompt directory (read unchanged; see docs/search.md)")
     g.add_argument("--unusable-retries", type=int, help="re-asks after an unusable answer (paper preset: 0)")
+    g.add_argument("--fix-attempts", type=int, metavar="F",
+                   help="repairs of a candidate that failed with a kernel error or wrong numbers (fixer agent; "
+                        "default: the preset's, 0 = off)")
     g.add_argument("--seed", type=int, help="seed of every random choice of the search, and of every LLM call: "
                    "each call gets its own seed, derived from this one and the call's iteration, beam slot, "
                    "plan and sample (sent to the model as `seed`)")
@@ -107,6 +111,7 @@ def search_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "samples_per_plan": args.samples, "strategy": args.strategy, "seed": args.seed,
         "memory.top_k": args.top_k, "memory.capacity": args.exp_n, "prompts.set": args.prompt_set,
         "sampling.unusable_retries": args.unusable_retries, "evaluation.fidelity": args.fidelity,
+        "fixer.attempts": args.fix_attempts,
         "evaluation.shape_preset": args.shapes, "evaluation.backend": args.backend, "evaluation.hw": args.hw}
     flags = {"memory.enabled": (args.no_memory, False), "memory.shared": (args.share_memory, True),
              "planner.show_peak": (args.show_peak, True), "planner.show_hints": (args.show_hints, True)}

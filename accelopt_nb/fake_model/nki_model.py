@@ -75,10 +75,12 @@ class FakeNKIModel:
     """Scriptable planner/executor/summarizer; use ``model.responder`` as the fake server's responder."""
 
     def __init__(self, plans: list[str], rewrites: list[tuple[str, Transform]],
-                 lesson: str = "**Widen the tiles**\nProcess more columns per instruction.") -> None:
+                 lesson: str = "**Widen the tiles**\nProcess more columns per instruction.",
+                 fixes: list[tuple[str, Transform]] = ()) -> None:
         self.plans = plans
         self.rewrites = rewrites
         self.lesson = lesson
+        self.fixes = list(fixes)  # (text in the failing kernel, repair): the fixer's answers
         self.calls: dict[str, int] = defaultdict(int)
         self._per_kernel: dict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
@@ -91,6 +93,8 @@ class FakeNKIModel:
             return Reply(self._plan(body), reasoning="Looking at the profile first.")
         if role == "executor":
             return Reply(self._execute(body))
+        if role == "fixer":
+            return Reply(self._fix(body))
         return Reply(self.lesson + "\nOriginal code:\n```python\nx\n```\nOptimized code:\n```python\ny\n```")
 
     def _plan(self, body: dict) -> str:
@@ -115,6 +119,15 @@ class FakeNKIModel:
                 return ("Let me first restate the relevant part:\n```python\n" + sketch + "\n```\n"
                         "Now the full optimized kernel:\n```py\n" + code.rstrip() + "\n```\n")
         raise AssertionError(f"fake model has no rewrite for plan {plan!r}")
+
+
+    def _fix(self, body: dict) -> str:
+        failing = kernel_in(body)
+        for keyword, transform in self.fixes:
+            if keyword in failing:
+                code = transform(failing)
+                return "The report points at the bug; here is the repaired kernel.\n```python\n" + code.rstrip() + "\n```\n"
+        return "I cannot see what is wrong with this kernel."
 
 
 # ---------------------------------------------------------------- the tiny axpb task
@@ -172,6 +185,11 @@ def wrong_result(src: str) -> str:
     return src.replace("nl.add(u, 1.0)", "nl.add(u, 1.5)")
 
 
+def fix_wrong_result(src: str) -> str:
+    """The fixer's repair of :func:`wrong_result`."""
+    return src.replace("nl.add(u, 1.5)", "nl.add(u, 1.0)")
+
+
 def write_axpb_problem(directory: Path) -> tuple[Path, Path]:
     directory.mkdir(parents=True, exist_ok=True)
     task, kern = directory / "axpb_task.py", directory / "axpb_kernel.py"
@@ -184,6 +202,17 @@ def write_axpb_problem(directory: Path) -> tuple[Path, Path]:
 def matmul_resident_rhs(src: str) -> str:
     """A genuinely faster matmul for small shapes: B stays in SBUF instead of being re-read per row block."""
     return (KERNELS / "matmul_resident_rhs.py").read_text()
+
+
+def matmul_one_pass(src: str) -> str:
+    """The faster matmul with a common bug: each output tile keeps only the last contraction step's
+    product (``=`` where ``+=`` accumulates in PSUM). Runs, and computes wrong numbers."""
+    return matmul_resident_rhs(src).replace("acc += nisa.nc_matmul(", "acc = nisa.nc_matmul(")
+
+
+def fix_accumulation(src: str) -> str:
+    """The fixer's repair of :func:`matmul_one_pass`: accumulate again."""
+    return src.replace("acc = nisa.nc_matmul(", "acc += nisa.nc_matmul(")
 
 
 def harmless_variation(src: str) -> str:

@@ -1,8 +1,9 @@
 """The offline endpoint of ``accelopt reproduce --smoke``: the package's FAKE model behind a loopback server.
 
-Nothing here is a real LLM. The fake model answers every search on NKIBench ``matmul`` with two
-fixed rewrites (keep B resident in SBUF; a no-op edit), so smoke runs exercise the whole machinery
-(agents over HTTP, evaluation, beam, memory, ledger, figures) and say nothing about any model.
+Nothing here is a real LLM. The fake model answers every search on NKIBench ``matmul`` with three
+fixed rewrites (keep B resident in SBUF; the same with a wrong accumulation, which its fixer
+repairs; a no-op edit), so smoke runs exercise the whole machinery (agents over HTTP, evaluation,
+the fixer, beam, memory, ledger, figures) and say nothing about any model.
 Every figure made from it carries :data:`~accelopt_nb.fake_model.FAKE_MODEL_LABEL` in its title.
 """
 from __future__ import annotations
@@ -17,11 +18,15 @@ FAKE_MODELS = ("fake-nki", "fake-gpt-oss-120b", "fake-gpt-oss-20b", "fake-claude
 
 
 def fake_nki_model():
-    from accelopt_nb.fake_model.nki_model import FakeNKIModel, harmless_variation, matmul_resident_rhs
+    from accelopt_nb.fake_model.nki_model import (FakeNKIModel, fix_accumulation, harmless_variation,
+                                                  matmul_one_pass, matmul_resident_rhs)
 
     return FakeNKIModel(plans=["Keep all of B resident in SBUF instead of re-reading it per row block: RESIDENT.",
+                               "Write each output tile in one pass over the contraction: ONEPASS.",
                                "Review the loop structure and keep it: REVIEW."],
-                        rewrites=[("RESIDENT", matmul_resident_rhs), ("REVIEW", harmless_variation)])
+                        rewrites=[("RESIDENT", matmul_resident_rhs), ("ONEPASS", matmul_one_pass),
+                                  ("REVIEW", harmless_variation)],
+                        fixes=[("acc = nisa.nc_matmul(", fix_accumulation)])
 
 
 def fake_responder():

@@ -64,6 +64,11 @@ class PromptConfig:
 
 
 @dataclass
+class FixerConfig:
+    attempts: int = 0              # F: repairs of a candidate that failed with a kernel error or wrong numbers (0: off)
+
+
+@dataclass
 class RuntimeConfig:
     """How fast a run goes, not what it computes (a resumed run may change these)."""
 
@@ -90,6 +95,7 @@ class SearchConfig:
     evaluation: EvalConfig = field(default_factory=EvalConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     prompts: PromptConfig = field(default_factory=PromptConfig)
+    fixer: FixerConfig = field(default_factory=FixerConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     seed: int = 0
 
@@ -119,6 +125,9 @@ class SearchConfig:
         r = self.sampling.unusable_retries
         if r is not None and (not isinstance(r, int) or isinstance(r, bool) or r < 0):
             raise ConfigError(f"sampling.unusable_retries must be an integer >= 0 or null, got {r!r}")
+        f = self.fixer.attempts
+        if not isinstance(f, int) or isinstance(f, bool) or f < 0:
+            raise ConfigError(f"fixer.attempts must be an integer >= 0 (0: no fixer), got {f!r}")
         rt = self.runtime
         if not isinstance(rt.llm_concurrency, int) or rt.llm_concurrency < 1:
             raise ConfigError(f"runtime.llm_concurrency must be an integer >= 1, got {rt.llm_concurrency!r}")
@@ -134,7 +143,8 @@ class SearchConfig:
     def from_dict(cls, data: dict[str, Any]) -> "SearchConfig":
         data = dict(data)
         sections = {"memory": MemoryConfig, "planner": PlannerConfig, "evaluation": EvalConfig,
-                    "sampling": SamplingConfig, "prompts": PromptConfig, "runtime": RuntimeConfig}
+                    "sampling": SamplingConfig, "prompts": PromptConfig, "fixer": FixerConfig,
+                    "runtime": RuntimeConfig}
         kwargs: dict[str, Any] = {}
         top = {f.name for f in dataclasses.fields(cls)}
         for key, value in data.items():

@@ -62,6 +62,8 @@ class RunReport:
     phase_seconds: dict[str, float] = field(default_factory=dict)  # wall time per phase, summed over iterations
     fidelity: str = "full"
     prompt_set: str = "extended"
+    repairs: int = 0           # kernels the fixer wrote (fixer.attempts > 0)
+    repairs_correct: int = 0   # of which correct
 
     @property
     def total_cost_usd(self) -> float | None:
@@ -103,6 +105,8 @@ class RunReport:
                  f"  evaluation ({self.fidelity} fidelity): " + (", ".join(
                      f"{n} {s}" for s, n in sorted(self.statuses.items())) or "none"),
                  f"  prompts: {self.prompt_set}"]
+        if self.repairs:
+            lines.append(f"  fixer: {self.repairs} repairs of failed candidates, {self.repairs_correct} correct")
         if self.phase_seconds:
             lines.append("  time per phase: " + ", ".join(f"{p} {sec:.1f} s" for p, sec in self.phase_seconds.items()))
         if self.history:
@@ -149,7 +153,10 @@ def usage_by_role(store: "RunStore", run_id: str) -> list[RoleUsage]:
     """Sum the run's ledger rows (the store's ``llm_calls`` table) per agent role."""
     df = store.llm_calls_df(run_id)
     out = []
+    ran = set(df["role"]) if not df.empty else set()
     for role in ROLES:
+        if role == "fixer" and role not in ran:  # an optional agent: a row only when it ran
+            continue
         sub = df[df["role"] == role] if not df.empty else df
         u = RoleUsage(role=role)
         if not sub.empty:
@@ -231,4 +238,5 @@ def build_report(state: "RunState") -> RunReport:
                      rejected_on_confirmation=counts["rejected_on_confirmation"],
                      statuses=dict(Counter(k.status or "not evaluated" for k in kernels)),
                      phase_seconds=phase_seconds(state), fidelity=cfg.evaluation.fidelity,
-                     prompt_set=cfg.prompts.set)
+                     prompt_set=cfg.prompts.set, repairs=sum(k.origin == "fixer" for k in kernels),
+                     repairs_correct=sum(k.origin == "fixer" and k.correct for k in kernels))

@@ -56,6 +56,7 @@ class KernelView:
     profile: dict[str, Any] | None = None
     message: str | None = None
     fidelity: str | None = None
+    result: dict[str, Any] | None = None  # the latest evaluation's result (EvalResult.to_dict())
     screened: str | None = None  # the screening's status, once a confirmation superseded it
 
     @property
@@ -284,6 +285,7 @@ class RunState:
         view.profile = result.get("profile") or None
         view.message = result.get("message")
         view.fidelity = result.get("fidelity")
+        view.result = dict(result)
         view.pct_peak = pct_peak if status == "correct" else None
 
     def record_memory_item(self, item: MemoryItem, *, call_id: str | None = None,

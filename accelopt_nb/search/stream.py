@@ -279,6 +279,9 @@ class IterationStream:
             self.stages.append(ScreenStage(self))
             if ctx.config.evaluation.fidelity == "multi":
                 self.stages.append(ConfirmStage(self))
+            if ctx.config.fixer.attempts > 0:
+                from accelopt_nb.search.fixing import FixStage  # it builds on this module's Stage
+                self.stages.append(FixStage(self))
         self.closed: set[str] = set()
         self._events: "queue.Queue[tuple[str, Any]]" = queue.Queue()
         self._first_calls: list[CallRequest] | None = []  # asked before the stream starts: one fan-out
