@@ -51,7 +51,7 @@ def real_model(tmp_path_factory):
     """The smollm2-135m preset's server (llama.cpp) on a free loopback port; stopped after the module."""
     config = ModelConfig.from_preset("smollm2-135m", base_url=f"http://127.0.0.1:{_free_port()}/v1")
     log = (tmp_path_factory.mktemp("llama_server") / "server.log").open("w")
-    proc = start_server(config, n_ctx=8192, stdout=log, stderr=log)
+    proc = start_server(config, n_ctx=8192, popen={"stdout": log, "stderr": log})
     try:
         wait_until_serving(config.base_url, config.model, timeout_s=300, process=proc)
         yield config

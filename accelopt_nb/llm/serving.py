@@ -250,10 +250,12 @@ def serve_command(config: ModelConfig, **overrides: Any) -> list[str]:
     return build_vllm_command(serve_options(config, **overrides))
 
 
-def start_server(config: ModelConfig, **overrides: Any) -> subprocess.Popen:
-    """Start the server of a preset, whichever engine serves it."""
+def start_server(config: ModelConfig, *, popen: Mapping[str, Any] | None = None,
+                 **overrides: Any) -> subprocess.Popen:
+    """Start the server of a preset, whichever engine serves it (``popen``: e.g. where its output goes,
+    for a llama.cpp server)."""
     if _serve_section(config)["engine"] == "llama_cpp":
-        return start_llama_cpp(llama_cpp_options(config, **overrides))
+        return start_llama_cpp(llama_cpp_options(config, **overrides), **dict(popen or {}))
     return start_vllm(serve_options(config, **overrides))
 
 
