@@ -25,16 +25,16 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 OUT = ROOT / "docs" / "screenshots" / "course"
 
-# the cell (id) each screenshot scrolls to: what the notebook is about, with its output
+# the first cell whose source contains this text is scrolled to the top: the notebook's main idea, with its output
 FOCUS = {
-    "01_nki_basics": "c14",                 # the two NKI styles side by side
-    "02_memory_and_roofline": "c08",        # DMA bandwidth vs transfer size
-    "03_matmul_step_by_step": "c09",        # moving width sweep and its claims
-    "04_fusion_and_overlap": "c07",         # the sequential loop's timeline
-    "05_agent_step_by_hand": "c10",         # evaluate: the learner's kernel
-    "06_sbuf_capacity_and_spills": "c07",   # latency vs working set
-    "07_trn2": "c06",                       # the kernels on trn1 and trn2
-    "08_model_limits": "c05",
+    "01_nki_basics": 'side_by_side(("basics"',                      # the two NKI styles side by side
+    "02_memory_and_roofline": "ax.set_xscale",                       # DMA bandwidth vs transfer size
+    "03_matmul_step_by_step": "moving = moving_sweep(",              # the moving width sweep and its claims
+    "04_fusion_and_overlap": 'loops["swish_sequential"].timeline(',  # the sequential loop's timeline
+    "05_agent_step_by_hand": "%accelopt step evaluate",              # the learner's kernel evaluated
+    "06_sbuf_capacity_and_spills": "ax.axvline",                     # latency vs working set
+    "07_trn2": "timed = {label",                                      # the kernels on trn1 and trn2
+    "08_model_limits": "mamba = mamba_progression(",                # Mamba: measured against the model
 }
 
 
@@ -106,14 +106,14 @@ def shoot(notebooks: list[Path], root: Path, out: Path) -> None:
                     sidebar_open = False
                     page.wait_for_timeout(1000)
                 import nbformat
-                ids = [c.get("id") for c in nbformat.read(nb, as_version=4).cells]
-                focus = FOCUS.get(nb.stem)
-                if focus in ids:
+                sources = [c.source for c in nbformat.read(nb, as_version=4).cells]
+                hits = [i for i, src in enumerate(sources) if FOCUS.get(nb.stem, "\0") in src]
+                if hits:
                     page.evaluate("(i) => document.querySelectorAll('.jp-Notebook .jp-Cell')[i].scrollIntoView({block: 'start'})",
-                                  ids.index(focus))
+                                  hits[0])
                     page.wait_for_timeout(2500)
                     page.evaluate("(i) => document.querySelectorAll('.jp-Notebook .jp-Cell')[i].scrollIntoView({block: 'start'})",
-                                  ids.index(focus))
+                                  hits[0])
                     page.wait_for_timeout(1000)
                 path = out / f"{nb.stem}.png"
                 page.screenshot(path=str(path))

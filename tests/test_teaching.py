@@ -96,6 +96,18 @@ def test_roofline_exercise_follows_problem_preset_and_hardware():
     assert check("2.2", right, problem="matmul", shape_preset="small").right
 
 
+def test_widest_error_bar_class_follows_the_hardware_and_its_names():
+    from accelopt_nb.teaching.checks import widest_class
+    right, _ = widest_class("trn1")
+    names = {"elementwise": ["element-wise", "elementwise", "Element wise"], "matmul": ["matmul", "matmul-bound"],
+             "dma": ["DMA-bound"], "fused": ["fused"], "overhead": ["overhead"]}[right]
+    for name in names:
+        assert check("8.1", name).right, name
+    assert not check("8.1", "fused" if right != "fused" else "matmul").right
+    with pytest.raises(ExerciseError):                      # trn2 has no held-out class of its own
+        check("8.1", right, hw="trn2", strict=True)
+
+
 def test_faster_hardware_is_read_from_the_notebooks_numbers():
     assert check("7.1", "trn1", {"trn1": 0.2, "trn2": 0.3}).right
     assert check("7.1", "Trainium 1", {"trn1": 0.2, "trn2": 0.3}).right
@@ -217,6 +229,10 @@ def test_both_nki_styles_give_the_same_values_instructions_and_time():
     ref = x.reshape(6, 128, 256).max(axis=0)
     for file in ("loops", "loops_nki"):
         assert np.array_equal(simulate(load_kernel(kernel_path(file), name="colmax_double"), x).outputs[0], ref)
+    a, b = x[:256, :128], np.random.default_rng(2).normal(size=(128, 512)).astype(np.float32)
+    outs = [simulate(load_kernel(kernel_path(f), name="matmul_lhsT"), np.ascontiguousarray(a.T), b).outputs[0]
+            for f in ("tensor_engine", "tensor_engine_nki")]
+    assert np.array_equal(outs[0], outs[1]) and np.allclose(outs[0], a @ b, rtol=1e-4, atol=1e-3)
 
 
 def test_the_course_kernels_compute_what_they_say():
@@ -235,6 +251,8 @@ def test_the_course_kernels_compute_what_they_say():
         assert np.allclose(run("tensor_engine", name, first, b), a @ b, rtol=1e-4, atol=1e-3)
     assert np.allclose(run("tensor_engine", "matmul_moving", np.ascontiguousarray(a.T), b, moving=64), a @ b,
                        rtol=1e-4, atol=1e-3)
+    y = x[:256, :512]
+    assert np.array_equal(run("order", "chain_first", y), run("order", "independent_first", y))
 
 
 # ---------------------------------------------------------------------------------------- the notebooks

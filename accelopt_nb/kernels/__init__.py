@@ -6,11 +6,11 @@ which only the simulator provides), not modules to import:
 * ``matmul_tutorial.py`` -- the NKI matmul tutorial's steps: tiled, hoisted, blocked free dims, blocked M/N/K;
 * ``mamba_tutorial.py`` -- the NKI Mamba tutorial's human-expert steps v1, v2, v3;
 * ``silu_fused.py`` -- SiLU as one fused ScalarE activation per tile (the teaching course's fusion answer);
-* the teaching course's demonstrations (notebooks 01-07), each file one concept: ``basics.py`` /
+* the teaching course's demonstrations (notebooks 01-08), each file one concept: ``basics.py`` /
   ``basics_nki.py`` (a first kernel in the NKI 0.1 and today's ``nki`` style), ``dma.py`` (DMA transfer
-  size), ``tensor_engine.py`` (stationary/moving operands, transposes, fp32 vs bf16), ``loops.py`` /
-  ``loops_nki.py`` (loop kinds, double buffering), ``engines.py`` (engine balance), ``spills.py`` (SBUF
-  capacity).
+  size), ``tensor_engine.py`` / ``tensor_engine_nki.py`` (stationary/moving operands, transposes, fp32
+  vs bf16), ``loops.py`` / ``loops_nki.py`` (loop kinds, double buffering), ``engines.py`` (engine
+  balance), ``spills.py`` (SBUF capacity), ``order.py`` (program order, a limit of the performance model).
 
 The performance-fidelity benchmark, the human-experts reproduction and the teaching notebooks use them.
 """

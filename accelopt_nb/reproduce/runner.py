@@ -79,6 +79,7 @@ NOTEBOOKS: tuple[NotebookSpec, ...] = (
     NotebookSpec("05_agent_step_by_hand.ipynb", "teaching", "One agent step by hand with the magics"),
     NotebookSpec("06_sbuf_capacity_and_spills.ipynb", "teaching", "SBUF capacity and spills"),
     NotebookSpec("07_trn2.ipynb", "teaching", "trn2: what changes from trn1, kernel by kernel"),
+    NotebookSpec("08_model_limits.ipynb", "teaching", "Where the performance model is wrong, and by how much"),
     # the tools, smoke only: at paper size their work is the reproduction notebooks' (20-25)
     NotebookSpec("10_search_experiments.ipynb", "tool", "Search experiments: your own arms, problems and models",
                  ("smoke",)),

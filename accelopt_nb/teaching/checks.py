@@ -332,3 +332,33 @@ def _faster_hw(answer: Any, latency_ms: dict[str, float]) -> tuple[bool, str]:
     if given is None:
         return False, f"{answer!r}: name one of {', '.join(latency_ms)}"
     return False, f"{answer!r}: compare the two latencies of matmul_lhsT (float32) in the table"
+
+
+# -------------------------------------------------------------------------------- 08 model limits
+_CLASSES = {"matmul": ["matmul", "matmul-bound", "matmul bound", "tensor", "tensore"],
+            "fused": ["fused", "fused matmul+vector"],
+            "elementwise": ["elementwise", "element-wise", "element wise", "vector", "vectore"],
+            "dma": ["dma", "dma-bound", "memory"],
+            "overhead": ["overhead", "fixed-cost", "fixed cost", "fixed-cost-bound"]}
+
+
+def widest_class(hw: str = "trn1") -> tuple[str, float]:
+    """The kernel class whose held-out interval on ``hw`` is widest (high / low), with that width."""
+    from accelopt_nb.perf.uncertainty import KERNEL_CLASSES, lookup
+    own = [lookup(hw, c) for c in KERNEL_CLASSES]
+    own = [u for u in own if u.basis == "held-out"]
+    if not own:
+        raise ConfigError(f"no kernel class of {hw} has held-out measurements of its own")
+    u = max(own, key=lambda u: u.high / u.low)
+    return u.kernel_class, u.high / u.low
+
+
+@_exercise("8.1")
+def _widest_class(answer: Any, hw: str = "trn1") -> tuple[bool, str]:
+    right, width = widest_class(hw)
+    given = text.one_of(answer, _CLASSES)
+    if given == right:
+        return True, f"{right}: its 80% interval spans a factor of {width:.1f} (high / low) on {hw}"
+    if given is None:
+        return False, f"{answer!r}: name one of the kernel classes ({', '.join(_CLASSES)})"
+    return False, f"{answer!r}: compare high / low of the classes whose basis is held-out"
