@@ -279,8 +279,6 @@ def kernel(x):
     np.testing.assert_array_equal(simulate(kern, x).output, x)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 32: on trn1/trn2 float8_e4m3 is the IEEE-style format whose largest "
-                   "finite value is 240; the simulator stores it as e4m3fn (448)")
 def test_float8_e4m3_tops_out_at_240():
     x = np.array([[200.0, 240.0, 250.0, 448.0]], np.float32)
     res = run('''

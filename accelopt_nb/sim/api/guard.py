@@ -111,12 +111,16 @@ def _check_dtype(api: str, arg: str, value: Any) -> None:
         return
     try:
         known = _dt.name(value) in NKI_DTYPES
+    except _dt.UnknownDTypeError as exc:
+        if isinstance(value, _dt.NC4Only):
+            raise _refuse(api, arg, exc.message) from None
+        known = False
     except TypeError:
         known = False
     if not known:
         raise _refuse(api, arg, f"unknown dtype {value!r} (NKI dtypes: nl.float32, nl.bfloat16, nl.float16, "
-                                "nl.tfloat32, nl.float8_e4m3, nl.float8_e5m2, nl.int8/16/32, nl.uint8/16/32, "
-                                "nl.bool_)") from None
+                                "nl.tfloat32, nl.float8_e4m3, nl.float8_e4m3fn, nl.float8_e5m2, nl.int8/16/32, "
+                                "nl.uint8/16/32, nl.bool_)") from None
 
 
 def _check_engine(api: str, arg: str, value: Any) -> None:
