@@ -71,6 +71,29 @@ def kernel(x, b):
     np.testing.assert_allclose(o2, ref.sum(axis=1, keepdims=True), rtol=1e-5)
 
 
+def test_a_reduction_written_beside_an_assigned_result_stays_in_the_trace(run_kernel, rng):
+    # e[...] = activation_reduce(...) (and today's nki activation(dst=e, reduce_res=s)) writes two tiles: the
+    # store of s must wait for that instruction, so its trace record names both
+    body = """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    s = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    e = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+    e[...] = nisa.activation_reduce(op=nl.exp, data=t, reduce_op=nl.add, reduce_res=s)
+    nl.store(out, value=s)
+    return out
+"""
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+    res = run_kernel(body, x)
+    np.testing.assert_allclose(res.outputs[0], np.exp(x).sum(axis=1, keepdims=True), rtol=1e-5)
+    act = next(i for i in res.trace.instructions if i.op == "activation_reduce")
+    store = next(i for i in res.trace.instructions if i.op == "dma_store")
+    assert {w.tensor for w in act.writes} >= {r.tensor for r in store.reads}
+    assert len(act.writes) == 2
+
+
 def test_activation_with_tile_scale_and_np_function(run_kernel, rng):
     body = """
 @nki.jit

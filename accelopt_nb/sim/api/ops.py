@@ -325,7 +325,8 @@ def copy_into(dest: View, value: Any, api: str, reduction: bool = False) -> None
         if mask is not None and sshape != dshape:
             mask = mask.reshape(dshape)
         write(dest, None, written, mask, api, reduction=reduction, tile=src)
-        producer.writes = (dest.region(mask),)
+        # the result tile's region becomes dest's; the instruction's other writes (a reduce_res) stay
+        producer.writes = (dest.region(mask),) + tuple(producer.writes[1:])
         producer.out_dtype = dt.name(dest.dtype)
         if src.dtype == dest.dtype:   # else the trace keeps the tile: its dtype is what the instruction computed in
             rt.hide_result(src.id)
