@@ -60,6 +60,8 @@ def test_panel_buttons_drive_the_session(make_session):
         assert "x</b>" in panel.status.value and "speedup" in panel.leaderboard.value
         assert "diff_" in panel.diff_view.value and panel.diff_b.value == session.best.kernel_id
         assert panel.progress.state.phase == "summarize" and panel.progress.bar.bar_style == "success"
+        static = panel._bundle()                     # what a viewer without widgets shows
+        assert "VBox" not in static["text/plain"] and "1.0" in static["text/plain"] and "x</b>" in static["text/html"]
 
 
 @pytest.mark.slow

@@ -33,7 +33,6 @@ class SessionPanel:
         self.session = session
         self.background = background
         self.busy = False
-        self._handle: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.status = w.HTML()
@@ -150,7 +149,6 @@ class SessionPanel:
             s.progress = previous
             self.busy = False
             self.refresh()
-            self._update_static()
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the running action has finished (scripts and tests)."""
@@ -212,10 +210,7 @@ class SessionPanel:
         return bundle
 
     def _ipython_display_(self) -> None:
-        """Display the panel; the static copy follows every finished action."""
+        """Display the panel with a static copy of the session as it is now (what a saved notebook shows
+        without the widget). Not redrawn after each action: that would re-render the live panel."""
         from IPython.display import display
-        self._handle = display(self._bundle(), raw=True, display_id=True)
-
-    def _update_static(self) -> None:
-        if self._handle is not None:
-            self._handle.update(self._bundle(), raw=True)
+        display(self._bundle(), raw=True)
