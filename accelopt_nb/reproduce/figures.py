@@ -37,6 +37,13 @@ class Provenance:
     def to_dict(self) -> dict[str, str]:
         return asdict(self)
 
+    def stamp(self, fig: Any) -> None:
+        """Write the provenance above the figure's title (once per figure)."""
+        if not getattr(fig, "_accelopt_provenance", False):
+            fig.text(0.005, 1.0, self.text(), ha="left", va="bottom", fontsize=7, color="#555",
+                     transform=fig.transFigure)
+            fig._accelopt_provenance = True
+
 
 @dataclass
 class FigureSink:
@@ -62,10 +69,7 @@ class FigureSink:
              settings: Mapping[str, Any] | None = None, provenance: Provenance | None = None) -> dict[str, str]:
         """Write ``name``.png, ``name``.svg and ``name``.csv; returns their paths."""
         prov = provenance or self.provenance or Provenance()
-        if not getattr(fig, "_accelopt_provenance", False):   # once, though a figure may be saved twice
-            fig.text(0.005, 1.0, prov.text(), ha="left", va="bottom", fontsize=7, color="#555",
-                     transform=fig.transFigure)
-            fig._accelopt_provenance = True
+        prov.stamp(fig)
         paths = {ext: str(self.out_dir / f"{name}.{ext}") for ext in ("png", "svg", "csv")}
         fig.savefig(paths["png"], dpi=120, bbox_inches="tight")
         fig.savefig(paths["svg"], bbox_inches="tight")
