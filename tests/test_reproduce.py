@@ -236,6 +236,8 @@ def test_reproduce_smoke_runs_every_notebook_offline_and_writes_every_figure(tmp
     for spec in NOTEBOOKS:
         nb = json.loads((out / spec.stem / spec.file).read_text())
         text = json.dumps([c.get("outputs", []) for c in nb["cells"]])
+        if spec.kind == "reproduction":    # the figure shows in the notebook too, not only in its files
+            assert '"image/png"' in text, spec.file
         if spec.kind == "teaching":
             assert "RIGHT (exercise" in text and "WRONG (exercise" not in text
 
