@@ -30,7 +30,8 @@ def fake_nki_model():
 
 
 def fake_responder():
-    """The fake model's answers; a request from no agent (``accelopt llm check``'s tiny completion) gets "ready"."""
+    """The fake model's answers; a request from no agent (``accelopt llm check``'s tiny completion) gets
+    "ready", and a plan it has no rewrite for an answer without code (unusable, as a real model's can be)."""
     from accelopt_nb.fake_model.nki_model import role_of
     from accelopt_nb.fake_model.server import Reply
 
@@ -41,7 +42,10 @@ def fake_responder():
             role_of(body)
         except AssertionError:
             return Reply("ready")
-        return model.responder(body)
+        try:
+            return model.responder(body)
+        except AssertionError:   # a plan it has no rewrite for (a person wrote it): an answer with no code
+            return Reply("I can see what the plan asks, but I cannot write that kernel.")
     return respond
 
 
