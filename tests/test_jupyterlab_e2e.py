@@ -46,6 +46,9 @@ def _jupyterlab(tmp_path: Path, root: Path) -> Iterator[tuple[str, str]]:
     news = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
     news.mkdir(parents=True, exist_ok=True)
     (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    tracker = tmp_path / "settings" / "@jupyterlab" / "notebook-extension"
+    tracker.mkdir(parents=True, exist_ok=True)          # every cell in the DOM, not only those in view
+    (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
     port, token = _free_port(), secrets.token_hex(16)
     env = {**os.environ, "ACCELOPT_CACHE_DIR": str(tmp_path / "cache"), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
            "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt")}
@@ -162,9 +165,9 @@ def _drive(page, base: str, token: str) -> None:
     # ... writes a kernel that does not build (no executor calls for the other plans) and evaluates it:
     # the banner names a kernel failure as such, not as an LLM failure.
     kernel = (ROOT / "accelopt_nb" / "fake_model" / "kernels" / "matmul_resident_rhs.py").read_text()
+    panel.locator("input[type=checkbox]").first.check()  # first, so it reaches the kernel before the click does
     panel.locator("textarea").nth(1).fill(kernel.replace("def kernel(lhs, rhs):", "def kernel(lhs, rhs)"))
-    panel.locator("input[type=checkbox]").first.check()
-    page.wait_for_timeout(1000)                          # let the checkbox reach the kernel before the click does
+    page.wait_for_timeout(2000)
     button("submit kernel").click()
     panel.locator("text=/execute: \\d+ item/").wait_for(timeout=60_000)
     button("evaluate").click()
@@ -221,7 +224,7 @@ def test_reproduction_figures_in_jupyterlab(tmp_path):
             for nb in executed:
                 _open(page, base, token, f"{nb.parent.name}/{nb.name}")
                 images = page.locator(".jp-RenderedImage img")
-                images.first.wait_for(timeout=60_000)
+                images.first.wait_for(timeout=120_000)
                 for i in range(images.count()):
                     images.nth(i).scroll_into_view_if_needed()
                     images.nth(i).screenshot(path=str(shots / f"{nb.stem}_{i}.png"))
