@@ -1,12 +1,17 @@
 """One paper-size search iteration (B·N·K = 144 candidates at the paper's shapes), old path vs new.
 
     .venv/bin/python benchmarks/paper_iteration.py [--problems silu matmul] [--candidates 144]
-        [--arms old new-full new-multi] [--workers 2] [--llm-latency 0] [--json out.json]
+        [--arms old new-full new-multi] [--workers 2] [--llm-latency 0] [--fake tiles|variants]
+        [--no-unit] [--json out.json]
 
 Against a local FAKE model (an OpenAI-compatible server on loopback) that answers at once (or
 after ``--llm-latency`` seconds) with distinct, valid kernels: the problem's baseline with a
-distinct module constant each, so no two kernels share a syntax tree. Planner calls are 72
-(= B·N of the paper), executor calls 144 (K = 2), in one iteration from the baseline.
+distinct module constant each, so no two kernels share a syntax tree, and (``--fake tiles``, the
+default) its ``TILE_N`` set to the n-th width of a tile mix (``TILE_MIX``), so the candidates have
+a few different instruction streams and latencies (``--fake variants``: all the baseline's).
+Planner calls are 72 (= B·N of the paper), executor calls 144 (K = 2), in one iteration from the
+baseline. The unit of the goal (issue 33: one paper-size iteration at most 5x it) is one full
+evaluation of the baseline, measured first in the same run (``--no-unit`` skips it).
 
 Arms, measured side by side in one run, each with its own empty evaluation cache:
 
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import resource
 import sys
 import tempfile
@@ -50,11 +56,20 @@ ARMS = {"old": dict(pipeline=False, fidelity="full"), "new-full": dict(pipeline=
 PAPER_CANDIDATES = 144
 
 
-class DistinctKernels:
-    """FAKE planner/executor: plan n says "variant n"; executor answer = parent + a distinct constant."""
+# The tile widths the tile-mix fake cycles through: the baseline's 512 and narrower or wider ones that
+# each problem's kernel allows (matmul: at most 512, one PSUM bank and the TensorE moving free size).
+TILE_MIX = {"silu": (128, 256, 512, 1024), "matmul": (128, 256, 384, 512)}
+_TILE = re.compile(r"^TILE_N = \d+", re.MULTILINE)
 
-    def __init__(self, latency_s: float) -> None:
+
+class DistinctKernels:
+    """FAKE planner/executor: plan n says "variant n"; executor answer = parent + a distinct constant
+    (``tiles``: and its ``TILE_N`` set to the n-th width of a tile mix), so no two kernels share a
+    syntax tree; with a tile mix, kernels of one width share a trace-only instruction stream."""
+
+    def __init__(self, latency_s: float, tiles: tuple[int, ...] = ()) -> None:
         self.latency_s = latency_s
+        self.tiles = tiles
         self.n = 0
         self._lock = threading.Lock()
 
@@ -66,10 +81,32 @@ class DistinctKernels:
         if role == "planner":
             reply = Reply(f"The kernel is fine as it is.\n\nPlan:\nVariant {n}: tag the module with a constant.")
         elif role == "executor":
-            reply = Reply(f"```python\n{kernel_in(body)}\n\n_VARIANT = {n}\n```")
+            source = kernel_in(body)
+            if self.tiles:
+                source = _TILE.sub(f"TILE_N = {self.tiles[n % len(self.tiles)]}", source)
+            reply = Reply(f"```python\n{source}\n\n_VARIANT = {n}\n```")
         else:
             reply = Reply("No optimization found")
         return Slow(self.latency_s, reply) if self.latency_s else reply
+
+
+def full_evaluation(problem: str) -> dict:
+    """The unit: one full evaluation of the problem's baseline (every seed and adversarial input at
+    the paper shape, profiled), as ``accelopt evaluate`` runs it: wall time and the CPU of its process.
+    The first one warms the shared input cache (inputs and references, as the search's workers find
+    them); the second, timed, evaluates again (no result cache)."""
+    from accelopt_nb.evaluation import evaluate
+    from accelopt_nb.search.config import SearchConfig
+    from accelopt_nb.search.problem import SearchProblem
+
+    ev = SearchConfig.from_preset("paper").evaluation
+    target = SearchProblem.from_nkibench(problem, ev.shape_preset)
+    run = (lambda: evaluate(target.eval_target, target.baseline_source, backend=ev.backend, hw=ev.hw,
+                            preset=target.preset, cache=False))
+    run()
+    cpu0, t0 = children_cpu_s(), time.perf_counter()
+    result = run()
+    return {"status": result.status.value, "wall_s": time.perf_counter() - t0, "cpu_s": children_cpu_s() - cpu0}
 
 
 def seed_baseline(problem: str, root: Path, cache_dir: Path) -> None:
@@ -96,11 +133,13 @@ def children_cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def measure(problem: str, arm: str, candidates: int, workers: int, latency_s: float, root: Path) -> dict:
+def measure(problem: str, arm: str, candidates: int, workers: int, latency_s: float, root: Path,
+            fake: str = "tiles") -> dict:
     settings = ARMS[arm]
     seed_baseline(problem, root, root / f"cache-{arm}")
     cpu0 = children_cpu_s()
-    with FakeOpenAIServer(models=["fake-kernels"], responder=DistinctKernels(latency_s)) as srv:
+    model = DistinctKernels(latency_s, TILE_MIX.get(problem, ()) if fake == "tiles" else ())
+    with FakeOpenAIServer(models=["fake-kernels"], responder=model) as srv:
         spec = LaunchSpec(problem, run_dir=root / arm / problem, preset="paper",
                           overrides={"iterations": 2, "plans_per_kernel": candidates // 2, "samples_per_plan": 2,
                                      "evaluation.fidelity": settings["fidelity"]},
@@ -147,15 +186,27 @@ def main() -> int:
     ap.add_argument("--candidates", type=int, default=PAPER_CANDIDATES, help="candidates (even; 144 = paper)")
     ap.add_argument("--workers", type=int, default=2, help="parallel evaluations")
     ap.add_argument("--llm-latency", type=float, default=0.0, help="seconds the fake model takes per answer")
+    ap.add_argument("--fake", choices=["tiles", "variants"], default="tiles",
+                    help="tiles: candidates with a mix of tile widths (TILE_MIX); variants: the baseline's stream")
+    ap.add_argument("--no-unit", action="store_true", help="skip the unit (a full evaluation of the baseline)")
     ap.add_argument("--json", type=Path, help="write the measurements here")
     args = ap.parse_args()
     if args.candidates < 2 or args.candidates % 2:
         ap.error("--candidates must be an even number >= 2 (K = 2 samples per plan)")
     results = []
+    units = {}
     with tempfile.TemporaryDirectory(prefix="accelopt-paper-iteration-") as tmp:
         for problem in args.problems:
+            if not args.no_unit:
+                units[problem] = unit = full_evaluation(problem)
+                print(f"{problem:<8} unit: one full evaluation of the baseline ({unit['status']}): "
+                      f"{unit['wall_s']:.1f} s wall, {unit['cpu_s']:.1f} s CPU", flush=True)
             for arm in args.arms:
-                r = measure(problem, arm, args.candidates, args.workers, args.llm_latency, Path(tmp))
+                r = measure(problem, arm, args.candidates, args.workers, args.llm_latency, Path(tmp), args.fake)
+                if problem in units:
+                    r["unit"] = units[problem]
+                    r["x_unit_wall"] = (r["extrapolated_144_s"] or r["wall_s"]) / units[problem]["wall_s"]
+                    r["x_unit_cpu"] = r["eval_cpu_s"] / units[problem]["cpu_s"]
                 results.append(r)
                 ext = r["extrapolated_144_s"]
                 print(f"{problem:<8} {arm:<10} {r['candidates']:>4} candidates  {r['wall_s']:8.1f} s measured"
@@ -165,7 +216,9 @@ def main() -> int:
                       + f"  statuses {r['statuses']}  confirmed {r['confirmed']}"
                       + f"  evaluation s (summed over workers): candidates {r['candidate_eval_s']:.1f},"
                       + f" confirmations {r['confirm_eval_s']:.1f}  phases "
-                      + ", ".join(f"{p} {s:.1f}" for p, s in r["phases_s"].items()), flush=True)
+                      + ", ".join(f"{p} {s:.1f}" for p, s in r["phases_s"].items())
+                      + (f"  = {r['x_unit_wall']:.1f}x the unit's wall time, evaluation CPU "
+                         f"{r['x_unit_cpu']:.1f}x its CPU" if "x_unit_wall" in r else ""), flush=True)
     print("\nratios (same problem, same run; at 144 candidates, extrapolated where fewer were measured):")
     at_144 = (lambda r: r["extrapolated_144_s"] or r["wall_s"])
     for problem in args.problems:

@@ -88,6 +88,33 @@ def test_screen_of_a_wrong_kernel_is_incorrect_at_the_small_shape(tmp_path, tiny
     assert r.status is Status.INCORRECT and r.checked_preset == "small", r.summary()
 
 
+def test_a_screen_reuses_the_profile_of_an_earlier_kernel_with_the_same_instruction_stream(tmp_path, tiny_silu):
+    """The same stream gets the same profile, so the performance model runs once per stream; a
+    kernel with another stream is estimated; correctness is checked for each kernel all the same."""
+    from accelopt_nb.evaluation.datacache import ProfileCache
+
+    ProfileCache.forget()   # this process's copies: the test reads what the judges share on disk
+    same = SILU + "\n_VARIANT = 3   # another program text, the same instruction stream\n"
+    narrow = SILU.replace("TILE_N = 512", "TILE_N = 256")
+    wrong = same.replace("value=nl.divide(t, nl.add(e, 1.0))", "value=nl.divide(t, nl.add(e, 2.0))")
+    runs = {name: evaluate_job(silu_job(tiny_silu, src), tmp_path / name, input_cache=tmp_path / "inputs")
+            for name, src in (("first", SILU), ("same", same), ("narrow", narrow), ("wrong", wrong))}
+    reused = {name: any("not re-estimated" in line for line in r.log) for name, r in runs.items()}
+    assert reused == {"first": False, "same": True, "narrow": False, "wrong": False}
+    assert runs["same"].profile == runs["first"].profile and runs["same"].status is Status.CORRECT
+    assert runs["narrow"].latency_ms != runs["first"].latency_ms
+    # the same stream with another constant: its verdict is its own (an incorrect kernel is not profiled)
+    assert runs["wrong"].status is Status.INCORRECT and runs["wrong"].latency_ms is None
+    assert len(list((tmp_path / "profiles").rglob("*.json"))) == 2
+
+
+def test_trace_fidelity_profiles_without_checking(tmp_path, tiny_silu):
+    wrong = SILU.replace("value=nl.divide(t, nl.add(e, 1.0))", "value=t")
+    r = evaluate_job(silu_job(tiny_silu, wrong, fidelity="trace"), tmp_path / "job", input_cache=tmp_path / "in")
+    assert r.status is Status.PROFILED and not r.checks and r.latency_ms > 0 and r.checked_preset is None
+    assert not list((tmp_path / "in").rglob("ref_*.npy"))   # a trace-only run needs no reference
+
+
 def test_inputs_and_references_are_computed_once_and_memory_mapped(tmp_path):
     counter = tmp_path / "calls.txt"
     task = tmp_path / "counting_task.py"

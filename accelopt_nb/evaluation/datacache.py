@@ -12,6 +12,10 @@ Entries appear atomically (written to a temporary directory, then renamed), so c
 never see half an entry; two computing the same entry at once is harmless. An entry larger than
 ``max_entry_mb`` (bmm at paper shape: 2 GiB of references) is kept in the job's own directory
 and dropped with it.
+
+Next to the inputs (``<cache root>/profiles``), :class:`ProfileCache` keeps the performance model's
+profile of each trace-only instruction stream by its fingerprint, so candidates that differ only in
+text the stream does not see (constants, names, comments) are estimated once.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -131,3 +136,66 @@ def _open(directory: Path) -> InputSet:
               for i in range(int(meta["n_inputs"]))]
     return InputSet(directory=directory, n_inputs=int(meta["n_inputs"]), reference=ref,
                     input_dtypes=dtypes)
+
+
+class ProfileCache:
+    """Profiles of instruction streams by fingerprint (``backends.simulator.trace_fingerprint``), so a
+    kernel whose trace-only stream another kernel already had skips the performance model: the same
+    stream gets the same profile. Keyed by fingerprint, hardware, the evaluator's version and the
+    model's own fingerprint (a refit never serves old profiles). On disk under ``root`` (shared by the
+    judges of a machine, written atomically), and in this process (a warm worker keeps the last ones)."""
+
+    MEMORY_ENTRIES = 256
+    _memory: "dict[str, dict[str, Any]]" = {}
+    _lock = threading.Lock()
+
+    def __init__(self, root: str | Path | None) -> None:
+        self.root = Path(root) if root is not None else None
+
+    @classmethod
+    def beside(cls, input_cache: str | Path | None) -> "ProfileCache":
+        """The cache next to an input cache (``<cache root>/inputs`` -> ``<cache root>/profiles``);
+        in this process only when inputs are not shared either."""
+        return cls(Path(input_cache).parent / "profiles" if input_cache is not None else None)
+
+    @staticmethod
+    def key(fingerprint: str, hw: str) -> str:
+        from accelopt_nb.evaluation.job import EVALUATOR_VERSION, model_fingerprint
+        return hashlib.sha256(f"{fingerprint}|{hw}|{EVALUATOR_VERSION}|{model_fingerprint()}".encode()).hexdigest()
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            kept = self._memory.get(key)
+        if kept is not None:
+            return dict(kept)
+        if self.root is None:
+            return None
+        try:
+            profile = json.loads((self.root / key[:2] / f"{key}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        self._remember(key, profile)
+        return dict(profile)
+
+    def put(self, key: str, profile: dict[str, Any]) -> None:
+        self._remember(key, profile)
+        if self.root is None:
+            return
+        path = self.root / key[:2] / f"{key}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(profile, f)
+        os.replace(tmp, path)
+
+    @classmethod
+    def forget(cls) -> None:
+        """Drop this process's copies (the disk keeps its own)."""
+        with cls._lock:
+            cls._memory.clear()
+
+    def _remember(self, key: str, profile: dict[str, Any]) -> None:
+        with self._lock:
+            if key not in self._memory and len(self._memory) >= self.MEMORY_ENTRIES:
+                self._memory.pop(next(iter(self._memory)))
+            self._memory[key] = dict(profile)

@@ -12,6 +12,11 @@ takes the latency from a trace-only run at the job's preset; ``trace`` checks no
 profiles a trace-only run at the job's preset (status ``profiled``). A kernel that cannot run at the small
 shape (it raises there, or its outputs do not have the small shape) is screened at the job's shape
 with one seed plus the adversarial inputs instead.
+
+A trace-only profile is estimated once per instruction stream: the runner returns the stream's
+fingerprint and the judge takes the profile from :class:`.datacache.ProfileCache` when another
+kernel had that stream (same stream, same model: the same profile). Correctness is never shared:
+two kernels with one stream may compute different values.
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ import numpy as np
 from accelopt_nb.errors import (BackendUnavailableError, ConfigError, EvaluationError,
                                 ProblemError)
 from accelopt_nb.evaluation.correctness import compare_outputs, lowered_dtypes, unwritten_regions
-from accelopt_nb.evaluation.datacache import InputCache, InputSet
+from accelopt_nb.evaluation.datacache import InputCache, InputSet, ProfileCache
 from accelopt_nb.evaluation.job import (EVALUATOR_VERSION, PROFILE_SEED, SCREEN_PRESET, EvalJob,
                                         default_limits)
 from accelopt_nb.evaluation.problems import load_problem, task_key
@@ -82,7 +87,7 @@ def evaluate_job(job: EvalJob, workdir: Path, *, input_cache: str | Path | None 
     """Judge one job in this process, the kernel running in a forked runner (``isolated``) or,
     for trusted kernels only, in this process. Raises only for infrastructure errors."""
     t0 = time.perf_counter()
-    judge = _Judge(job, Path(workdir), InputCache(input_cache), isolated)
+    judge = _Judge(job, Path(workdir), InputCache(input_cache), isolated, ProfileCache.beside(input_cache))
     try:
         result = judge.execute()
     finally:
@@ -115,8 +120,10 @@ class _Shape:
 
 
 class _Judge:
-    def __init__(self, job: EvalJob, workdir: Path, cache: InputCache, isolated: bool) -> None:
+    def __init__(self, job: EvalJob, workdir: Path, cache: InputCache, isolated: bool,
+                 profiles: ProfileCache | None = None) -> None:
         self.job, self.opts, self.workdir, self.cache = job, job.options, workdir, cache
+        self.profiles = profiles or ProfileCache(None)
         self.isolated = isolated
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.runner: ForkRunner | InProcessRunner | None = None
@@ -392,27 +399,54 @@ class _Judge:
             return None
         inputs = self._input_set(shape, "profile", PROFILE_SEED, lambda: shape.task.get_inputs(PROFILE_SEED),
                                  reference=False)
-        error = self._take_profile({"op": "trace_profile", "inputs": str(inputs.directory),
-                                    "n_inputs": inputs.n_inputs})
+        where = {"inputs": str(inputs.directory), "n_inputs": inputs.n_inputs}
+        assert self.runner is not None
+        reply = self.runner.request({"op": "trace", **where})
+        if reply.get("ok") and reply.get("fingerprint") is None:
+            error = self._take_profile({"op": "trace_profile", **where})   # a backend without fingerprints
+        elif not reply.get("ok"):
+            error = self._kernel_error(reply)   # raises for an infrastructure error
+            self._note(f"profiling failed: {error.get('type')}: {error.get('message')}")
+        else:
+            error = self._profile_of_stream(str(reply["fingerprint"]))
         if error is None:
             self._note(f"latency from a trace-only run at the {shape.preset} shape")
         return error
 
-    def _take_profile(self, msg: dict[str, Any]) -> dict[str, Any] | None:
-        """Ask the runner for a profile; returns the kernel's error when it has none."""
+    def _profile_of_stream(self, fingerprint: str) -> dict[str, Any] | None:
+        """The profile of the kept trace-only stream: an earlier kernel's, if its stream had this
+        fingerprint (the model would give the same profile), else the model's, remembered."""
+        key = ProfileCache.key(fingerprint, self.job.hw)
+        raw = self.profiles.get(key)
+        if raw is not None:
+            self._note("the same trace-only instruction stream as an earlier kernel: its profile, not re-estimated")
+            self._set_profile(raw)
+            return None
+        reply = self.runner.request({"op": "estimate_trace"})
+        error = self._take_profile(reply=reply)
+        raw = reply.get("profile")
+        if error is None and isinstance(raw, dict):
+            self.profiles.put(key, raw)
+        return error
+
+    def _take_profile(self, msg: dict[str, Any] | None = None, *,
+                      reply: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """Ask the runner for a profile (or read its ``reply``); returns the kernel's error when it has none."""
         assert self.runner is not None
-        reply = self.runner.request(msg)
+        reply = reply if reply is not None else self.runner.request(msg or {})
         if not reply.get("ok"):
             err = self._kernel_error(reply)   # raises for an infrastructure error
             self._note(f"profiling failed: {err.get('type')}: {err.get('message')}")
             return err
         raw = reply.get("profile")
-        if not isinstance(raw, dict):
-            return None
+        if isinstance(raw, dict):
+            self._set_profile(raw)
+        return None
+
+    def _set_profile(self, raw: dict[str, Any]) -> None:
         record = profile_record(raw, source=self.job.backend, hw=self.job.hw)
         self.result.profile = record.to_dict()
         self.result.latency_ms = record.latency_ms
-        return None
 
     # -- errors -------------------------------------------------------------------------------
     def _kernel_error(self, reply: dict[str, Any]) -> dict[str, Any]:

@@ -4,8 +4,9 @@ The judge (:mod:`accelopt_nb.evaluation.engine`) forks one runner per job. The r
 its own process group and directory, limits its address space, file sizes and core dumps, loads
 the kernel into the backend and then serves the judge's requests over a socket, one JSON line
 each way: ``load``, ``run`` (inputs from an input-set directory, outputs written as plain
-``.npy`` files next to a coverage file of the output write regions), ``profile`` (of a run) and
-``trace_profile`` (a trace-only run). It never sees a reference and decides nothing: whatever the
+``.npy`` files next to a coverage file of the output write regions), ``profile`` (of a run),
+``trace_profile`` (a trace-only run), or ``trace`` (a trace-only run, kept; its stream's
+fingerprint) then ``estimate_trace``. It never sees a reference and decides nothing: whatever the
 kernel does to NumPy, ``math`` or the simulator in this process, the judge, which never ran it,
 loads the ``.npy`` files without pickle and checks them itself.
 
@@ -229,6 +230,11 @@ class _Server:
                 return {"ok": True, "profile": _plain(self.backend.profile(run, inputs))}
             if op == "trace_profile":
                 return {"ok": True, "profile": _plain(self.backend.trace_profile(_inputs(msg)))}
+            if op == "trace":   # None: this backend does not fingerprint its streams (ask trace_profile)
+                trace = getattr(self.backend, "trace", None)
+                return {"ok": True, "fingerprint": None if trace is None else str(trace(_inputs(msg)))}
+            if op == "estimate_trace":
+                return {"ok": True, "profile": _plain(self.backend.estimate_trace())}
             return {"ok": False, "error": {"type": "EvaluationError", "message": f"unknown op {op!r}"},
                     "classes": ["accelopt_nb.errors.EvaluationError"]}
         except BaseException as exc:  # noqa: BLE001 - report anything the kernel does
