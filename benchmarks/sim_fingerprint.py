@@ -1,15 +1,17 @@
 """Fingerprints of what the simulator computes, to prove a refactoring changed nothing.
 
-``record`` runs every kernel the speed benchmarks run (our 14 NKIBench baselines at a preset, the arange/mask
+``record`` runs every kernel the speed benchmarks run (our 14 NKIBench baselines at a shape preset, the arange/mask
 kernel, with ``--accelopt-repo DIR`` the paper's 14 at the paper's shapes, with ``--nki-samples DIR`` the
-real-kernel harness of ``benchmarks/real_kernels.py``) in each simulation mode (with values and trace-only, each
+real-kernel harness of ``benchmarks/real_kernels.py``, with ``--nki-library DIR`` / ``--nxdi DIR`` its
+standalone-``nki`` cases too) in each simulation mode (with values and trace-only, each
 with loop replay and running every iteration) and writes, per kernel and mode, a hash of every output's
 dtype, shape and bytes, a hash of every trace field (``Trace`` and each instruction and tensor record, file
 names reduced to their base name so two checkouts compare), the replayed-instruction count, the warnings and
 the log, or the error's type and message. ``compare`` lists every difference between two recordings.
 
-    python benchmarks/sim_fingerprint.py record OUT.json [--preset small] [--accelopt-repo DIR]
-                                                         [--nki-samples DIR] [--only adamw,paper/]
+    python benchmarks/sim_fingerprint.py record OUT.json [--shapes small] [--accelopt-repo DIR]
+                                                         [--nki-samples DIR] [--nki-library DIR]
+                                                         [--nxdi DIR] [--only adamw,paper/]
     python benchmarks/sim_fingerprint.py compare BEFORE.json AFTER.json
 
 It uses only the simulator's public API (``load_kernel``, ``simulate``, ``SimOptions``, the trace dataclasses),
@@ -93,7 +95,7 @@ def fingerprint(run: Callable[[SimOptions], Any]) -> dict[str, dict]:
 def cases(args: argparse.Namespace) -> list[tuple[str, Callable[[SimOptions], Any]]]:
     only = [s for s in args.only.split(",") if s]
     out: list[tuple[str, Callable[[SimOptions], Any]]] = []
-    bench = our_cases(args.preset, None) + [arange_mask_case(*(int(v) for v in args.arange_shape.split("x")))]
+    bench = our_cases(args.shapes, None) + [arange_mask_case(*(int(v) for v in args.arange_shape.split("x")))]
     if args.accelopt_repo is not None:
         bench += paper_cases(args.accelopt_repo, None)
     for case in bench:
@@ -101,8 +103,9 @@ def cases(args: argparse.Namespace) -> list[tuple[str, Callable[[SimOptions], An
             _, nki_inputs = case.make()
             return simulate(load_kernel(case.kernel_path), *nki_inputs, options=options)
         out.append((case.name, run))
-    roots = {"nki-samples": args.nki_samples, "accelopt": [args.accelopt_repo] if args.accelopt_repo else []}
-    for rc in real_kernels.CASES:
+    roots = {"nki-samples": args.nki_samples, "accelopt": [args.accelopt_repo] if args.accelopt_repo else [],
+             "nki-library": [args.nki_library] if args.nki_library else [], "nxdi": [args.nxdi] if args.nxdi else []}
+    for rc in real_kernels.all_cases():
         path = real_kernels._locate(rc, roots)
         if path is None:
             continue
@@ -113,7 +116,8 @@ def cases(args: argparse.Namespace) -> list[tuple[str, Callable[[SimOptions], An
             if rc.task is not None:
                 task, inputs, _, _ = real_kernels._accelopt_task(rc, path, rng)
                 return simulate(kern, *task.to_nki(inputs), options=options)
-            args_, kwargs, _ = rc.harness(rng, kern.fn.__globals__) if rc.needs_module else rc.harness(rng)
+            module = getattr(getattr(kern, "fn", kern), "__globals__", {})
+            args_, kwargs, _ = rc.harness(rng, module) if rc.needs_module else rc.harness(rng)
             return simulate(kern, *args_, grid=rc.grid or None, options=options, **kwargs)
         out.append((f"real/{rc.repo}/{rc.title}", run))
     return [(name, run) for name, run in out if not only or any(s in name for s in only)]
@@ -157,10 +161,12 @@ def main() -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     rec = sub.add_parser("record")
     rec.add_argument("out")
-    rec.add_argument("--preset", default="paper", help="shape preset of our 14 (paper or small)")
+    rec.add_argument("--shapes", default="paper", help="shape preset of our 14 (paper or small)")
     rec.add_argument("--arange-shape", default="4000x3000")
     rec.add_argument("--accelopt-repo", type=Path, default=None)
     rec.add_argument("--nki-samples", type=Path, action="append", default=[])
+    rec.add_argument("--nki-library", type=Path, default=None)
+    rec.add_argument("--nxdi", type=Path, default=None)
     rec.add_argument("--only", default="", help="comma-separated substrings of case names")
     cmp_ = sub.add_parser("compare")
     cmp_.add_argument("before")
