@@ -373,10 +373,11 @@ def measure_isolated(case: Case, tree: Path | None = None) -> Row:
     holes, the simulator's kept on-chip memory and caches, cold CPU caches) cannot move its numbers. ``tree``:
     another checkout, whose own copy of this script measures the row with its simulator."""
     argv = _without_against(sys.argv[1:])
-    script, env = __file__, None
-    if tree is not None:
-        script = str(tree / "benchmarks" / "sim_speed.py")
-        env = dict(os.environ, PYTHONPATH=str(tree))
+    # the row imports the simulator of the tree whose script runs it (not whatever the venv's editable install
+    # points at, which the script's own folder on sys.path would not override)
+    tree = tree or HERE.parent
+    script = str(tree / "benchmarks" / "sim_speed.py")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])]))
     done = subprocess.run([sys.executable, script, *argv, "--case", case.name], capture_output=True, text=True,
                           env=env)
     if "-v" in sys.argv:   # the row's tracebacks
