@@ -20,7 +20,12 @@ TODAY = [c for c in real_kernels.all_cases() if c.style == "nki"]
 OLD = [c for c in real_kernels.all_cases() if c.repo == "nki-samples"]
 TORCH = {"maxpooling:max_pooling_2d_stride_1", "interpolate_bilinear_fwd:interpolate_bilinear_2x_fwd"}  # import torch
 NOT_YET = "issue 32: the simulator does not run the standalone nki style of these kernels yet"
-RUN_TODAY = {"nki_cross_attention_kernel:cross_attn_kernel"}      # plain nisa calls: runs and matches already
+RUN_TODAY = {   # run and match NumPy in both modes (benchmarks/README.md, "Today's nki style")
+    "nki_cross_attention_kernel:cross_attn_kernel", "qwen_qk_norm_rope:qwen_qk_norm_partial_rope_kernel",
+    "nki_deltanet:_deltanet_recurrent_step_batched_kernel", "cumsum:cumsum", "rmsnorm_tkg:rmsnorm_tkg",
+    "layernorm_tkg:layernorm_tkg", "rope:RoPE (contiguous)", "rope:RoPE (interleaved)", "rope_hf:rope_hf",
+    "cross_entropy:cross_entropy_forward", "depthwise_conv1d:depthwise_conv1d_implicit_gemm", "qkv:qkv",
+    "output_projection_cte:output_projection_cte"}
 
 
 def _path(case):

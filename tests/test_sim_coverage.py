@@ -57,7 +57,8 @@ def test_listed_status_matches_the_facade(row):
     entry = api_guard.documented()[row.front_end][row.module][row.name]
     if entry["kind"] != "function":
         missing = [m for m in entry.get("members", []) if not hasattr(obj, m)]
-        assert (row.status == "partial") == bool(missing)
+        noted = isinstance(getattr(obj, "coverage_note", None), str)   # a value named but not fully modelled
+        assert (row.status == "partial") == bool(missing or noted)
         return
     spec = obj.__nki_spec__
     impl = inspect.signature(obj.__wrapped__).parameters

@@ -193,7 +193,6 @@ def kernel(a, b):
 
 
 # ---- front-end features of today's production kernels -----------------------------------------------------
-@pytest.mark.xfail(strict=True, reason=MISSING)
 def test_access_pattern_with_static_offset(rng):
     # .ap([[stride, count], ...], offset): the partition row of 128 elements starting at element 128*i + 5
     x = rng.standard_normal((4, 256)).astype(np.float32)
@@ -209,7 +208,6 @@ def kernel(x):
     np.testing.assert_array_equal(res.output, x.ravel()[5:5 + 256].reshape(128, 2))
 
 
-@pytest.mark.xfail(strict=True, reason=MISSING)
 def test_access_pattern_with_runtime_scalar_offset(rng):
     # scalar_offset: a runtime row index read from a [1, 1] SBUF tile, scaled by the stride of indirect_dim
     x = rng.standard_normal((8, 64)).astype(np.float32)
@@ -228,7 +226,6 @@ def kernel(x, row):
     np.testing.assert_array_equal(res.output, x[5:6])
 
 
-@pytest.mark.xfail(strict=True, reason=MISSING)
 def test_kernel_in_a_package_imports_its_helpers_relatively(tmp_path, rng):
     pkg = tmp_path / "mylib"
     (pkg / "utils").mkdir(parents=True)
@@ -262,7 +259,6 @@ def kernel(x):
     np.testing.assert_allclose(res.output, 3.0 * x, rtol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason=MISSING)
 def test_float8_e4m3fn_can_be_named_in_a_module_level_table():
     # the NKI library's helpers name every dtype in a dict at import time
     kern = load_kernel(source=HEADER + '''
@@ -296,7 +292,6 @@ def kernel(x):
     assert res.output[0, 1] == 240.0 and not np.isfinite(res.output[0, 3])
 
 
-@pytest.mark.xfail(strict=True, reason=MISSING)
 def test_nkiobject_helper_class(rng):
     x = rng.standard_normal((128, 16)).astype(np.float32)
     res = run('''
@@ -397,7 +392,6 @@ def kernel(x):
     np.testing.assert_array_equal(res.output, np.where(np.tril(np.ones((128, 128), bool)), x, -9984.0))
 
 
-@pytest.mark.xfail(strict=True, reason=MISSING)
 def test_isa_constants_submodule_and_tile_size_of_the_sbuf():
     kern = load_kernel(source=HEADER + '''
 from nki.isa.constants import oob_mode, dge_mode
@@ -435,8 +429,6 @@ def kernel(x):
     assert "nki.isa.rng" in str(err) and "Tensor" not in str(err)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 32: a missing tensor method reads as the kernel's AttributeError on "
-                   "the simulator's class 'Tensor'")
 def test_a_missing_tensor_method_names_the_method_and_the_front_end():
     err = _error_of('''
 @nki.jit

@@ -87,6 +87,9 @@ def _function_status(obj: Any, entry: dict) -> tuple[str, list[str]]:
 
 
 def _value_status(obj: Any, entry: dict) -> tuple[str, list[str]]:
+    limited = getattr(obj, "coverage_note", None)     # a value the simulator names but does not fully model
+    if isinstance(limited, str):
+        return "partial", [limited]
     missing = [m for m in entry.get("members", []) if not hasattr(obj, m)]
     if missing:
         return "partial", ["missing members: " + ", ".join(f"`{m}`" for m in missing)]

@@ -18,10 +18,11 @@ from accelopt_nb.sim.api import compiler as _compiler
 from accelopt_nb.sim.api import guard
 from accelopt_nb.sim.api import isa as _isa
 from accelopt_nb.sim.api import language as _nl
+from accelopt_nb.sim.api import language_nki as _nl_nki
 from accelopt_nb.sim.api import ops as _ops
 from accelopt_nb.sim.api.facade_neuronxcc import compiler_module, typing_module
 from accelopt_nb.sim.api.kernel import Kernel, jit
-from accelopt_nb.sim.core.context import current
+from accelopt_nb.sim.core.context import active, current
 from accelopt_nb.sim.core.operands import as_view
 
 
@@ -136,19 +137,56 @@ def _module(name: str, attrs: dict[str, Any]) -> types.ModuleType:
     return mod
 
 
-# the package: the same language as neuronxcc.nki, the ISA with an explicit dst
-language_module = _module("nki.language", {k: getattr(_nl, k) for k in _nl.__all__})
+def _constants_module() -> types.ModuleType:
+    """``nki.isa.constants``: the ISA's enums (the docs define them in ``nki.isa``; kernels import them from here)."""
+    names = ("engine", "dma_engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version")
+    return _module("nki.isa.constants", {n: isa_module.__dict__[n] for n in names if n in isa_module.__dict__})
+
+
+# nki.collectives (Neuron docs: nki.collectives.rst): communication between the ranks of a multi-core launch
+_COLLECTIVES = ("all_reduce", "all_gather", "all_gather_v", "reduce_scatter", "all_to_all", "all_to_all_v",
+                "collective_permute", "collective_permute_implicit", "collective_permute_implicit_reduce",
+                "collective_permute_implicit_current_processing_rank_id", "rank_id", "ReplicaGroup")
+
+
+def _collectives_module() -> types.ModuleType:
+    mod = _module("nki.collectives", {})
+
+    def __getattr__(name: str) -> Any:
+        from accelopt_nb.sim.api.guard import UnknownNameError
+        if name.startswith("__"):
+            raise AttributeError(name)
+        what = ("documented NKI API that the simulator does not implement (collective communication between "
+                "NeuronCores is not simulated)" if name in _COLLECTIVES
+                else f"module 'nki.collectives' has no attribute {name!r} (not an NKI API of this front end)")
+        err = UnknownNameError(what, api=f"nki.collectives.{name}")
+        rt = active()
+        if rt is not None:
+            err.locate(*rt.location())
+        raise err
+    mod.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    return mod
+
+
+# the package: the same language as neuronxcc.nki plus the names NKI 0.1 lacks, the ISA with an explicit dst
+language_module = _module("nki.language", {**{k: getattr(_nl, k) for k in _nl.__all__},
+                                           **{k: getattr(_nl_nki, k) for k in _nl_nki.__all__},
+                                           "__nki_undocumented__": _nl_nki.UNDOCUMENTED})
+isa_constants_module = _constants_module()
+collectives_module = _collectives_module()
 typing_module_nki = _module("nki.typing", dict(typing_module.__dict__, __name__="nki.typing"))
 compiler_module_nki = _module("nki.compiler", dict(compiler_module.__dict__, __name__="nki.compiler"))
 nki_module = _module("nki", {"jit": jit, "language": language_module, "isa": isa_module, "typing": typing_module_nki,
-                             "compiler": compiler_module_nki,
+                             "compiler": compiler_module_nki, "collectives": collectives_module,
                              "simulate": lambda kernel: (kernel if isinstance(kernel, Kernel) else Kernel(kernel)),
                              "baremetal": _compiler.baremetal, "benchmark": _compiler.benchmark,
                              "profile": _compiler.profile})
 
 MODULES: dict[str, types.ModuleType] = {"nki": nki_module, "nki.language": language_module, "nki.isa": isa_module,
-                                        "nki.typing": typing_module_nki, "nki.compiler": compiler_module_nki}
+                                        "nki.isa.constants": isa_constants_module, "nki.typing": typing_module_nki,
+                                        "nki.compiler": compiler_module_nki, "nki.collectives": collectives_module}
 
 # the API boundary: every nl / nisa function checks its call against the NKI docs of this front end
 guard.guard_module(language_module, "nki", "language")
 guard.guard_module(isa_module, "nki", "isa")
+isa_module.constants = isa_constants_module   # `nisa.constants.oob_mode` (after the guard, which keeps no modules)

@@ -423,10 +423,11 @@ def guard_module(module: types.ModuleType, front_end: str, kind: str) -> None:
     docs = documented().get(front_end, {}).get(kind, {})
     prefix = f"{FRONT_END_PREFIX[front_end]}.{kind}"
     namespace = dict(module.__dict__)
+    undocumented = frozenset(module.__dict__.get("__nki_undocumented__", ()))   # names real kernels use anyway
     for name, obj in list(module.__dict__.items()):
         if name.startswith("__"):
             continue
-        if not _is_nki_name(name, obj, kind):
+        if name not in undocumented and not _is_nki_name(name, obj, kind):
             delattr(module, name)  # a helper the simulator imported for itself
             continue
         if not inspect.isfunction(obj) or not obj.__module__.startswith("accelopt_nb.sim"):

@@ -18,6 +18,7 @@ from math import prod as _prod
 
 from accelopt_nb.errors import UnsupportedAPIError
 
+from accelopt_nb.sim.api import access as _access  # noqa: F401 (binds tensor.ap and the missing-method error)
 from accelopt_nb.sim.api import isa as _isa
 from accelopt_nb.sim.api import ops as _ops
 from accelopt_nb.sim.api.launch import nc, spmd_dim  # noqa: F401 (re-exported)
@@ -73,8 +74,46 @@ def iinfo(dtype) -> Any:
 
 
 _SCALAR_TYPES = (int, float, bool, np.number)   # an operand that is a Python or NumPy scalar, not a tile
-tile_size = SimpleNamespace(pmax=PMAX, psum_fmax=PSUM_FMAX, gemm_stationary_fmax=GEMM_STATIONARY_FMAX,
-                            gemm_moving_fmax=GEMM_MOVING_FMAX, bn_stats_fmax=BN_STATS_FMAX, psum_num_banks=8)
+
+
+class _UnknownConstant(UnsupportedAPIError, AttributeError):
+    """A constant the simulator does not have: an AttributeError (``hasattr`` works) that names the API."""
+
+
+class _TileSize:
+    """``nl.tile_size``: the hardware's tile limits (the docs' ``_TileSize``), trn1 values.
+
+    SBUF: 128 partitions x 192 KiB on trn1, of which 16 KiB per partition are reserved for the compiler, so
+    ``total_available_sbuf_size`` (usable bytes per partition, a deprecated name the NKI library still reads) is
+    176 KiB (Neuron docs: trn1 architecture and direct allocation guides). PSUM: 8 banks of 2 KiB per partition.
+    The docs give no values for the alignment constants: reading one is refused by name.
+    """
+
+    pmax = PMAX
+    psum_fmax = PSUM_FMAX                      # deprecated name of psum_bank_fmax
+    psum_bank_fmax = PSUM_FMAX
+    psum_bank_fmax_bytes = PSUM_FMAX * 4
+    psum_num_banks = 8
+    gemm_stationary_fmax = GEMM_STATIONARY_FMAX
+    gemm_moving_fmax = GEMM_MOVING_FMAX
+    bn_stats_fmax = BN_STATS_FMAX
+    sbuf_fmax_bytes = 192 * 1024
+    sbuf_fmax = sbuf_fmax_bytes // 4
+    sbuf_size_bytes = PMAX * sbuf_fmax_bytes
+    total_available_sbuf_size = 176 * 1024
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        undocumented = name in ("psum_min_align", "sbuf_min_align")
+        raise _UnknownConstant(f"nl.tile_size.{name}: " + ("documented, but the docs give no value for it"
+                                  if undocumented else "no such tile size constant"), api=f"nl.tile_size.{name}")
+
+    def __repr__(self) -> str:
+        return "nl.tile_size"
+
+
+tile_size = _TileSize()
 
 
 # ---- creation ------------------------------------------------------------------------------------

@@ -28,6 +28,8 @@ class _API:
     language: Any = None                     # nl: operators and tile methods map to its functions
     assign: Callable[[Any, Any], None] | None = None       # dst[...] = value
     accumulate: Callable[[Any, Any], None] | None = None   # dst += value
+    access_pattern: Callable[..., Any] | None = None       # tensor.ap(...)
+    missing_attribute: Callable[[Any, str], Exception] | None = None   # the error for tensor.<unknown name>
 
 
 API = _API()
@@ -113,7 +115,17 @@ class _Opaque:
     def __invert__(self):
         return API.language.invert(self)
 
+    def __getattr__(self, name: str) -> Any:
+        # only names the class lacks get here: the kernel asked a tensor for an API it does not have
+        if name.startswith("_") or API.missing_attribute is None:
+            raise AttributeError(name)
+        raise API.missing_attribute(self, name)
+
     # tile methods
+    def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
+        """An access pattern over this tensor's storage (see ``api/access.py``)."""
+        return API.access_pattern(self, pattern, offset, scalar_offset, vector_offset, indirect_dim, dtype)
+
     def astype(self, dtype):
         return API.language.copy(self, dtype=dtype)
 

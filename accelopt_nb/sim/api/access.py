@@ -1,0 +1,270 @@
+"""Access patterns: ``tensor.ap(pattern, offset, scalar_offset, vector_offset, indirect_dim, dtype)``.
+
+An access pattern addresses a tensor's storage directly, as a row-major flat array of elements: the view's
+element ``[i0, i1, ...]`` is element ``base + offset + sum(i_k * stride_k)`` of that array, for a pattern
+``[[stride_0, count_0], [stride_1, count_1], ...]`` (outermost first; like ``numpy.lib.stride_tricks.as_strided``
+with element strides). The view's shape is the counts; on chip, the first pair is the partition axis. ``base`` is
+where the tensor or view ``.ap`` is called on starts (``offset`` adds to it). A runtime offset moves the start:
+``scalar_offset`` (a ``[1, 1]`` SBUF tile, or a register) by its value times the stride of dimension
+``indirect_dim`` of the tensor; ``vector_offset`` (a ``[P, 1]`` SBUF tile of an HBM tensor's view) gives each
+partition its own start, replacing the partition pair's stride. (Neuron docs: ``NkiTensor.ap`` in
+``nki/api/nki/language``, indirect addressing in ``nki.isa.dma_copy``.)
+
+The result is an ordinary simulator view. When every pattern axis walks one tensor axis without wrapping into the
+next (the usual case), the view's index is one arithmetic progression per axis and it reads and writes as a NumPy
+slice; any other pattern is a gather/scatter through index arrays. Runtime offsets are read when the view is made,
+as the DMA engine's descriptor generator reads them; trace-only, with no values, they read as 0.
+"""
+from __future__ import annotations
+
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from accelopt_nb.errors import UninitializedReadError, UnsupportedAPIError
+from accelopt_nb.sim.core import dtypes as dt
+from accelopt_nb.sim.core.context import current
+from accelopt_nb.sim.core.indexing import IndexExpr, plain
+from accelopt_nb.sim.core.memory import read
+from accelopt_nb.sim.core.tensor import Tensor
+from accelopt_nb.sim.core.views import API as _API
+from accelopt_nb.sim.core.views import View
+
+API = "nki.language.NkiTensor.ap"
+RULE = "an access pattern addresses the tensor's own storage: [[stride, count], ...], counts >= 1"
+
+
+def ap(self: Tensor | View, pattern: Any, offset: Any = None, scalar_offset: Any = None, vector_offset: Any = None,
+       indirect_dim: int = 0, dtype: Any = None) -> View:
+    """``self.ap(...)`` (see the module docstring)."""
+    rt = current()
+    tensor, base, strides = _origin(self)
+    pairs = _pattern(rt, pattern)
+    if dtype is not None and dt.name(dtype) != dt.name(tensor.dtype):
+        raise rt.rule_error(API, f"reinterpreting {dt.name(tensor.dtype)} storage as {dt.name(dtype)} "
+                            "(dtype=) is not simulated", "access patterns keep the tensor's dtype")
+    if scalar_offset is not None and vector_offset is not None:
+        raise rt.rule_error(API, "scalar_offset and vector_offset are exclusive", "one runtime offset per view")
+    if not 0 <= int(indirect_dim) < len(strides):
+        raise rt.rule_error(API, f"indirect_dim {indirect_dim} out of range for a view of rank {len(strides)}", RULE)
+    tainted = [x for x in (offset, *[v for pair in pairs for v in pair]) if getattr(x, "deps", ())]
+    start = base + (0 if offset is None else plain(offset) if isinstance(offset, int) else _int(rt, offset, "offset"))
+    pairs = [(plain(s) if isinstance(s, int) else s, plain(c) if isinstance(c, int) else c) for s, c in pairs]
+    tiles: tuple[View, ...] = ()
+    per_partition = None
+    if scalar_offset is not None:
+        value, tiles = _runtime_value(rt, scalar_offset, "scalar_offset")
+        start += value * strides[int(indirect_dim)]
+    elif vector_offset is not None:
+        if tensor.on_chip:
+            raise rt.rule_error(API, "vector_offset addresses an HBM tensor, not an on-chip one",
+                                "per-partition indirect addressing is a DMA feature of HBM tensors")
+        per_partition, tiles = _vector(rt, vector_offset, pairs)
+        per_partition = per_partition * strides[int(indirect_dim)]
+    if tiles and rt.watching is not None:
+        rt.watching.fail("a runtime offset read from memory moves an access pattern")
+    key, box = (None, None) if per_partition is not None else _progressions(tensor.shape, start, pairs)
+    if key is None:
+        key = _gather(tensor.shape, start, pairs, per_partition)
+        for x in tainted:
+            for probe in x.deps:
+                probe.fail("an access pattern whose offset moves with the loop variable wraps across tensor axes")
+    view = tensor[key]
+    if box is not None and rt.watching is not None:   # loop replay: the box each axis walks must stay in bounds
+        rt.watching.key(box, tensor.shape)
+    if tiles:
+        view.indirect = tiles
+    return view
+
+
+# ---- the origin of a view: its tensor, first element and strides --------------------------------------
+def _row_major(shape: tuple[int, ...]) -> list[int]:
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= n
+    return out[::-1]
+
+
+def _origin(x: Tensor | View) -> tuple[Tensor, int, list[int]]:
+    """The tensor ``x`` addresses, the flat index of its first element and the stride of each of its axes."""
+    rt = current()
+    if isinstance(x, Tensor):
+        return x, 0, _row_major(x.shape)
+    t = x.tensor
+    rows = _row_major(t.shape)
+    if x.indirect:
+        raise rt.rule_error(API, f"'{t.name}' is viewed through a runtime index already", "no chained indirection")
+    if not x.advanced:
+        base, strides = 0, []
+        for k, r in zip(x.key, rows):
+            if isinstance(k, slice):
+                base += k.start * r
+                strides.append(k.step * r)
+            else:
+                base += int(k) * r
+        if t.on_chip and len(strides) == 1:
+            strides.append(1)      # a 1-D on-chip view is a [P, 1] tile
+        return t, base, strides
+    arrays = [np.broadcast_to(k, x.shape) if isinstance(k, np.ndarray) else np.full(x.shape, k) for k in x.key]
+    flat = sum(a.astype(np.int64) * r for a, r in zip(arrays, rows))
+    base = int(flat[(0,) * flat.ndim])
+    strides = []
+    for axis, n in enumerate(flat.shape):
+        if n == 1:
+            strides.append(0)
+            continue
+        steps = np.diff(flat, axis=axis)
+        if not (steps == steps.flat[0]).all():
+            raise rt.rule_error(API, f"the view of '{t.name}' it is called on is no strided view of its storage",
+                                RULE)
+        strides.append(int(steps.flat[0]))
+    return t, base, strides
+
+
+def _pattern(rt: Any, pattern: Any) -> list[tuple[Any, Any]]:
+    try:
+        pairs = [(s, c) for s, c in pattern]
+    except (TypeError, ValueError):
+        raise rt.rule_error(API, f"pattern must be a list of [stride, count] pairs, got {pattern!r}", RULE) from None
+    if not pairs:
+        raise rt.rule_error(API, "pattern is empty", RULE)
+    for s, c in pairs:
+        if not isinstance(s, (int, np.integer)) or not isinstance(c, (int, np.integer)) or isinstance(s, bool):
+            raise rt.rule_error(API, f"pattern entries are ints, got [{s!r}, {c!r}]", RULE)
+        if c < 1:
+            raise rt.rule_error(API, f"pattern count {c} must be at least 1", RULE)
+    return [(s if type(s) is int or getattr(s, "deps", ()) else int(s), c if type(c) is int or getattr(c, "deps", ())
+             else int(c)) for s, c in pairs]
+
+
+def _int(rt: Any, x: Any, what: str) -> int:
+    if isinstance(x, np.integer):
+        return int(x)
+    raise rt.rule_error(API, f"{what} must be an int, got {type(x).__name__} (a runtime value goes in "
+                        "scalar_offset= or vector_offset=)", RULE)
+
+
+# ---- runtime offsets ---------------------------------------------------------------------------------
+def _index_view(rt: Any, x: Any, what: str) -> View:
+    from accelopt_nb.sim.core.operands import as_view
+    v = as_view(x)
+    if v is None:
+        raise rt.rule_error(API, f"{what} must be an integer SBUF tile (or a register), got {type(x).__name__}",
+                            "runtime offsets come from SBUF")
+    if not v.tensor.on_chip or v.tensor.buffer != "sbuf" or dt.is_float(v.tensor.dtype):
+        raise rt.rule_error(API, f"{what} '{v.tensor.name}' must be an integer SBUF tile, got "
+                            f"{dt.name(v.tensor.dtype)} in {v.tensor.buffer.upper()}", "runtime offsets come from SBUF")
+    return v
+
+
+def _read_ints(rt: Any, v: View, what: str) -> np.ndarray | None:
+    data, written = read(v, None, API)
+    if written is not None and rt.options.check_uninitialized and not written.all():
+        raise rt.rule_error(API, f"{what} '{v.tensor.name}' has never-written elements", UninitializedReadError.rule,
+                            UninitializedReadError)
+    return None if data is None else np.asarray(data).astype(np.int64)
+
+
+def _runtime_value(rt: Any, x: Any, what: str) -> tuple[int, tuple[View, ...]]:
+    """The value of a scalar runtime offset (0 trace-only), and the tiles read for it."""
+    register = getattr(x, "__nki_register__", None)
+    if register is not None:
+        return register(), ()
+    v = _index_view(rt, x, what)
+    if int(prod(v.shape)) != 1:
+        raise rt.rule_error(API, f"{what} must hold one element, got a {v.shape} tile", "a scalar offset is [1, 1]")
+    data = _read_ints(rt, v, what)
+    return (0 if data is None else int(data.reshape(-1)[0])), (v,)
+
+
+def _vector(rt: Any, x: Any, pairs: list[tuple[int, int]]) -> tuple[np.ndarray, tuple[View, ...]]:
+    v = _index_view(rt, x, "vector_offset")
+    if len(v.shape) != 2 or v.shape[1] != 1 or v.shape[0] != pairs[0][1]:
+        raise rt.rule_error(API, f"vector_offset must be a [{pairs[0][1]}, 1] tile (one index per partition of the "
+                            f"pattern), got {v.shape}", "one runtime index per partition")
+    data = _read_ints(rt, v, "vector_offset")
+    return (np.zeros(v.shape[0], np.int64) if data is None else data.reshape(-1)), (v,)
+
+
+# ---- keys ------------------------------------------------------------------------------------------------
+def _progressions(shape: tuple[int, ...], start: int, pairs: list[tuple[int, int]]) -> tuple[tuple | None, tuple | None]:
+    """The key when each pattern axis walks one tensor axis (no wrap into the next), in the tensor's axis order:
+    one arithmetic progression per tensor axis, as index expressions, and the box it spans; else (None, None)."""
+    rows = _row_major(shape)
+    if not 0 <= start < prod(shape):
+        return None, None
+    coords, rest = [], start
+    for r in rows:
+        coords.append(rest // r)
+        rest %= r
+    nd = len(pairs)
+    walks: dict[int, tuple[int, int]] = {}       # tensor axis -> (pattern axis, step)
+    last = -1
+    for i, (stride, count) in enumerate(pairs):
+        if count == 1:
+            continue
+        axis = next((j for j, r in enumerate(rows) if stride and stride % r == 0), None)
+        if axis is None or axis in walks or axis <= last:
+            return None, None
+        step = stride // rows[axis]
+        end = coords[axis] + step * (count - 1)
+        if not 0 <= end < shape[axis]:
+            return None, None
+        walks[axis] = (i, step)
+        last = axis
+    key, box = [], []
+    for axis, c in enumerate(coords):
+        if axis in walks:
+            i, step = walks[axis]
+            n = pairs[i][1]
+            values = (c + step * np.arange(n, dtype=np.int64)).reshape([n if d == i else 1 for d in range(nd)])
+            key.append(IndexExpr(values, (c, step)))
+            lo, hi = min(c, c + step * (n - 1)), max(c, c + step * (n - 1)) + 1
+            box.append(slice(lo, hi, 1))
+        else:
+            key.append(IndexExpr(np.full((1,) * nd, c, np.int64), (c, 0)))
+            box.append(c)
+    return tuple(key), tuple(box)
+
+
+def _gather(shape: tuple[int, ...], start: int, pairs: list[tuple[int, int]], per_partition: np.ndarray | None) -> tuple:
+    """Index arrays of every element of the pattern (any pattern): a gather. Out-of-bounds elements keep indices
+    outside their axis (so the access reports them, or ``oob_mode=skip`` drops them)."""
+    counts = [c for _, c in pairs]
+    flat = np.full(counts, start, np.int64)
+    for i, (stride, count) in enumerate(pairs):
+        if i == 0 and per_partition is not None:
+            continue        # the partition axis: each partition's own start replaces the pattern's stride
+        flat += (stride * np.arange(count, dtype=np.int64)).reshape([count if d == i else 1 for d in range(len(pairs))])
+    if per_partition is not None:
+        flat += per_partition.reshape([counts[0]] + [1] * (len(pairs) - 1))
+    rows = _row_major(shape)
+    return (IndexExpr(flat // rows[0]),) + tuple(IndexExpr((flat // r) % n) for r, n in zip(rows[1:], shape[1:]))
+
+
+# ---- tensor attributes the simulator lacks ------------------------------------------------------------------
+# The documented NkiTensor API (Neuron docs, nki/api/nki/language: class NkiTensor), for the error below
+NKI_TENSOR_API = ("shape", "strides", "offset", "name", "dtype", "buffer", "ndim", "size", "is_contiguous",
+                  "get_pattern", "is_indirect", "permute", "broadcast", "expand_dim", "squeeze_dim", "reshape_dim",
+                  "flatten_dims", "reshape", "rearrange", "slice", "select", "vector_select", "ap", "view",
+                  "reinterpret_cast", "indirect")
+
+
+class UnknownTensorAttribute(UnsupportedAPIError, AttributeError):
+    """A tensor attribute the simulator does not have: an AttributeError (``hasattr`` works) naming the API."""
+
+
+def missing_attribute(obj: Any, name: str) -> Exception:
+    api = f"nki.language.NkiTensor.{name}"
+    if name in NKI_TENSOR_API:
+        return UnknownTensorAttribute("documented method or attribute of NKI tensors that the simulator does not "
+                                      "implement", api=api)
+    have = ", ".join(n for n in NKI_TENSOR_API if hasattr(type(obj), n))
+    return UnknownTensorAttribute(f"NKI tensors have no attribute {name!r} (the simulator's tensors have: {have})",
+                                  api=api)
+
+
+_API.access_pattern = ap
+_API.missing_attribute = missing_attribute

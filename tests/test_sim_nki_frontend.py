@@ -1,0 +1,402 @@
+"""The standalone ``nki`` front end beyond single calls: kernels that are modules of a package, access patterns
+(``tensor.ap``), the ``nki.language`` types of today's NKI, and errors that name what is missing (issue 32)."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+from accelopt_nb.errors import AccelOptError, KernelError, KernelLoadError, UnsupportedAPIError
+from accelopt_nb.sim import SimOptions, load_kernel, simulate
+from accelopt_nb.sim.trace import trace_fields
+
+HEADER = "import nki\nimport nki.isa as nisa\nimport nki.language as nl\nimport numpy as np\n\n"
+
+
+def run(body: str, *inputs, **kwargs):
+    return simulate(load_kernel(source=HEADER + body), *inputs, **kwargs)
+
+
+def error_of(body: str, *inputs) -> AccelOptError:
+    with pytest.raises(AccelOptError) as info:
+        run(body, *inputs)
+    return info.value
+
+
+def replay_agrees(body: str, *inputs):
+    """Values and trace with loop replay equal running every iteration (both modes); the replayed result."""
+    kern = load_kernel(source=HEADER + body)
+    fast, full = (simulate(kern, *inputs, options=SimOptions(loop_replay=r)) for r in (True, False))
+    for a, b in zip(fast.outputs, full.outputs):
+        assert np.array_equal(a, b, equal_nan=True)
+    assert trace_fields(fast.trace) == trace_fields(full.trace)
+    tfast, tfull = (simulate(kern, *inputs, options=SimOptions(trace_only=True, loop_replay=r)) for r in (True, False))
+    assert trace_fields(tfast.trace) == trace_fields(tfull.trace)
+    return fast, tfast
+
+
+# ---- kernels that are modules of a package ------------------------------------------------------------------
+def _package(tmp_path, top_init: str = "", kernel_imports: str = "from ..utils.helpers import scaled_copy\n"):
+    top = tmp_path / "outer" / "mylib"
+    (top / "utils").mkdir(parents=True)
+    (top / "ops").mkdir()
+    (tmp_path / "outer" / "__init__.py").write_text("raise RuntimeError('the outer package is never initialised')\n")
+    (top / "__init__.py").write_text(top_init)
+    (top / "utils" / "__init__.py").write_text("from .helpers import SCALE as DEFAULT_SCALE\n")
+    (top / "ops" / "__init__.py").write_text("")
+    (top / "utils" / "helpers.py").write_text(HEADER + '''
+SCALE = 3.0
+LOADS = []
+LOADS.append(1)
+
+
+def scaled_copy(dst, src, scale=SCALE):
+    nisa.tensor_scalar(dst=dst, data=src, op0=nl.multiply, operand0=scale)
+''')
+    (top / "ops" / "scale.py").write_text(HEADER + kernel_imports + '''
+
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    y = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    scaled_copy(y, t, SCALE)
+    nisa.dma_copy(dst=out, src=y)
+    return out
+''')
+    return top / "ops" / "scale.py"
+
+
+def test_a_module_reached_by_two_import_paths_is_one_module(tmp_path, rng):
+    # relative, absolute by the package's own name, and through the package __init__: one helpers module
+    path = _package(tmp_path, kernel_imports=(
+        "from ..utils.helpers import scaled_copy, LOADS\nfrom mylib.utils import helpers\n"
+        "import outer.mylib.utils.helpers as again\nfrom ..utils import DEFAULT_SCALE as SCALE\n"
+        "assert helpers is again and LOADS == [1] and SCALE == 3.0\n"))
+    x = rng.standard_normal((128, 8)).astype(np.float32)
+    np.testing.assert_allclose(simulate(load_kernel(path), x).output, 3.0 * x, rtol=1e-6)
+
+
+def test_the_packages_containing_a_kernel_initialise_only_when_asked_for_their_names(tmp_path, rng):
+    # outer/__init__.py raises and is never run; mylib/__init__.py runs when the kernel imports a name from it
+    path = _package(tmp_path, top_init="SCALE = 0.5\n", kernel_imports=(
+        "from ..utils.helpers import scaled_copy\nfrom .. import SCALE\n"))
+    x = rng.standard_normal((128, 8)).astype(np.float32)
+    np.testing.assert_allclose(simulate(load_kernel(path), x).output, 0.5 * x, rtol=1e-6)
+
+
+def test_a_missing_package_module_is_a_load_error_at_the_import(tmp_path):
+    path = _package(tmp_path, kernel_imports="from ..utils.nothing_here import f\n")
+    with pytest.raises(KernelLoadError, match="nothing_here") as info:
+        load_kernel(path)
+    assert info.value.file == str(path.resolve()) and info.value.line == 6
+
+
+def test_a_relative_import_outside_a_package_says_so():
+    with pytest.raises(KernelLoadError, match="no known parent package"):
+        load_kernel(source=HEADER + "from .helpers import f\n")
+
+
+# ---- nki.language names of today's NKI ------------------------------------------------------------------------
+def test_float8_e4m3fn_is_its_own_format_up_to_448():
+    x = np.array([[200.0, 240.0, 448.0, 500.0]], np.float32)
+    res = run('''
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    q = nl.ndarray(x.shape, dtype=nl.float8_e4m3fn, buffer=nl.sbuf)
+    nisa.dma_copy(dst=q, src=x)
+    nisa.dma_copy(dst=out, src=q)
+    return out
+''', x)
+    np.testing.assert_array_equal(res.output, x.astype(ml_dtypes.float8_e4m3fn).astype(np.float32))
+    assert res.output[0, 2] == 448.0
+
+
+def test_nki_classes_are_data_classes_with_or_without_the_decorator(rng):
+    # the NKI language guide: the compiler gives an NKI class without its own __init__ one taking its fields
+    x = rng.standard_normal((128, 8)).astype(np.float32)
+    res = run('''
+from dataclasses import dataclass, field
+
+
+class Plain(nl.NKIObject):
+    factor: float
+    bias = 1.0
+
+
+@dataclass
+class Unannotated(nl.NKIObject):      # the NKI library's style: fields without annotations
+    factor = None
+    seen = None
+
+
+@dataclass(frozen=True)
+class Frozen(nl.NKIObject):
+    factor: float = 2.0
+    extra: list = field(default_factory=list)
+
+    def __post_init__(self):
+        object.__setattr__(self, "factor", self.factor * 2)
+
+
+@nki.jit
+def kernel(x):
+    p = Plain(3.0)
+    u = Unannotated(factor=0.5)
+    f = Frozen()
+    assert (p.factor, p.bias, u.factor, u.seen, f.factor, f.extra) == (3.0, 1.0, 0.5, None, 4.0, [])
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=p.factor * u.factor * f.factor)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+''', x)
+    np.testing.assert_allclose(res.output, 6.0 * x, rtol=1e-6)
+
+
+def test_a_neuroncore_v4_dtype_is_nameable_but_no_tensor_can_have_it():
+    body = '''
+TABLE = {nl.float8_e8m0fnu: 1, nl.float4_e2m1fn_x4: 2}
+
+
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    s = nl.ndarray((128, 4), dtype=nl.float8_e8m0fnu, buffer=nl.sbuf)
+    return out
+'''
+    err = error_of(body, np.ones((4, 4), np.float32))
+    assert isinstance(err, UnsupportedAPIError) and "float8_e8m0fnu" in str(err) and "NeuronCore-v4" in str(err)
+    assert err.line == 13
+
+
+def test_tile_size_of_today_and_what_the_docs_leave_out():
+    res = run('''
+@nki.jit
+def kernel(x):
+    ts = nl.tile_size
+    assert ts.psum_bank_fmax_bytes == 2048 and ts.psum_num_banks == 8 and ts.pmax == 128
+    assert ts.total_available_sbuf_size == 176 * 1024 and ts.sbuf_size_bytes == 128 * ts.sbuf_fmax_bytes
+    assert not hasattr(ts, "psum_min_align")
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=x)
+    return out
+''', np.ones((2, 2), np.float32))
+    assert res.output.shape == (2, 2)
+    err = error_of('''
+@nki.jit
+def kernel(x):
+    a = nl.tile_size.sbuf_min_align
+    return x
+''', np.ones((2, 2), np.float32))
+    assert "nl.tile_size.sbuf_min_align" in str(err) and "no value" in str(err)
+
+
+def test_nki_tensor_type_and_buffer_predicates():
+    res = run('''
+@nki.jit
+def kernel(x):
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    assert isinstance(x, nl.NkiTensor) and isinstance(t[0:2, :], nl.NkiTensor) and not isinstance(3, nl.NkiTensor)
+    assert nl.is_sbuf(nl.sbuf) and nl.is_hbm(nl.shared_hbm) and nl.is_on_chip(nl.psum) and not nl.is_psum(nl.sbuf)
+    assert nl.is_sbuf(t.buffer) and nl.is_hbm(x.buffer) and nl.bool == nl.bool_
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=x)
+    return out
+''', np.ones((2, 2), np.float32))
+    assert res.output.shape == (2, 2)
+
+
+def test_isa_constants_are_the_isa_enums_and_collectives_are_refused_by_name():
+    kern = load_kernel(source=HEADER + '''
+import nki.collectives as ncc
+from nki.isa import constants
+
+
+@nki.jit
+def kernel(x):
+    assert constants.oob_mode is nisa.oob_mode and nisa.constants.reduce_cmd is nisa.reduce_cmd
+    ncc.all_reduce(x)
+    return x
+''')
+    with pytest.raises(UnsupportedAPIError, match="nki.collectives.all_reduce") as info:
+        simulate(kern, np.ones((2, 2), np.float32))
+    assert info.value.line == 14 and "not simulated" in str(info.value)
+
+
+def test_placing_a_tensor_by_address_keeps_the_placement_and_checks_its_bounds(rng):
+    x = rng.standard_normal((64, 32)).astype(np.float32)
+    body = '''
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf, address=(PART, 1024))
+    nisa.dma_copy(dst=t, src=x)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+'''
+    res = run(body.replace("PART", "64"), x)
+    np.testing.assert_array_equal(res.output, x)
+    placed = [t.allocation for t in res.trace.tensors.values() if t.allocation]
+    assert placed == [{"kind": "address", "buffer": "sbuf", "partition": 64, "address": 1024}]
+    err = error_of(body.replace("PART", "96"), x)
+    assert "partitions 96..159" in str(err) and err.line == 10
+
+
+def test_shared_identity_matrix_is_an_sbuf_tile_or_fills_dst(rng):
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    res = run('''
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((64, 128), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    eye = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nl.shared_identity_matrix(128, dtype=nl.float32, dst=eye)
+    assert nl.shared_identity_matrix(128).buffer == "sbuf"
+    p = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=p, stationary=t, moving=eye)         # t.T @ I: a transpose through TensorE
+    y = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=y, src=p)
+    nisa.dma_copy(dst=out, src=y)
+    return out
+''', x)
+    np.testing.assert_allclose(res.output, x.T, rtol=1e-6)
+
+
+# ---- access patterns --------------------------------------------------------------------------------------------
+def test_access_pattern_writes_a_transposed_hbm_region(rng):
+    # the destination is an access pattern too: tile column j lands in row j of out (a transposed store)
+    x = rng.standard_normal((128, 16)).astype(np.float32)
+    res = run('''
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((16, 128), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 16), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.dma_copy(dst=out.ap(pattern=[[1, 128], [128, 16]]), src=t)
+    return out
+''', x)
+    np.testing.assert_array_equal(res.output, x.T)
+
+
+def test_access_pattern_on_a_reshaped_tensor_and_on_a_view(rng):
+    x = rng.standard_normal((4, 8, 32)).astype(np.float32)
+    res = run('''
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((8, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    flat = x.reshape((32, 32))
+    t = nl.ndarray((8, 64), dtype=x.dtype, buffer=nl.sbuf)
+    # rows 2*k and 2*k+1 of the reshaped tensor side by side, from the view that starts at row 8
+    nisa.dma_copy(dst=t, src=flat[8:32, :].ap(pattern=[[64, 8], [1, 64]]))
+    nisa.dma_copy(dst=out, src=t)
+    return out
+''', x)
+    np.testing.assert_array_equal(res.output, x.reshape(32, 32)[8:24].reshape(8, 64))
+
+
+def test_access_pattern_with_a_zero_stride_repeats_a_row_on_every_partition(rng):
+    x = rng.standard_normal((1, 32)).astype(np.float32)
+    res = run('''
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 32), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 32), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x.ap(pattern=[[0, 128], [1, 32]]))
+    nisa.dma_copy(dst=out, src=t)
+    return out
+''', x)
+    np.testing.assert_array_equal(res.output, np.repeat(x, 128, axis=0))
+
+
+def test_access_pattern_with_a_vector_offset_gathers_rows(rng):
+    data = rng.standard_normal((16, 32)).astype(np.float32)
+    idx = rng.integers(0, 16, (128, 1)).astype(np.int32)
+    res = run('''
+@nki.jit
+def kernel(data, indices):
+    out = nl.ndarray((128, 32), dtype=data.dtype, buffer=nl.shared_hbm)
+    idx = nl.ndarray((128, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=indices)
+    t = nl.ndarray((128, 32), dtype=data.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=data.ap(pattern=[[32, 128], [1, 32]], vector_offset=idx, indirect_dim=0))
+    nisa.dma_copy(dst=out, src=t)
+    return out
+''', data, idx)
+    np.testing.assert_array_equal(res.output, data[idx[:, 0]])
+    dma = res.trace.instructions[-2]
+    assert dma.attrs["indirect"] and len(dma.reads) == 2      # the index tile is read too
+
+
+def test_access_pattern_past_the_end_of_a_tensor_is_an_error():
+    err = error_of('''
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((4, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((4, 8), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x.ap(pattern=[[8, 4], [1, 8]], offset=8))
+    nisa.dma_copy(dst=out, src=t)
+    return out
+''', np.ones((4, 8), np.float32))
+    assert isinstance(err, KernelError) and "out of bounds" in str(err) and err.line == 11   # at the DMA
+
+
+def test_access_pattern_refuses_what_it_does_not_model():
+    err = error_of('''
+@nki.jit
+def kernel(x):
+    v = x.ap(pattern=[[8, 4], [1, 8]], dtype=nl.bfloat16)
+    return x
+''', np.ones((4, 8), np.float32))
+    assert isinstance(err, KernelError) and "dtype=" in str(err) and "NkiTensor.ap" in str(err)
+
+
+LOOPED_AP = '''
+@nki.jit
+def kernel(x):
+    n = x.shape[0] // 32
+    out = nl.ndarray((n, 32, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(n):
+        t = nl.ndarray((32, 64), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x.ap(pattern=[[64, 32], [1, 64]], offset=i * 32 * 64))
+        y = nl.ndarray((32, 64), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.activation(dst=y, op=nl.exp, data=t)
+        nisa.dma_copy(dst=out.ap(pattern=[[64, 32], [1, 64]], offset=i * 32 * 64), src=y)
+    return out
+'''
+
+
+def test_a_loop_of_access_patterns_replays_exactly(rng):
+    x = rng.standard_normal((32 * 12, 64)).astype(np.float32)
+    fast, tfast = replay_agrees(LOOPED_AP, x)
+    np.testing.assert_allclose(fast.output, np.exp(x).reshape(12, 32, 64), rtol=1e-6)
+    assert fast.trace.replayed > 0 and tfast.trace.replayed > 0
+
+
+def test_a_loop_whose_access_pattern_wraps_across_rows_replays_exactly(rng):
+    # 48-element pieces of 64-element rows: the pattern's start wraps into the next row every few iterations
+    x = rng.standard_normal((12, 64)).astype(np.float32)
+    fast, _ = replay_agrees('''
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((16, 48), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(16):
+        t = nl.ndarray((1, 48), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x.ap(pattern=[[48, 1], [1, 48]], offset=i * 48))
+        nisa.dma_copy(dst=out[i:i + 1, :], src=t)
+    return out
+''', x)
+    np.testing.assert_array_equal(fast.output, x.reshape(16, 48))
+
+
+# ---- errors that name the API --------------------------------------------------------------------------------
+def test_a_documented_tensor_method_the_simulator_lacks_is_named_as_such():
+    err = error_of('''
+@nki.jit
+def kernel(x):
+    return x.rearrange(('a', 'b'), ('b', 'a'))
+''', np.ones((4, 4), np.float32))
+    assert isinstance(err, UnsupportedAPIError) and "nki.language.NkiTensor.rearrange" in str(err)
+    assert "documented" in str(err) and "'Tensor'" not in str(err) and err.line == 9
