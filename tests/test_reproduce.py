@@ -292,11 +292,11 @@ def test_unpriced_ok_applies_to_cost_experiments_only():
 
 
 # ---- failures named by their cause, in the index and the exit status ------------------------------------
-def _search_config(tmp_path, url: str, model: str, arms: list) -> Path:
+def _search_config(tmp_path, url: str, model: str, arms: list, model_preset: str | None = None) -> Path:
     cfg = tmp_path / "search.yaml"
-    cfg.write_text(yaml.safe_dump({"notebook": "20_beam_vs_sampling.ipynb", "base_url": url, "model": model,
-                                   "price": "free", "problems": ["matmul"], "shape_preset": "small", "iterations": 1,
-                                   "arms": arms}))
+    endpoint = {"model_preset": model_preset} if model_preset else {"base_url": url, "model": model, "price": "free"}
+    cfg.write_text(yaml.safe_dump({"notebook": "20_beam_vs_sampling.ipynb", **endpoint, "problems": ["matmul"],
+                                   "shape_preset": "small", "iterations": 1, "arms": arms}))
     return cfg
 
 
@@ -343,9 +343,16 @@ def test_an_arm_that_lost_planner_calls_is_not_complete_and_the_run_says_why(tmp
 
     out = tmp_path / "out"
     arm = {"name": "beam + memory", "preset": "smoke",
-           "overrides": {"plans_per_kernel": 4, "runtime.llm_concurrency": 1}}
+           # Half the step's calls may be lost and the step still ends (the default, 0, leaves it open for a resume):
+           # the iteration finishes with 2 of 4 plans, and the figure drawn from it must say it is incomplete.
+           "overrides": {"plans_per_kernel": 4, "runtime.llm_concurrency": 1,
+                         "runtime.transport_failures_allowed": 0.5}}
     with FakeOpenAIServer(models=["fake-nki"], responder=flaky) as srv:
-        cfg = _search_config(tmp_path, srv.url, "fake-nki", [arm])
+        # Six attempts and no retry window (the default rides out a 300 s outage): the two calls fail for good.
+        preset = tmp_path / "flaky.yaml"
+        preset.write_text(yaml.safe_dump({"model": "fake-nki", "base_url": srv.url, "price": "free",
+                                          "retry": {"max_attempts": 6, "retry_for_s": 0}}))
+        cfg = _search_config(tmp_path, srv.url, "fake-nki", [arm], model_preset=str(preset))
         assert cli_main(["reproduce", str(cfg), "--out", str(out)]) == EXIT_TRANSPORT
     index = (out / "index.md").read_text()
     assert "search runs: 0 of 1 complete" in index and "**NOT COMPLETE**" in index

@@ -85,8 +85,11 @@ def run_or_load_arms(arms: Sequence[Mapping[str, Any]], problems: Sequence[str],
             arm = Arm.from_dict(a)
             arm.overrides = {"iterations": iterations, "evaluation.shape_preset": shape_preset, **arm.overrides}
             objs.append(arm)
-        default = {k: v for k, v in {"base_url": base_url, "model": model, "price": price,
-                                     "model_preset": model_preset}.items() if v}
+        # A preset names its model and price: the notebooks' default model/price parameters must not override
+        # them (only base_url may, to reach the same model on another host).
+        given = {"base_url": base_url, "model_preset": model_preset} if model_preset else \
+            {"base_url": base_url, "model": model, "price": price}
+        default = {k: v for k, v in given.items() if v}
         for o in run_arms(objs, problems, root, default_model=default, progress=True, unpriced_ok=unpriced_ok,
                           allow_model_change=allow_model_change):
             ran[(o.arm, o.problem)] = o
