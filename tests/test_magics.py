@@ -18,6 +18,7 @@ import nkibench  # noqa: E402
 from accelopt_nb.notebook.magics import MagicUsageError  # noqa: E402
 from accelopt_nb.notebook.stepcell import StepSettings  # noqa: E402
 from accelopt_nb.errors import ConfigError  # noqa: E402
+from pg_fixtures import pg_server, pg_url  # noqa: E402,F401
 
 
 @pytest.fixture
@@ -219,6 +220,48 @@ def test_fake_model_in_one_line_then_open_show_best_close(ip, tmp_path):
         ip.run_line_magic("accelopt", "fake-model --stop")
     with pytest.raises(UsageError, match="needs a model"):
         ip.run_line_magic("accelopt", f"open matmul --run-dir {tmp_path / 'c'}")
+
+
+def _store_round_trip(ip, tmp_path, store: str, location: str) -> None:
+    """Open a run whose store is not in its run directory, close it, reopen it from the hint's line."""
+    shown = ip.run_line_magic("accelopt", "fake-model")
+    try:
+        run_dir = tmp_path / "run"
+        opened = ip.run_line_magic("accelopt", f"open matmul --preset smoke --shapes small --run-dir {run_dir} "
+                                               f"--store {store}")
+        session = opened.value
+        assert session.store.location == location and not (run_dir / "accelopt.sqlite").exists()
+        ip.run_line_magic("accelopt", "report")               # files go to the run directory, not the store's
+        assert (run_dir / f"report-{session.run_id}.json").is_file()
+        assert (run_dir / f"best_kernel-{session.run_id}.py").read_text() == session.best.source
+        closed = ip.run_line_magic("accelopt", "close").text
+        assert "--store " in closed and f"--run-id {session.run_id}" in closed and location in closed
+        reopened = ip.run_line_magic("accelopt", f"open matmul --resume --run-dir {run_dir} --store {store} "
+                                                 f"--run-id {session.run_id}")
+        assert reopened.value.run_id == session.run_id and reopened.value.state.has_baseline
+        assert "not a real LLM" in shown.text
+    finally:
+        ip.run_line_magic("accelopt", "fake-model --stop")
+
+
+def test_open_with_a_store_elsewhere_keeps_files_in_the_run_dir(ip, tmp_path):
+    store = tmp_path / "shared" / "runs.sqlite"
+    store.parent.mkdir()
+    _store_round_trip(ip, tmp_path, str(store), str(store))
+
+
+@pytest.mark.slow
+def test_open_with_a_postgres_store_names_the_run_to_resume(ip, tmp_path, pg_url):
+    from accelopt_nb.store import RunStore
+
+    location = RunStore(pg_url).location
+    _store_round_trip(ip, tmp_path, pg_url, location)
+    ip.run_line_magic("accelopt", "fake-model")
+    try:   # a database holds everyone's runs: "the latest" is not yours to resume
+        with pytest.raises(UsageError, match="name the run to resume"):
+            ip.run_line_magic("accelopt", f"open matmul --resume --run-dir {tmp_path / 'run'} --store {pg_url}")
+    finally:
+        ip.run_line_magic("accelopt", "fake-model --stop")
 
 
 @pytest.mark.slow

@@ -110,7 +110,11 @@ def _p_open() -> _Parser:
                         "($ACCELOPT_BASE_URL, $ACCELOPT_MODEL, $ACCELOPT_MODEL_PRESET, $ACCELOPT_PRICE); "
                         "--resume alone reuses the run's own model.")
     p.add_argument("problem", help="NKIBench problem name")
-    p.add_argument("--run-dir", type=Path, help="run store directory (default runs/PROBLEM)")
+    p.add_argument("--run-dir", type=Path, help="run directory: its store, memory and report files "
+                                                "(default runs/PROBLEM)")
+    p.add_argument("--store", metavar="PATH_OR_URL",
+                   help="the run store, if not RUN_DIR/accelopt.sqlite: a SQLite file, or a postgresql:// URL "
+                        "shared with others (resuming there needs --run-id)")
     p.add_argument("--preset", default="smoke", help="search preset (smoke, paper, or a YAML file)")
     from nkibench.problem import PRESETS
     p.add_argument("--shapes", choices=PRESETS, help="problem shape preset (default: the search preset's)")
@@ -210,10 +214,32 @@ PARSERS: dict[str, Callable[[], _Parser]] = {
 }
 
 
+def run_directory(session: Any) -> Path:
+    """Where a session's files go: its run directory (the memory file's folder), which is not the
+    store's folder when the store is elsewhere (``--store``, a database)."""
+    if session.memory_path is not None:
+        return Path(session.memory_path).parent
+    return Path(session.store.path).parent
+
+
+def reopen_hint(session: Any) -> str:
+    """Where the run is kept and the line that reopens it."""
+    from accelopt_nb.store import DEFAULT_FILENAME
+
+    run_dir, store = run_directory(session), session.store
+    line = f"%accelopt open {session.problem.name} --resume --run-dir {run_dir}"
+    if isinstance(store.path, Path) and store.path.resolve() == (run_dir / DEFAULT_FILENAME).resolve():
+        return f"the store in {run_dir} keeps it ({line})"
+    # A store given with --store; a database URL is shown without its password, so it is not repeated.
+    where = "<the same URL>" if isinstance(store.path, str) else str(store.path)
+    return f"the store {store.location} keeps it ({line} --store {where} --run-id {session.run_id})"
+
+
 def write_run_files(session: Any, report: Any, facts: Any = None) -> dict[str, Path]:
-    """The best kernel and the JSON report next to the run store, named as the CLI names them; the report
+    """The best kernel and the JSON report in the run directory, named as the CLI names them; the report
     also holds the run's failures by cause, the models its calls went to and its notes (``facts``)."""
-    run_dir = Path(session.store.path).parent
+    run_dir = run_directory(session)
+    run_dir.mkdir(parents=True, exist_ok=True)
     best = run_dir / f"best_kernel-{report.run_id}.py"
     best.write_text(report.best_source)
     rep = run_dir / f"report-{report.run_id}.json"
@@ -511,8 +537,7 @@ class AccelOptMagics(Magics):
         s.close()
         if self.shell is not None and self.shell.user_ns.get(SESSION_NAME) is s:
             del self.shell.user_ns[SESSION_NAME]
-        return d.Shown(f"closed run {s.run_id} of {s.problem.name}; the store in {Path(s.store.path).parent} keeps "
-                       f"it (%accelopt open {s.problem.name} --resume --run-dir {Path(s.store.path).parent})")
+        return d.Shown(f"closed run {s.run_id} of {s.problem.name}; {reopen_hint(s)}")
 
     def _cmd_llm(self, args, cell) -> d.Shown:
         if args.action == "presets":
