@@ -391,6 +391,127 @@ def kernel(x):
     np.testing.assert_array_equal(fast.output, x.reshape(16, 48))
 
 
+# ---- virtual registers and the loops they bound ---------------------------------------------------------------
+DYNAMIC_ROWS = '''
+@nki.jit
+def kernel(x, n):
+    # copy the first n[0, 0] rows of x, n read at run time: a register bounds the loop, a tile moves the DMA
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    zeros = nl.zeros(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=out, src=zeros)
+    n_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=n_sb, src=n)
+    count = nisa.register_alloc()
+    nisa.register_load(count, n_sb)
+    row = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.memset(dst=row, value=0)
+    for _ in nl.dynamic_range(count):
+        t = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x.ap([[x.shape[1], 1], [1, x.shape[1]]], scalar_offset=row))
+        nisa.dma_copy(dst=out.ap([[x.shape[1], 1], [1, x.shape[1]]], scalar_offset=row), src=t)
+        nisa.tensor_scalar(dst=row, data=row, op0=nl.add, operand0=1)
+    return out
+'''
+
+
+def test_a_loop_bounded_by_a_register_loaded_at_run_time(rng):
+    x = rng.standard_normal((6, 16)).astype(np.float32)
+    for n in (0, 3, 6):
+        res = run(DYNAMIC_ROWS, x, np.array([[n]], np.int32))
+        np.testing.assert_array_equal(res.output, np.where(np.arange(6)[:, None] < n, x, 0.0))
+    loads = [i for i in res.trace.instructions if i.op == "register_load"]
+    assert len(loads) == 1 and loads[0].reads and loads[0].api == "nisa.register_load"
+    from accelopt_nb.perf import estimate
+    assert estimate(res.trace, hw="trn1").latency > 0     # the model takes register instructions
+    # trace-only, memory holds no values: the loop's bound is refused, naming the load
+    err = None
+    try:
+        run(DYNAMIC_ROWS, x, np.array([[3]], np.int32), options=SimOptions(trace_only=True))
+    except AccelOptError as exc:
+        err = exc
+    assert err is not None and err.api == "nl.dynamic_range" and err.line == 19
+    assert ":16 has no value in trace-only mode" in str(err)
+
+
+def test_fori_loop_and_while_loop_pass_registers_by_value(rng):
+    x = rng.standard_normal((1, 8)).astype(np.float32)
+    res = run('''
+@nki.jit
+def kernel(x):
+    # out[0, i] = x[0, i] for i in 2..5 (fori_loop); out[1, 0] = how many times a countdown from 4 ran (while_loop)
+    out = nl.ndarray((2, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[0:2, :], src=nl.zeros((2, 8), dtype=x.dtype, buffer=nl.sbuf))
+    t = nl.ndarray((1, 1), dtype=x.dtype, buffer=nl.sbuf)
+    hi = nisa.register_alloc(2)
+    nisa.register_move(hi, 6)
+
+    def body(i):
+        nisa.dma_copy(dst=t, src=x.ap([[1, 1], [1, 1]], scalar_offset=i, indirect_dim=1))
+        nisa.dma_copy(dst=out.ap([[1, 1], [1, 1]], scalar_offset=i, indirect_dim=1), src=t)
+        nisa.register_move(i, 100)          # by value: the loop goes on from its own counter
+
+    nl.fori_loop(2, hi, body)
+    left = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.memset(dst=left, value=4)
+    runs = nl.zeros((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+    flag = nisa.register_alloc()
+    nisa.register_load(flag, left)
+
+    def countdown(r):
+        nisa.tensor_scalar(dst=runs, data=runs, op0=nl.add, operand0=1.0)
+        nisa.tensor_scalar(dst=left, data=left, op0=nl.subtract, operand0=1)
+        nisa.register_load(r, left)
+        return r
+
+    nl.while_loop(flag, countdown)
+    stored = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.register_store(stored, hi)
+    nisa.dma_copy(dst=out[1:2, 0:1], src=runs)
+    nisa.dma_copy(dst=out[1:2, 1:2], src=stored)
+    return out
+''', x)
+    want = np.zeros((2, 8), np.float32)
+    want[0, 2:6] = x[0, 2:6]
+    want[1, 0], want[1, 1] = 4.0, 6.0
+    np.testing.assert_array_equal(res.output, want)
+
+
+def test_a_loop_bounded_by_an_immediate_register_replays_exactly(rng):
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    fast, tfast = replay_agrees('''
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((4, 128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    n = nisa.register_alloc(4)
+    for i in nl.dynamic_range(n):
+        t = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=float(i + 1))
+        nisa.dma_copy(dst=out[i], src=t)
+    return out
+''', x)
+    np.testing.assert_allclose(fast.output, x * np.arange(1, 5, dtype=np.float32)[:, None, None], rtol=1e-6)
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("nisa.register_load(r, nl.zeros((1, 2), dtype=nl.int32, buffer=nl.sbuf))", "one element"),
+    ("nisa.register_move(r, 2 ** 40)", "does not fit a 32-bit register"),
+    ("nisa.register_move(r, 1.5)", "takes an int"),
+    ("nisa.register_move(nl.zeros((1, 1), dtype=nl.int32, buffer=nl.sbuf), 1)", "register from nisa.register_alloc"),
+    ("for _ in nl.dynamic_range(r): pass", "read before any value was put in it"),
+    ("for _ in nl.dynamic_range(0, 4, 0): pass", "step must be a positive"),
+])
+def test_register_misuse_names_the_api_and_the_rule(line, message):
+    err = error_of(f'''
+@nki.jit
+def kernel(x):
+    r = nisa.register_alloc()
+    {line}
+    return x
+''', np.ones((1, 1), np.float32))
+    assert message in str(err) and err.line == 10, str(err)
+
+
 # ---- errors that name the API --------------------------------------------------------------------------------
 def test_a_documented_tensor_method_the_simulator_lacks_is_named_as_such():
     err = error_of('''

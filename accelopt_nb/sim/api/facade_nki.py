@@ -20,6 +20,7 @@ from accelopt_nb.sim.api import isa as _isa
 from accelopt_nb.sim.api import language as _nl
 from accelopt_nb.sim.api import language_nki as _nl_nki
 from accelopt_nb.sim.api import ops as _ops
+from accelopt_nb.sim.api import registers as _registers
 from accelopt_nb.sim.api.facade_neuronxcc import compiler_module, typing_module
 from accelopt_nb.sim.api.kernel import Kernel, jit
 from accelopt_nb.sim.core.context import active, current
@@ -123,6 +124,7 @@ def _build_isa() -> types.ModuleType:
     attrs.update({n: _with_dst(n, getattr(_isa, n)) for n in _DST_FIRST})
     attrs.update(nc_matmul=nc_matmul, memset=memset, dma_copy=dma_copy, scalar_tensor_tensor=_scalar_tensor_tensor,
                  get_nc_version=_isa.get_nc_version)
+    attrs.update({n: getattr(_registers, n) for n in _registers.__all__})   # virtual registers (NKI 0.2+)
     mod = types.ModuleType("nki.isa")
     mod.__dict__.update(attrs)
     return mod
@@ -171,6 +173,7 @@ def _collectives_module() -> types.ModuleType:
 # the package: the same language as neuronxcc.nki plus the names NKI 0.1 lacks, the ISA with an explicit dst
 language_module = _module("nki.language", {**{k: getattr(_nl, k) for k in _nl.__all__},
                                            **{k: getattr(_nl_nki, k) for k in _nl_nki.__all__},
+                                           **{k: getattr(_registers, k) for k in _registers.LANGUAGE},
                                            "__nki_undocumented__": _nl_nki.UNDOCUMENTED})
 isa_constants_module = _constants_module()
 collectives_module = _collectives_module()
