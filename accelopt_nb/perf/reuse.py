@@ -10,9 +10,9 @@ while for ``matmul``, whose reloaded operand (84 MB) cannot stay in SBUF, every 
 
 Rule (value numbering over the stream): an instruction is *redundant* when an earlier one did
 the same thing to the same values — a DMA load of the same HBM box (nothing wrote that tensor
-since), or a ``tensor_tensor`` / ``nc_matmul`` / copy / transpose with the same op and the same
-input regions holding the same values (results of redundant instructions count as the values
-they duplicate). Immediate operands are not in the trace, so ops that take them
+since; ``nl.load`` and an HBM->SBUF ``nisa.dma_copy`` alike), or a ``tensor_tensor`` /
+``nc_matmul`` / copy / transpose with the same op, output dtype and input regions holding the
+same values (results of redundant instructions count as the values they duplicate). Immediate operands are not in the trace, so ops that take them
 (``tensor_scalar``, ``activation``) never count as redundant. Each statement's (file, line)
 redundant instructions are elided only if the distinct results it produces fit, per partition,
 in the SBUF space the kernel's own tiles leave free (usable capacity minus their peak demand);
@@ -33,9 +33,16 @@ def _candidate(ins: Instruction) -> bool:
     if ins.accumulate or not ins.writes:
         return False
     if ins.engine == "dma":
-        return ins.op == "dma_load" and len(ins.reads) == 1 and ins.reads[0].buffer == "hbm" \
-            and all(w.buffer != "hbm" for w in ins.writes)
+        return _is_load(ins)
     return ins.op in PURE_OPS and all(w.buffer != "hbm" for w in ins.writes)
+
+
+def _is_load(ins: Instruction) -> bool:
+    """A plain load: one HBM box read, written on chip, whatever API issued it (``nl.load`` records
+    ``dma_load``; today's nki style ``nisa.dma_copy`` HBM->SBUF records ``dma_copy``). An indirect
+    copy also reads its index tile, and transposing loads were never observed elided: neither counts."""
+    return (not ins.attrs.get("transpose") and ins.op != "dma_transpose" and len(ins.reads) == 1
+            and ins.reads[0].buffer == "hbm" and all(w.buffer != "hbm" for w in ins.writes))
 
 
 def redundant_instructions(trace: Trace, hw: HWConfig, sbuf_peak_demand: int) -> dict[int, int]:
@@ -51,8 +58,8 @@ def redundant_instructions(trace: Trace, hw: HWConfig, sbuf_peak_demand: int) ->
         if _candidate(ins):
             inputs = tuple((canon.get(r.tensor, r.tensor), version.get(canon.get(r.tensor, r.tensor), 0),
                             r.block, r.lo, r.hi) for r in ins.reads)
-            key = (ins.engine == "dma", ins.op, tuple(str(ins.attrs.get(k)) for k in _ATTR_KEYS), inputs,
-                   tuple(w.hi[i] - w.lo[i] for w in ins.writes for i in range(len(w.lo))))
+            key = (ins.engine == "dma", "load" if ins.engine == "dma" else ins.op, tuple(str(ins.attrs.get(k)) for k in _ATTR_KEYS), inputs,
+                   ins.out_dtype, tuple(w.hi[i] - w.lo[i] for w in ins.writes for i in range(len(w.lo))))
             stmt = (ins.file, ins.line, ins.op) if ins.line is not None else (ins.index,)
             if stmt not in per_stmt:
                 per_stmt[stmt] = {}
