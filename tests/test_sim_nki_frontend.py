@@ -391,6 +391,78 @@ def kernel(x):
     np.testing.assert_array_equal(fast.output, x.reshape(16, 48))
 
 
+# ---- the NkiTensor view API ------------------------------------------------------------------------------------
+def test_tensor_view_methods_make_views_of_the_same_storage(rng):
+    x = rng.standard_normal((4, 128, 6)).astype(np.float32)
+    res = run('''
+@nki.jit
+def kernel(x, idx):
+    t = nl.ndarray((128, 4, 6), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x.permute((1, 0, 2)))
+    outs = [nl.ndarray(shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            for shape in [(128, 24), (128, 3), (128, 6), (128, 2, 3), (128, 5, 6), (128, 6)]]
+    i_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=i_sb, src=idx)
+    nisa.dma_copy(dst=outs[0], src=t.flatten_dims(1, 2))
+    nisa.dma_copy(dst=outs[1], src=t.select(1, 2).slice(1, 0, 6, 2))
+    nisa.dma_copy(dst=outs[2], src=x.select(0, i_sb))                  # a runtime index
+    nisa.dma_copy(dst=outs[3], src=t.select(1, 1).reshape_dim(1, (2, -1)))
+    nisa.dma_copy(dst=outs[4], src=t.select(1, 3).expand_dim(1).broadcast(1, 5))
+    nisa.dma_copy(dst=outs[5], src=t.slice(1, 1, 2).squeeze_dim(1))
+    assert t.strides == (24, 6, 1) and t.offset == 0 and t.size == 128 * 24 and t.is_contiguous()
+    p = x.permute((1, 0, 2))
+    assert p.get_pattern() == [[6, 128], [768, 4], [1, 6]] and not p.is_contiguous()
+    assert x.select(0, i_sb).is_indirect() and not t.is_indirect() and t.select(1, 2).offset == 12
+    return tuple(outs)
+''', x, np.array([[3]], np.int32))
+    t = x.transpose(1, 0, 2)
+    want = [t.reshape(128, 24), t[:, 2, 0:6:2], x[3], t[:, 1].reshape(128, 2, 3), np.repeat(t[:, 3:4], 5, axis=1),
+            t[:, 1]]
+    for got, expected in zip(res.outputs, want):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_vector_select_gathers_one_row_per_partition(rng):
+    x = rng.standard_normal((16, 128, 4)).astype(np.float32)
+    rows = rng.integers(0, 16, (128, 1)).astype(np.int32)
+    res = run('''
+@nki.jit
+def kernel(x, rows):
+    idx = nl.ndarray((128, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=rows)
+    t = nl.ndarray((128, 128, 4), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x.vector_select(0, idx))
+    out = nl.ndarray((128, 128, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+''', x, rows)
+    np.testing.assert_array_equal(res.output, x[rows[:, 0]])
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    ("t.permute((1, 0, 2))", "moves the partition dim"),
+    ("t.permute((0, 1))", "no permutation"),
+    ("t.broadcast(0, 4)", "partition dim"),
+    ("t.broadcast(1, 4)", "broadcast repeats a dim of size 1"),
+    ("t.squeeze_dim(1)", "not 1"),
+    ("t.reshape_dim(1, (3, 5))", "do not split dim 1"),
+    ("t.permute((0, 2, 1)).flatten_dims(1, 2)", "not contiguous in storage"),
+    ("t.slice(1, 4, 4)", "0 <= start < end <= size"),
+    ("t.select(1, 8)", "out of range"),
+    ("x.vector_select(1, t)", "dim must be 0"),
+    ("t.vector_select(0, t)", "reads HBM tensors"),
+])
+def test_tensor_view_methods_keep_the_documented_rules(call, message):
+    err = error_of(f'''
+@nki.jit
+def kernel(x):
+    t = nl.ndarray((128, 8, 2), dtype=nl.float32, buffer=nl.sbuf)
+    v = {call}
+    return x
+''', np.ones((128, 8, 2), np.float32))
+    assert message in str(err) and err.line == 10 and "nki.language.NkiTensor." in str(err), str(err)
+
+
 # ---- virtual registers and the loops they bound ---------------------------------------------------------------
 DYNAMIC_ROWS = '''
 @nki.jit

@@ -62,6 +62,14 @@ def ap(self: Tensor | View, pattern: Any, offset: Any = None, scalar_offset: Any
                                 "per-partition indirect addressing is a DMA feature of HBM tensors")
         per_partition, tiles = _vector(rt, vector_offset, pairs)
         per_partition = per_partition * strides[int(indirect_dim)]
+    return _build(rt, tensor, start, pairs, tiles, per_partition, tainted)
+
+
+def _build(rt: Any, tensor: Tensor, start: int, pairs: list[tuple[Any, Any]], tiles: tuple[View, ...] = (),
+           per_partition: np.ndarray | None = None, tainted: list[Any] = ()) -> View:
+    """The view of ``tensor``'s storage from flat element ``start`` along ``pairs`` ([stride, count], outermost
+    first); ``tiles``: the index tiles a runtime offset was read from; ``per_partition``: each partition's own
+    start, added to ``start`` (a vector offset)."""
     if tiles and rt.watching is not None:
         rt.watching.fail("a runtime offset read from memory moves an access pattern")
     key, box = (None, None) if per_partition is not None else _progressions(tensor.shape, start, pairs)
@@ -244,6 +252,212 @@ def _gather(shape: tuple[int, ...], start: int, pairs: list[tuple[int, int]], pe
     return (IndexExpr(flat // rows[0]),) + tuple(IndexExpr((flat // r) % n) for r, n in zip(rows[1:], shape[1:]))
 
 
+# ---- the NkiTensor view API: shape-changing views, each an access pattern over the same storage -----------
+VIEW_API = "nki.language.NkiTensor"
+
+
+def _layout(x: Tensor | View, method: str) -> tuple[Any, Tensor, int, list[int], list[int]]:
+    """(runtime, tensor, first element, strides, shape) of ``x``: one stride per axis of ``x.shape``."""
+    rt = current()
+    if getattr(x, "indirect", ()):
+        raise rt.rule_error(f"{VIEW_API}.{method}", f"'{x.tensor.name}' is viewed through a runtime index; an "
+                            "indirect view takes no further view operations here",
+                            "an indirect view is the last view of a tensor (NkiTensor.is_indirect)")
+    tensor, base, strides = _origin(x)
+    shape = [int(n) for n in x.shape]
+    return rt, tensor, base, strides[:len(shape)], shape
+
+
+def _dim(rt: Any, api: str, dim: Any, ndim: int, *, on_chip: bool = False, inclusive: bool = False) -> int:
+    d = int(dim)
+    top = ndim + (1 if inclusive else 0)
+    if d < 0:
+        d += top
+    if not 0 <= d < top:
+        raise rt.rule_error(api, f"dim {dim} out of range for a view of rank {ndim}", "dims index the view's shape")
+    if on_chip and d == 0:
+        raise rt.rule_error(api, "dim 0 of an on-chip tensor is its partition dim", "view operations keep the "
+                            "partition dim of an on-chip tensor (SBUF, PSUM) outermost and whole")
+    return d
+
+
+def get_pattern(self) -> list[list[int]]:
+    """The view's ``[[stride, count], ...]``, one pair per dimension."""
+    _, _, _, strides, shape = _layout(self, "get_pattern")
+    return [[s, n] for s, n in zip(strides, shape)]
+
+
+def strides(self) -> tuple[int, ...]:
+    """The stride of each dimension, in elements of the storage."""
+    return tuple(_layout(self, "strides")[3])
+
+
+def offset(self) -> int:
+    """The flat storage index of the view's first element."""
+    return _layout(self, "offset")[2]
+
+
+def size(self) -> int:
+    return int(prod(self.shape))
+
+
+def is_contiguous(self) -> bool:
+    """Each non-size-1 dim's stride is the product of the sizes inside it (on chip, over the free dims)."""
+    _, tensor, _, strides, shape = _layout(self, "is_contiguous")
+    first = 1 if tensor.on_chip else 0
+    inner = 1
+    for s, n in reversed(list(zip(strides, shape))[first:]):
+        if n != 1 and s != inner:
+            return False
+        inner *= n
+    return True
+
+
+def is_indirect(self) -> bool:
+    return bool(getattr(self, "indirect", ()))
+
+
+def permute(self, dims) -> View:
+    rt, tensor, base, st, sh = _layout(self, "permute")
+    api = f"{VIEW_API}.permute"
+    dims = [int(d) for d in dims]
+    if sorted(dims) != list(range(len(sh))):
+        raise rt.rule_error(api, f"dims {tuple(dims)} is no permutation of the view's {len(sh)} dims",
+                            "permute reorders all of the view's dims")
+    if tensor.on_chip and dims[0] != 0:
+        raise rt.rule_error(api, f"dims {tuple(dims)} moves the partition dim of an on-chip tensor",
+                            "an on-chip tensor's partition dim stays outermost")
+    return _build(rt, tensor, base, [(st[d], sh[d]) for d in dims])
+
+
+def broadcast(self, dim, size) -> View:
+    rt, tensor, base, st, sh = _layout(self, "broadcast")
+    api = f"{VIEW_API}.broadcast"
+    d = _dim(rt, api, dim, len(sh), on_chip=tensor.on_chip)
+    if sh[d] != 1 or int(size) < 1:
+        raise rt.rule_error(api, f"dim {d} has size {sh[d]}; broadcast repeats a dim of size 1 (to {size})", RULE)
+    pairs = list(zip(st, sh))
+    pairs[d] = (0, int(size))
+    return _build(rt, tensor, base, pairs)
+
+
+def expand_dim(self, dim) -> View:
+    rt, tensor, base, st, sh = _layout(self, "expand_dim")
+    d = _dim(rt, f"{VIEW_API}.expand_dim", dim, len(sh), on_chip=tensor.on_chip, inclusive=True)
+    pairs = list(zip(st, sh))
+    pairs.insert(d, (0, 1))
+    return _build(rt, tensor, base, pairs)
+
+
+def squeeze_dim(self, dim) -> View:
+    rt, tensor, base, st, sh = _layout(self, "squeeze_dim")
+    api = f"{VIEW_API}.squeeze_dim"
+    d = _dim(rt, api, dim, len(sh), on_chip=tensor.on_chip)
+    if sh[d] != 1:
+        raise rt.rule_error(api, f"dim {d} has size {sh[d]}, not 1", "squeeze_dim removes a dim of size 1")
+    if len(sh) == 1:
+        raise rt.rule_error(api, "a view keeps at least one dim", "squeeze_dim removes a dim of size 1")
+    pairs = list(zip(st, sh))
+    del pairs[d]
+    return _build(rt, tensor, base, pairs)
+
+
+def reshape_dim(self, dim, shape) -> View:
+    rt, tensor, base, st, sh = _layout(self, "reshape_dim")
+    api = f"{VIEW_API}.reshape_dim"
+    sizes = [int(n) for n in shape]
+    d = _dim(rt, api, dim, len(sh), on_chip=tensor.on_chip and len(sizes) > 1)
+    if sizes.count(-1) > 1:
+        raise rt.rule_error(api, f"at most one size of {tuple(sizes)} may be -1", "one inferred size")
+    if -1 in sizes:
+        known = int(prod(n for n in sizes if n != -1))
+        sizes[sizes.index(-1)] = sh[d] // known if known and sh[d] % known == 0 else -1
+    if any(n < 1 for n in sizes) or int(prod(sizes)) != sh[d]:
+        raise rt.rule_error(api, f"sizes {tuple(shape)} do not split dim {d} of size {sh[d]}",
+                            "reshape_dim keeps the dim's element count")
+    inner = [int(prod(sizes[k + 1:])) for k in range(len(sizes))]
+    pairs = list(zip(st, sh))
+    pairs[d:d + 1] = [(st[d] * m, n) for m, n in zip(inner, sizes)]
+    return _build(rt, tensor, base, pairs)
+
+
+def flatten_dims(self, start_dim, end_dim) -> View:
+    rt, tensor, base, st, sh = _layout(self, "flatten_dims")
+    api = f"{VIEW_API}.flatten_dims"
+    a = _dim(rt, api, start_dim, len(sh), on_chip=tensor.on_chip)
+    b = _dim(rt, api, end_dim, len(sh))
+    if b < a:
+        raise rt.rule_error(api, f"end_dim {end_dim} is before start_dim {start_dim}", "start_dim <= end_dim")
+    for k in range(a, b):
+        if sh[k] != 1 and sh[k + 1] != 1 and st[k] != st[k + 1] * sh[k + 1]:
+            raise rt.rule_error(api, f"dims {a}..{b} are not contiguous in storage (dim {k} has stride {st[k]}, "
+                                f"dim {k + 1} spans {st[k + 1] * sh[k + 1]})",
+                                "flatten_dims merges dims that are contiguous in storage")
+    pairs = list(zip(st, sh))
+    pairs[a:b + 1] = [(st[b], int(prod(sh[a:b + 1])))]
+    return _build(rt, tensor, base, pairs)
+
+
+def slice_(self, dim, start, end, step=1) -> View:
+    rt, tensor, base, st, sh = _layout(self, "slice")
+    api = f"{VIEW_API}.slice"
+    d = _dim(rt, api, dim, len(sh))
+    start, end, step = int(start), int(end), int(step)
+    if not (0 <= start < end <= sh[d]) or step < 1:
+        raise rt.rule_error(api, f"slice {start}:{end}:{step} of dim {d} (size {sh[d]})",
+                            "0 <= start < end <= size and step >= 1")
+    pairs = list(zip(st, sh))
+    pairs[d] = (st[d] * step, -(-(end - start) // step))
+    return _build(rt, tensor, base + start * st[d], pairs)
+
+
+def select(self, dim, index) -> View:
+    """A static (int) or runtime (``[1, 1]`` SBUF tile, or a register) index along ``dim``, which goes away
+    (the partition dim of an on-chip tensor stays, of size 1)."""
+    rt, tensor, base, st, sh = _layout(self, "select")
+    api = f"{VIEW_API}.select"
+    d = _dim(rt, api, dim, len(sh))
+    pairs = list(zip(st, sh))
+    keep = tensor.on_chip and d == 0
+    if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
+        i = int(index)
+        if not 0 <= i < sh[d]:
+            raise rt.rule_error(api, f"index {i} out of range for dim {d} of size {sh[d]}", "0 <= index < size")
+        pairs[d] = (st[d], 1)
+        if not keep:
+            del pairs[d]
+        return _build(rt, tensor, base + i * st[d], pairs or [(1, 1)])
+    if tensor.on_chip and d == 0:
+        raise rt.rule_error(api, "a runtime index cannot select partitions of an on-chip tensor",
+                            "runtime selection is a DMA feature (not of the partition dim on chip)")
+    value, tiles = _runtime_value(rt, index, "index")
+    del pairs[d]
+    return _build(rt, tensor, base + value * st[d], pairs or [(1, 1)], tiles)
+
+
+def vector_select(self, dim, vector_offset) -> View:
+    """Partition ``p`` of the result is ``self`` at index ``vector_offset[p]`` of dim 0 (an HBM tensor)."""
+    rt, tensor, base, st, sh = _layout(self, "vector_select")
+    api = f"{VIEW_API}.vector_select"
+    if int(dim) != 0:
+        raise rt.rule_error(api, f"dim must be 0, got {dim}", "vector_select indexes dim 0")
+    if tensor.on_chip:
+        raise rt.rule_error(api, f"'{tensor.name}' is on chip", "vector_select reads HBM tensors (indirect DMA)")
+    v = _index_view(rt, vector_offset, "vector_offset")
+    if len(v.shape) != 2 or v.shape[1] != 1:
+        raise rt.rule_error(api, f"vector_offset must be a [P, 1] tile, got {v.shape}", "one index per partition")
+    pairs = [(st[0], int(v.shape[0]))] + list(zip(st[1:], sh[1:]))
+    per_partition, tiles = _vector(rt, vector_offset, pairs)
+    return _build(rt, tensor, base, pairs, tiles, per_partition * st[0])
+
+
+VIEW_METHODS = {"get_pattern": get_pattern, "is_contiguous": is_contiguous, "is_indirect": is_indirect,
+                "permute": permute, "broadcast": broadcast, "expand_dim": expand_dim, "squeeze_dim": squeeze_dim,
+                "reshape_dim": reshape_dim, "flatten_dims": flatten_dims, "slice": slice_, "select": select,
+                "vector_select": vector_select}
+VIEW_PROPERTIES = {"strides": strides, "offset": offset, "size": size}
+
+
 # ---- tensor attributes the simulator lacks ------------------------------------------------------------------
 # The documented NkiTensor API (Neuron docs, nki/api/nki/language: class NkiTensor), for the error below
 NKI_TENSOR_API = ("shape", "strides", "offset", "name", "dtype", "buffer", "ndim", "size", "is_contiguous",
@@ -268,3 +482,4 @@ def missing_attribute(obj: Any, name: str) -> Exception:
 
 _API.access_pattern = ap
 _API.missing_attribute = missing_attribute
+_API.view_methods = {**VIEW_METHODS, **VIEW_PROPERTIES}

@@ -30,6 +30,7 @@ class _API:
     accumulate: Callable[[Any, Any], None] | None = None   # dst += value
     access_pattern: Callable[..., Any] | None = None       # tensor.ap(...)
     missing_attribute: Callable[[Any, str], Exception] | None = None   # the error for tensor.<unknown name>
+    view_methods: dict[str, Callable[..., Any]] | None = None        # today's NkiTensor view API, by name
 
 
 API = _API()
@@ -125,6 +126,29 @@ class _Opaque:
     def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
         """An access pattern over this tensor's storage (see ``api/access.py``)."""
         return API.access_pattern(self, pattern, offset, scalar_offset, vector_offset, indirect_dim, dtype)
+
+    # today's NkiTensor view API (nki front end): each a view of the same storage, made in api/access.py
+    def permute(self, dims): return API.view_methods["permute"](self, dims)
+    def broadcast(self, dim, size): return API.view_methods["broadcast"](self, dim, size)
+    def expand_dim(self, dim): return API.view_methods["expand_dim"](self, dim)
+    def squeeze_dim(self, dim): return API.view_methods["squeeze_dim"](self, dim)
+    def reshape_dim(self, dim, shape): return API.view_methods["reshape_dim"](self, dim, shape)
+    def flatten_dims(self, start_dim, end_dim): return API.view_methods["flatten_dims"](self, start_dim, end_dim)
+    def slice(self, dim, start, end, step=1): return API.view_methods["slice"](self, dim, start, end, step)
+    def select(self, dim, index): return API.view_methods["select"](self, dim, index)
+    def vector_select(self, dim, vector_offset): return API.view_methods["vector_select"](self, dim, vector_offset)
+    def get_pattern(self): return API.view_methods["get_pattern"](self)
+    def is_contiguous(self): return API.view_methods["is_contiguous"](self)
+    def is_indirect(self): return API.view_methods["is_indirect"](self)
+
+    @property
+    def strides(self): return API.view_methods["strides"](self)
+
+    @property
+    def offset(self): return API.view_methods["offset"](self)
+
+    @property
+    def size(self): return API.view_methods["size"](self)
 
     def astype(self, dtype):
         return API.language.copy(self, dtype=dtype)
