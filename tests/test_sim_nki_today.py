@@ -23,7 +23,6 @@ def run(body: str, *inputs, **kwargs):
 
 
 # ---- false rejections: each compiles and runs on trn1/trn2 -----------------------------------------------
-@pytest.mark.xfail(strict=True, reason=FALSE_REJECTION)
 def test_activation_with_copy_is_the_identity(rng):
     # the docs' activation table lists nl.copy as Identity, valid on [-inf, inf]
     x = rng.standard_normal((128, 64)).astype(np.float32)
@@ -41,7 +40,6 @@ def kernel(x):
     np.testing.assert_allclose(res.output, 2.0 * x, rtol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason=FALSE_REJECTION)
 def test_scalar_engine_accumulates_across_activations_with_reduce_cmd(rng):
     # reset_reduce starts the 128 accumulator registers, reduce adds onto them, reduce_res reads them out
     a, b = (rng.standard_normal((128, 256)).astype(np.float32) for _ in range(2))
@@ -69,7 +67,6 @@ def kernel(a, b):
 # The next cases are written in the NKI 0.1 style (neuronxcc.nki) of the kernels they come from: candidates of
 # autocomp's published trn1 optimization traces, each compiled, checked and timed on hardware (see the notes of
 # issue 32), that the simulator stops today.
-@pytest.mark.xfail(strict=True, reason=FALSE_REJECTION)
 def test_matmul_stationary_from_a_transpose_left_in_psum(rng):
     # the pattern of autocomp's attention candidates (0.29-0.41 ms on trn1): the PSUM result of a TensorE
     # transpose feeds the next matmul directly; the compiler moves it to SBUF
@@ -89,7 +86,6 @@ def kernel(p, v):
     np.testing.assert_allclose(res.output, p @ v, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.xfail(strict=True, reason=FALSE_REJECTION)
 def test_vector_engine_transpose_of_128_by_64(rng):
     # autocomp's SD-attention candidates (0.40-0.42 ms on trn1, output checked) transpose a (128, 64) tile on VectorE
     x = rng.standard_normal((128, 64)).astype(np.float32)
@@ -105,7 +101,6 @@ def kernel(x):
     np.testing.assert_array_equal(res.output, x.T)
 
 
-@pytest.mark.xfail(strict=True, reason=FALSE_REJECTION)
 def test_dma_copy_oob_mode_skip_skips_static_out_of_range_rows(rng):
     # autocomp's conv1d candidates (5.6-7.9 ms on trn1): a channel tile reaching past the last channel copies
     # only the rows that exist
@@ -126,7 +121,6 @@ def kernel(img):
     np.testing.assert_array_equal(res.output, want)
 
 
-@pytest.mark.xfail(strict=True, reason=FALSE_REJECTION)
 def test_reduce_cmd_accumulates_across_activations_in_nki_0_1(rng):
     # autocomp's attention candidates (0.58-0.68 ms on trn1): a running row sum of exp over KV tiles
     s = rng.standard_normal((128, 3, 512)).astype(np.float32)
@@ -146,7 +140,6 @@ def kernel(s):
     np.testing.assert_allclose(res.output, np.exp(s).sum(axis=(1, 2))[:, None], rtol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason=FALSE_REJECTION)
 def test_dma_copy_oob_mode_skip_skips_out_of_bounds_rows(rng):
     # vector-indirect gather: rows whose index is out of bounds are skipped (dst keeps its value)
     data = rng.standard_normal((16, 32)).astype(np.float32)
@@ -169,7 +162,6 @@ def kernel(data, indices):
     np.testing.assert_array_equal(res.output, want)
 
 
-@pytest.mark.xfail(strict=True, reason=FALSE_REJECTION)
 def test_psum_tile_larger_than_one_bank(rng):
     # a [128, 1024] fp32 PSUM tile spans two 2 KiB banks; each matmul writes within one bank
     a, b = rng.standard_normal((128, 128)).astype(np.float32), rng.standard_normal((128, 1024)).astype(np.float32)
@@ -335,7 +327,6 @@ def kernel(x):
     np.testing.assert_array_equal(res.output, want)
 
 
-@pytest.mark.xfail(strict=True, reason=MISSING)
 def test_max8_and_find_index8_give_the_top_eight_and_where_they_are(rng):
     x = rng.permutation(128 * 64).reshape(128, 64).astype(np.float32)    # distinct values
     res = run('''
@@ -358,7 +349,6 @@ def kernel(x):
     np.testing.assert_array_equal(res.outputs[1], order.astype(np.uint32))
 
 
-@pytest.mark.xfail(strict=True, reason=MISSING)
 def test_iota_with_pattern_offset_and_channel_multiplier():
     res = run('''
 @nki.jit
@@ -373,7 +363,6 @@ def kernel():
     np.testing.assert_array_equal(res.output, (7 + 100 * p + 10 * w + x).reshape(128, 6))
 
 
-@pytest.mark.xfail(strict=True, reason=MISSING)
 def test_affine_select_with_pattern_builds_a_causal_mask(rng):
     x = rng.standard_normal((128, 128)).astype(np.float32)
     res = run('''

@@ -40,15 +40,25 @@ def kernel(a):
 @nki.jit
 def kernel(a):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    p = nl.zeros((128, 1024), nl.float32, buffer=nl.psum)
+    p = nl.zeros((128, 4608), nl.float32, buffer=nl.psum)
     return out
-""", (128, 4), "PSUM tile <= 2 KiB per partition (512 fp32)", "nl.zeros"),
+""", (128, 4), "PSUM tile <= 16 KiB per partition (8 banks of 512 fp32)", "nl.zeros"),
+    "matmul_output_within_one_bank": ("""
+@nki.jit
+def kernel(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    s = nl.load(a)
+    p = nl.zeros((128, 1024), nl.float32, buffer=nl.psum)
+    p[:, 448:576] += nisa.nc_matmul(s, s)
+    return out
+""", (128, 128), "one matmul's output lies within one PSUM bank", "+="),
     "tensor_engine_reads_sbuf_only": ("""
 @nki.jit
 def kernel(a):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     s = nl.load(a)
-    p = nisa.nc_matmul(s, s)
+    p = nl.zeros((128, 128), nl.float32, buffer=nl.psum)
+    p += nisa.nc_matmul(s, s)
     q = nisa.nc_matmul(p, s)
     return out
 """, (128, 128), "engine/buffer connectivity", "nisa.nc_matmul"),

@@ -20,9 +20,8 @@ from typing import Any, Callable
 
 from accelopt_nb.errors import UnsupportedAPIError
 from accelopt_nb.sim.api.kernel import Kernel
-from accelopt_nb.sim.core.runtime import PSUM_BANK_BYTES
+from accelopt_nb.sim.core.runtime import PSUM_BANK_BYTES, PSUM_BANKS
 
-PSUM_BANKS = 8
 
 
 @dataclass(frozen=True)

@@ -81,8 +81,8 @@ def dma_copy(dst, src, *, dst_rmw_op=None, oob_mode=None, dge_mode=None, **kwarg
 
 
 _DST_FIRST = ("nc_transpose", "activation", "activation_reduce", "tensor_tensor", "tensor_scalar",
-              "tensor_reduce", "tensor_tensor_scan", "reciprocal", "iota", "tensor_copy", "bn_stats", "bn_aggr",
-              "affine_select", "tensor_scalar_reduce", "dropout")
+              "tensor_reduce", "tensor_tensor_scan", "reciprocal", "tensor_copy", "bn_stats", "bn_aggr",
+              "tensor_scalar_reduce", "dropout")
 
 
 def _scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0: bool = False, reverse1: bool = False,

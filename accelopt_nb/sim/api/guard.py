@@ -73,13 +73,6 @@ NO_EFFECT_FOR: dict[str, dict[str, str]] = {
 # Documented parameters the simulator reads but models only in part, or forwards to code that ignores
 # them, by "module.api" (both front ends). Parameters it never reads need no entry (see _unread).
 LIMITS: dict[str, dict[str, Limit]] = {
-    "isa.activation": {
-        # reset_reduce starts from zero: with reduce_res it is this instruction's reduction, as simulated
-        "reduce_cmd": Limit("ScalarE accumulator registers carried across instructions are not simulated "
-                            "(reduce_cmd idle or reset_reduce only)", allowed=(_isa.reduce_cmd.reset_reduce,),
-                            while_unread=True),
-    },
-    "isa.dma_copy": {"oob_mode": Limit("only oob_mode=error is simulated (out-of-bounds accesses are errors)")},
 }
 
 # Documented parameter names the simulator's function spells differently (doc name -> simulator name),

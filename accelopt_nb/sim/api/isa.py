@@ -9,7 +9,7 @@ from math import prod as _prod
 
 from accelopt_nb.sim.api import ops as _ops
 from accelopt_nb.sim.core import dtypes as _dt
-from accelopt_nb.sim.core.functions import ACTIVATIONS, ALU, REDUCE, op_name
+from accelopt_nb.sim.core.functions import ACTIVATIONS, ALU, REDUCE, UNARY_ALU, op_name
 from accelopt_nb.sim.core.indexing import IndexExpr, Mask
 from accelopt_nb.sim.core.indexing import broadcast as _broadcast
 from accelopt_nb.sim.core.indexing import mask_rows_cols as _mask_rows_cols
@@ -33,6 +33,7 @@ class engine(enum.IntEnum):  # noqa: N801 (NKI's name)
     tensor = 1
     scalar = 2
     gpsimd = 3
+    dma = 4
     vector = 5
     sync = 6
 
@@ -49,17 +50,22 @@ dma_engine = engine.sync
 class nc_version(enum.IntEnum):  # noqa: N801
     gen2 = 2
     gen3 = 3
+    gen4 = 4
 
 
 def get_nc_version() -> nc_version:
     return nc_version.gen2
 
 
-class reduce_cmd(enum.IntEnum):  # noqa: N801
+class reduce_cmd(enum.IntEnum):  # noqa: N801 (NKI's name)
     idle = 0
     reset = 1
     reduce = 2
     reset_reduce = 3
+    load_reduce = 4
+
+
+_CMD = reduce_cmd   # the enum, where a parameter of the same name hides it
 
 
 class dge_mode(enum.IntEnum):  # noqa: N801
@@ -154,12 +160,29 @@ def _perf_mode(rt, api: str, perf_mode: Any, st: Operand, mv: Operand, tile_posi
     return name
 
 
+def _evacuated(rt, api: str, x: Any, role: str) -> Any:
+    """A matmul operand the compiler placed in PSUM (the result tile of an NKI 0.1 call, e.g. a TensorE transpose)
+    is moved to SBUF first, by a copy the trace shows: TensorE reads SBUF only (nc_matmul docs, "Memory types"),
+    yet such kernels compiled and ran on trn1 (autocomp's attention traces). An operand the kernel itself put in
+    PSUM (a buffer it allocated there) stays an error."""
+    v = as_view(x)
+    if v is None or v.tensor.buffer != "psum" or v.tensor.kind != "result":
+        return x
+    key = (api, role) + rt.location()
+    if key not in rt.warned_once:
+        rt.warned_once.add(key)
+        rt.warn(f"{api}: {role} operand is a PSUM tile: simulated as the compiler's copy to SBUF before the matmul "
+                "(a VectorE tensor_copy in the trace)")
+    return _ops.copy_tile(x)
+
+
 def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_moving_onezero: bool = False,
               is_transpose: bool = False, tile_position=(), tile_size=(), mask=None, perf_mode=None,
               _api: str = "nisa.nc_matmul", **kwargs) -> Tensor:
     """``stationary.T @ moving`` on the PE array: SBUF [K, M] and [K, N] in, PSUM fp32 [M, N] out."""
     rt = current()
     m_mask = _ops.mask_array(mask)
+    stationary, moving = (_evacuated(rt, _api, x, role) for x, role in ((stationary, "stationary"), (moving, "moving")))
     st = operand(stationary, _api, allow_scalar=False)
     mv = operand(moving, _api, allow_scalar=False, mask=_operand_mask(m_mask, moving))
     _ops.check_engine_access(rt, _api, "tensor", [st, mv], "psum")
@@ -237,10 +260,13 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=None, _api: str = "nisa.
         raise rt.rule_error(_api, f"transpose takes a 2-D tile, got {op.shape}", "transpose swaps P and F of a 2-D tile")
     p, f = op.shape
     eng = _engine(engine, "tensor" if (p > 32 or f > 32) else "vector", ("tensor", "vector"), _api)
-    if eng == "tensor" and (p > PMAX or f > PMAX):
-        raise rt.rule_error(_api, f"PE transpose takes at most 128x128, got {op.shape}", "nc_transpose on TensorE <= 128x128")
-    if eng == "vector" and (p > 32 or f > 32):
-        raise rt.rule_error(_api, f"VectorE transpose takes at most 32x32, got {op.shape}", "nc_transpose on VectorE <= 32x32")
+    if p > PMAX or f > PMAX:
+        raise rt.rule_error(_api, f"transpose takes at most 128x128, got {op.shape}", "nc_transpose <= 128x128 "
+                            "(the partition dim of input and output)")
+    # VectorE transposes 32x32 blocks, one per 32-partition quadrant (nc_transpose docs; architecture guide,
+    # "Reshape Bank"). A larger tile compiled and gave the full transpose on trn1 (autocomp's SD-attention
+    # candidates, output checked): simulated as the compiler splitting it into 32x32 blocks
+    blocks = (-(-p // 32)) * (-(-f // 32)) if eng == "vector" else 1
     _ops.check_engine_access(rt, _api, eng, [op], None)
     out_data = None if op.data is None else _call(_transposed, op.data)
     written = None if op.written is None else op.written.T.copy()
@@ -253,8 +279,95 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=None, _api: str = "nisa.
                        "is_transpose": True, "stationary_onezero": False, "moving_onezero": True},
                       partitions=f, free=p)
     else:
-        _ops.emit_for(rt, out, "vector", "transpose", _api, [op], {"num_inputs": 1})
+        # the blocks stream through the engine one after another: 32 elements per lane each (an estimate: the
+        # docs give max(MIN_II, N) for one block and nothing for a split)
+        _ops.emit_for(rt, out, "vector", "transpose", _api, [op], {"num_inputs": 1, "blocks": blocks},
+                      **({} if blocks == 1 else {"partitions": min(f, 32), "free": 32 * blocks}))
     return out
+
+
+# ---- accumulation registers (reduce_cmd) ----------------------------------------------------------
+# ScalarE (activation*) and VectorE (tensor_scalar_reduce, range_select, select_reduce) each keep 128 32-bit
+# accumulation registers, one per lane, that persist across instructions (nki.isa docs: activation, "reduce_regs";
+# tensor_scalar_reduce, "Accumulator behavior"). They are an fp32 [128, 1] tensor of the launch, outside the trace,
+# read and written like any tile: validity (never reset = never written) and loop replay come with it.
+_REDUCE_IDENTITY = {"add": 0.0, "sum": 0.0, "multiply": 1.0, "prod": 1.0, "maximum": -np.inf, "max": -np.inf,
+                    "minimum": np.inf, "min": np.inf}
+_COMBINE = {"add": np.add, "sum": np.add, "multiply": np.multiply, "prod": np.multiply, "maximum": np.maximum,
+            "max": np.maximum, "minimum": np.minimum, "min": np.minimum}
+
+
+def _reduce_cmd(value: Any, default: reduce_cmd) -> reduce_cmd:
+    return default if value is None else reduce_cmd(int(value))
+
+
+def _registers(rt, engine: str) -> Tensor:
+    regs = rt.engine_regs.get(engine)
+    if regs is None:
+        data = None if rt.options.trace_only else np.zeros((PMAX, 1), np.float32)
+        regs = Tensor(rt, (PMAX, 1), _dt.float32, "sbuf", "internal", name=f"{engine}_reduce_regs", data=data)
+        rt.trace.tensors.pop(regs.id, None)   # engine state, not an allocation the compiler makes
+        rt.engine_regs[engine] = regs
+    return regs
+
+
+@_primitive(replay=_REBUILD)
+def _filled_col(*, rows: int, value: float) -> np.ndarray:
+    return np.full((rows, 1), value, np.float32)
+
+
+@_primitive(replay=_REBUILD)
+def _combined(regs: np.ndarray, red: np.ndarray, *, name: str) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return _COMBINE[name](regs.astype(np.float32, copy=False), red.astype(np.float32, copy=False))
+
+
+@_primitive(replay=_REBUILD)
+def _negated(x: np.ndarray) -> np.ndarray:
+    return np.negative(x)
+
+
+@_primitive(replay=_REBUILD)
+def _free_reduced(vals: np.ndarray, keep: np.ndarray | None, *, name: str, rows: int) -> np.ndarray:
+    """Per partition, ``name`` over the free axes (masked-off elements count as the identity)."""
+    vals = vals.reshape(rows, -1)
+    if keep is not None:
+        vals = np.where(keep.reshape(rows, -1), vals, _REDUCE_IDENTITY.get(name, 0.0))
+    with np.errstate(all="ignore"):
+        return np.asarray(REDUCE[name](vals, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _accumulate_registers(rt, api: str, engine: str, cmd: reduce_cmd, name: str, red: Any, red_written: Any,
+                          rows: int, reduce_res: Any, init: Any = None, negate: bool = False) -> Any:
+    """One instruction's use of ``engine``'s registers: ``cmd`` on them with this instruction's per-partition
+    reduction ``red`` (``name``), then ``reduce_res`` (if given) reads them out. Returns reduce_res's view."""
+    regs = _registers(rt, engine)
+    view = as_view(regs[0:rows, 0:1])
+    full = as_view(regs[0:PMAX, 0:1])
+    if cmd in (reduce_cmd.reset, reduce_cmd.reset_reduce):
+        value = 0.0 if cmd == reduce_cmd.reset or engine == "scalar" else _REDUCE_IDENTITY.get(name, 0.0)
+        zeros = None if rt.options.trace_only else _call(_filled_col, rows=PMAX, value=value)
+        write(full, zeros, None, None, api, reduction=True)
+    elif cmd == reduce_cmd.load_reduce:
+        iv, iw = init
+        write(view, iv, iw, None, api, reduction=True)
+    if cmd in (reduce_cmd.reduce, reduce_cmd.reset_reduce, reduce_cmd.load_reduce):
+        cur, cur_written = read(view, None, api)
+        new = None if cur is None or red is None else _call(_combined, cur, red, name=name)
+        write(view, new, combine_written(cur_written, red_written, shape=(rows, 1)), None, api, reduction=True)
+    if reduce_res is None:
+        return None
+    dest = as_view(reduce_res)
+    if dest is None or int(_prod(dest.shape)) != rows:
+        raise rt.rule_error(api, f"reduce_res must be a [{rows}, 1] tile, got {getattr(dest, 'shape', reduce_res)!r}",
+                            "reduce_res holds one value per partition of data")
+    vals, written = read(view, None, api)
+    if vals is not None:
+        if negate:
+            vals = _call(_negated, vals)
+        vals = vals.reshape(dest.shape)
+    write(dest, vals, None if written is None else written.reshape(dest.shape), None, api)
+    return dest
 
 
 # ---- ScalarE ---------------------------------------------------------------------------------
@@ -297,13 +410,17 @@ def _activation_eager(xs: np.ndarray, sc: Any, bc: Any, *, func: Any) -> np.ndar
 
 
 def _activation(api: str, op, data, bias, scale, reduce_op, reduce_res, mask, dtype, reduce_required: bool,
-                boxed: bool = True) -> Tensor:
+                boxed: bool = True, cmd: reduce_cmd = reduce_cmd.idle) -> Tensor:
     rt = current()
     name, fn = _act(op, api)
     m = _ops.mask_array(mask)
     view = as_view(data)
+    if reduce_required:   # activation_reduce: this instruction's reduction, read out
+        cmd = reduce_cmd.reset_reduce
+    registers = reduce_res is not None or cmd != reduce_cmd.idle
+    reduces = cmd in (reduce_cmd.reduce, reduce_cmd.reset_reduce)
     # a ragged tile: computed on the box its mask keeps (a plain activation; a reduction reads the whole tile)
-    box = (None if not boxed or rt.options.trace_only or view is None or reduce_res is not None or reduce_required
+    box = (None if not boxed or rt.options.trace_only or view is None or registers
            or not _ops.computes_into(fn) else _kept_box(m, view.shape))
     x = None if box is None else operand(data, api, allow_scalar=False, mask=m, box=box)
     if x is None:
@@ -334,7 +451,7 @@ def _activation(api: str, op, data, bias, scale, reduce_op, reduce_res, mask, dt
         xs, sc, bc = x.data.astype(np.float32, copy=False), _reshape_col(s, nd), _reshape_col(b, nd)
         if box is not None:
             sc, bc = (v[box[0]] if isinstance(v, np.ndarray) and v.shape[0] > 1 else v for v in (sc, bc))
-        if reduce_res is None and not reduce_required and _ops.deferrable(
+        if not registers and _ops.deferrable(
                 (fn,), (xs, np.float32(sc) if type(sc) is float else sc, np.float32(bc) if type(bc) is float else bc),
                 out_dtype, x.shape):
             # x * 1.0 is x; x + 0.0 is x but at -0.0, which only some functions tell apart
@@ -344,40 +461,42 @@ def _activation(api: str, op, data, bias, scale, reduce_op, reduce_res, mask, dt
                            box)
         elif box is not None:   # computed whole after all
             return _activation(api, op, data, bias, scale, reduce_op, reduce_res, mask, dtype, reduce_required,
-                               boxed=False)
+                               boxed=False, cmd=cmd)
         else:
             out_data = _call(_activation_eager, xs, sc, bc, func=fn)
     written = combine_written(*[o.written if o is x else (None if o.written is None else _broadcast(
         o.written.reshape((rows,) + (1,) * (len(x.shape) - 1)), x.shape)) for o in operands], shape=x.shape)
     out = _ops.new_result(rt, api, x.shape, out_dtype, "sbuf", out_data, written, m, thunk)
     attrs = {"func": name, "num_inputs": 1, "psum_input": x.buffer == "psum", "reduce": False}
-    if reduce_res is not None or reduce_required:
-        rname = op_name(reduce_op) or "add"
-        if rname not in REDUCE:
-            raise rt.rule_error(api, f"unsupported reduce_op {reduce_op!r}", "activation reduce uses add/max/min")
-        dest = as_view(reduce_res)
-        if dest is None:
-            raise rt.rule_error(api, "reduce_res must be a [P, 1] tile", "activation_reduce writes a [P, 1] tile")
-        attrs["reduce"] = True
-        red = None
-        if out_data is not None:
-            vals = out_data if m is None else np.where(_broadcast(m, out_data.shape), out_data,
-                                                       0.0 if rname in ("add", "sum") else out_data)
-            red = REDUCE[rname](vals.reshape(rows, -1), axis=1, keepdims=True).astype(np.float32)
-        write(dest, red, None if written is None else np.all(written.reshape(rows, -1), axis=1, keepdims=True),
-              None, api)
-        ins = _ops.emit_for(rt, out, "scalar", "activation_reduce" if reduce_required else "activation", api,
-                            operands, attrs)
-        if ins is not None:
-            ins.writes = ins.writes + (dest.region(),)
+    if not registers:
+        _ops.emit_for(rt, out, "scalar", "activation", api, operands, attrs)
         return out
-    _ops.emit_for(rt, out, "scalar", "activation", api, operands, attrs)
+    rname = op_name(reduce_op) or "add"
+    if reduces and rname not in REDUCE:
+        raise rt.rule_error(api, f"unsupported reduce_op {reduce_op!r}", "activation reduce uses add/max/min")
+    red = red_written = None
+    if reduces:
+        if out_data is not None:
+            red = _call(_free_reduced, out_data, None if m is None else _broadcast(m, out_data.shape), name=rname,
+                        rows=rows)
+        red_written = None if written is None else np.all(written.reshape(rows, -1), axis=1, keepdims=True)
+    dest = _accumulate_registers(rt, api, "scalar", cmd, rname, red, red_written, rows, reduce_res)
+    attrs["reduce"] = dest is not None   # reading the registers out is one more (small) instruction
+    attrs["reduce_cmd"] = cmd.name
+    ins = _ops.emit_for(rt, out, "scalar", "activation_reduce" if reduce_required else "activation", api,
+                        operands, attrs)
+    if ins is not None and dest is not None:
+        ins.writes = ins.writes + (dest.region(),)
     return out
 
 
 def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=None, mask=None,
                dtype=None, **kwargs) -> Tensor:
-    return _activation("nisa.activation", op, data, bias, scale, reduce_op, reduce_res, mask, dtype, False)
+    """ScalarE ``op(data * scale + bias)``; ``reduce_cmd`` drives the 128 accumulation registers (idle: untouched,
+    reset: zeroed, reduce: this instruction's free-axis reduction added, reset_reduce: zeroed then added) and
+    ``reduce_res`` reads them out."""
+    return _activation("nisa.activation", op, data, bias, scale, reduce_op, reduce_res, mask, dtype, False,
+                       cmd=_reduce_cmd(reduce_cmd, _CMD.idle))
 
 
 def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None,
@@ -458,7 +577,9 @@ def tensor_scalar(data, op0, operand0, reverse0: bool = False, op1=None, operand
         nd = x.data.ndim
         a0, a1 = _reshape_col(c0, nd), _reshape_col(c1, nd)
 
-        params = {"op0": f0, "reverse0": bool(reverse0), "op1": f1, "reverse1": bool(reverse1)}
+        # a unary ALU operator reads the data alone, whichever side its (ignored) operand is on
+        params = {"op0": f0, "reverse0": bool(reverse0) and n0 not in UNARY_ALU, "op1": f1,
+                  "reverse1": bool(reverse1) and n1 not in UNARY_ALU}
         if _ops.deferrable((f0,) if f1 is None else (f0, f1), (x.data, a0) if f1 is None else (x.data, a0, a1),
                            out_dtype, x.shape):
             thunk = _Thunk(_tensor_scalar_into, (x.data, a0, a1), params)
@@ -613,9 +734,68 @@ def memset(shape, value, dtype, *, mask=None, engine=None, **kwargs) -> Tensor:
     return out
 
 
-def iota(expr, dtype, *, mask=None, **kwargs) -> Tensor:
+def _result_into(api: str, dst: Any, out: Tensor) -> Tensor | None:
+    """The NKI 0.1 form returns its result tile; the standalone ``nki`` form writes it into ``dst`` (the
+    instruction re-targeted, no copy added)."""
+    if dst is None:
+        return out
+    view = as_view(dst)
+    if view is None or not view.tensor.on_chip:
+        raise current().rule_error(api, f"dst must be an on-chip tile, got {type(dst).__name__}",
+                                   "ISA instructions write SBUF/PSUM tiles")
+    _ops.copy_into(view, out, api)
+    return None
+
+
+def _pattern(rt, api: str, pattern: Any, per_partition: int) -> tuple[tuple[int, int], ...]:
+    """An iota / affine_select ``pattern``: up to 4 ``[step, num]`` pairs, outermost first, whose counts multiply
+    to the elements per partition of ``dst``."""
+    try:
+        pairs = tuple((int(st), int(num)) for st, num in pattern)
+    except (TypeError, ValueError):
+        raise rt.rule_error(api, f"pattern must be a list of [step, num] pairs, got {pattern!r}",
+                            "pattern is up to 4 [step, num] pairs") from None
+    if not 1 <= len(pairs) <= 4 or any(num < 1 for _, num in pairs):
+        raise rt.rule_error(api, f"pattern must hold 1 to 4 [step, num] pairs with num >= 1, got {pattern!r}",
+                            "pattern is up to 4 [step, num] pairs")
+    if int(_prod(num for _, num in pairs)) != per_partition:
+        raise rt.rule_error(api, f"pattern {pattern!r} describes {int(_prod(num for _, num in pairs))} elements per "
+                            f"partition, dst holds {per_partition}", "the pattern's counts multiply to dst's elements "
+                            "per partition")
+    return pairs
+
+
+@_primitive(replay=_REBUILD)
+def _affine_values(*, rows: int, pattern: tuple, offset: int, multiplier: int) -> np.ndarray:
+    """``offset + p * multiplier + sum(i_k * step_k)`` for partition ``p`` and pattern indices ``i_k`` (int32
+    arithmetic), as [rows, elements per partition]."""
+    v = np.full((rows, 1), offset, np.int64) + np.arange(rows, dtype=np.int64)[:, None] * multiplier
+    free = np.zeros(1, np.int64)
+    for step, num in pattern:
+        free = (free[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
+    return (v + free[None, :]).astype(np.int32)
+
+
+def iota(*, expr=None, dtype=None, mask=None, dst=None, pattern=None, offset=0, channel_multiplier=0,
+         **kwargs) -> Tensor | None:
+    """GpSimd constants: from an affine ``nl.arange`` expression (NKI 0.1), or into ``dst`` from a ``pattern`` of
+    ``[step, num]`` pairs: ``offset + partition * channel_multiplier + sum(index_k * step_k)`` (standalone nki)."""
     rt = current()
     api = "nisa.iota"
+    if pattern is not None:
+        view = as_view(dst)
+        if view is None:
+            raise rt.rule_error(api, "iota with a pattern writes into dst", "iota(dst, pattern, ...)")
+        if view.tensor.buffer != "sbuf":
+            raise rt.rule_error(api, f"dst is in {view.tensor.buffer.upper()}", "iota writes SBUF")
+        rows = view.shape[0]
+        free = int(_prod(view.shape[1:])) if len(view.shape) > 1 else 1
+        pairs = _pattern(rt, api, pattern, free)
+        data = None if rt.options.trace_only else _call(_affine_values, rows=rows, pattern=pairs, offset=int(offset),
+                                                        multiplier=int(channel_multiplier)).reshape(view.shape)
+        out = _ops.new_result(rt, api, view.shape, _dt.int32, "sbuf", data, None, None)
+        _ops.emit_for(rt, out, "gpsimd", "iota", api, [], {})
+        return _result_into(api, dst, out)
     if isinstance(expr, (int, np.integer)):
         expr = IndexExpr(np.asarray([[int(expr)]]))
     if not isinstance(expr, IndexExpr):
@@ -623,12 +803,12 @@ def iota(expr, dtype, *, mask=None, **kwargs) -> Tensor:
     vals = expr.values
     shape = vals.shape if vals.ndim >= 2 else (vals.shape[0], 1)
     data = None if rt.options.trace_only else _broadcast(vals.reshape(shape) if vals.ndim < 2 else vals, shape).copy()
-    dtype = _dt.canonical(dtype)
+    dtype = _dt.canonical(dtype if dtype is not None else _dt.int32)
     if data is not None and _dt.is_float(dtype):
         data = data.astype(np.float32)
     out = _ops.new_result(rt, api, shape, dtype, "sbuf", data, None, _ops.mask_array(mask))
     _ops.emit_for(rt, out, "gpsimd", "iota", api, [], {})
-    return out
+    return _result_into(api, dst, out)
 
 
 def tensor_copy(src, *, dtype=None, mask=None, engine=None, **kwargs) -> Tensor:
@@ -697,10 +877,24 @@ def bn_aggr(data, *, dtype=None, mask=None, **kwargs) -> Tensor:
     return out
 
 
-def affine_select(pred, on_true_tile, on_false_value, *, dtype=None, mask=None, **kwargs) -> Tensor:
+@_primitive(replay=_REBUILD)
+def _selected(x: np.ndarray, keep: np.ndarray, *, false_value: float) -> np.ndarray:
+    return np.where(keep, x.astype(np.float32, copy=False), np.float32(false_value)).astype(np.float32)
+
+
+@_primitive(replay=_REBUILD)
+def _affine_kept(*, rows: int, pattern: tuple, offset: int, multiplier: int, cmp: Any) -> np.ndarray:
+    return np.asarray(cmp(_affine_values(rows=rows, pattern=pattern, offset=offset, multiplier=multiplier), 0))
+
+
+def affine_select(*, pred=None, on_true_tile=None, on_false_value=None, dtype=None, mask=None, dst=None, pattern=None,
+                  channel_multiplier=0, cmp_op=None, offset=0, **kwargs) -> Tensor | None:
+    """GpSimd ``where(predicate, on_true_tile, on_false_value)``: the predicate an affine ``nl.arange`` comparison
+    (NKI 0.1), or ``cmp_op(offset + partition * channel_multiplier + sum(index_k * step_k), 0)`` from a
+    ``pattern`` (standalone nki; ``cmp_op`` defaults to equal)."""
     rt = current()
     api = "nisa.affine_select"
-    if not isinstance(pred, Mask):
+    if pattern is None and not isinstance(pred, Mask):
         raise rt.rule_error(api, "pred must be an affine predicate over nl.arange expressions",
                             "affine_select takes a compile-time affine predicate")
     src = as_view(on_true_tile)
@@ -709,39 +903,204 @@ def affine_select(pred, on_true_tile, on_false_value, *, dtype=None, mask=None, 
         on_true_tile = _ops.copy_tile(on_true_tile)
     x = operand(on_true_tile, api, allow_scalar=False)
     _ops.check_engine_access(rt, api, "gpsimd", [x], None)
-    try:
-        p = _broadcast(pred.values, x.shape)
-    except ValueError:
-        raise rt.rule_error(api, f"predicate shape {pred.values.shape} does not match tile {x.shape}",
-                            "predicate broadcasts to the tile") from None
-    out_data = None if x.data is None else np.where(p, x.data, np.float32(on_false_value)).astype(np.float32)
+    rows = x.shape[0]
+    if pattern is not None:
+        cname, cfn = _alu(cmp_op if cmp_op is not None else "equal", api)
+        pairs = _pattern(rt, api, pattern, int(_prod(x.shape[1:])) if len(x.shape) > 1 else 1)
+        p = None if rt.options.trace_only and x.written is None else _call(
+            _affine_kept, rows=rows, pattern=pairs, offset=int(offset), multiplier=int(channel_multiplier),
+            cmp=cfn).reshape(x.shape)
+    else:
+        try:
+            p = _broadcast(pred.values, x.shape)
+        except ValueError:
+            raise rt.rule_error(api, f"predicate shape {pred.values.shape} does not match tile {x.shape}",
+                                "predicate broadcasts to the tile") from None
+    out_data = None if x.data is None else _call(_selected, x.data, p, false_value=float(on_false_value))
     written = None if x.written is None else (x.written | ~p)
     out = _ops.new_result(rt, api, x.shape, _dt.canonical(dtype) if dtype is not None else x.dtype, "sbuf",
                           out_data, written, _ops.mask_array(mask))
     _ops.emit_for(rt, out, "gpsimd", "affine_select", api, [x], {"num_inputs": 1})
-    return out
+    return _result_into(api, dst, out)
 
 
 def dropout(data, prob, *, dtype=None, mask=None, **kwargs) -> Tensor:
     return _ops.dropout(data, prob, dtype=dtype, mask=mask)
 
 
-def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0: bool = False, dtype=None,
-                         mask=None, **kwargs) -> Tensor:
+def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res=None, reverse0: bool = False,
+                         reduce_cmd=None, reduce_init=None, reduce_res_negate: bool = False, dtype=None, mask=None,
+                         **kwargs) -> Tensor:
+    """VectorE ``data op0 operand0`` reduced along the free axes into the VectorE accumulation registers
+    (``reduce_cmd``: reset_reduce by default, reduce, load_reduce from ``reduce_init``), read out into
+    ``reduce_res`` (negated with ``reduce_res_negate``)."""
     rt = current()
     api = "nisa.tensor_scalar_reduce"
-    out = tensor_scalar(data, op0, operand0, reverse0, dtype=dtype, mask=mask)
+    cmd = _reduce_cmd(reduce_cmd, _CMD.reset_reduce)
+    if cmd not in (_CMD.reset_reduce, _CMD.reduce, _CMD.load_reduce):
+        raise rt.rule_error(api, f"reduce_cmd {cmd.name} does not reduce", "tensor_scalar_reduce takes reduce_cmd "
+                            "reset_reduce, reduce or load_reduce")
+    if (reduce_init is not None) != (cmd == _CMD.load_reduce):
+        raise rt.rule_error(api, "reduce_init goes with reduce_cmd=load_reduce (and load_reduce needs it)",
+                            "reduce_init is set exactly when reduce_cmd is load_reduce")
     rname = op_name(reduce_op)
-    if rname not in REDUCE:
-        raise rt.rule_error(api, f"unsupported reduce_op {reduce_op!r}", "tensor_scalar_reduce reduce_op")
-    dest = as_view(reduce_res)
-    red = None if out._data is None else np.asarray(REDUCE[rname](out._data.reshape(out.shape[0], -1), axis=1,
-                                                                  keepdims=True)).astype(np.float32)
-    write(dest, red, None, None, api)
+    if rname not in _COMBINE:
+        raise rt.rule_error(api, f"unsupported reduce_op {reduce_op!r}", "tensor_scalar_reduce reduce_op is "
+                            "nl.add, nl.multiply, nl.max or nl.min")
+    out = tensor_scalar(data, op0, operand0, reverse0, dtype=dtype, mask=mask)
+    rows = out.shape[0]
+    values = out._data
+    red = None if values is None else _call(_free_reduced, values, None, name=rname, rows=rows)
+    red_written = None if out._written is None else np.all(out._written.reshape(rows, -1), axis=1, keepdims=True)
+    init = None
+    if cmd == _CMD.load_reduce:
+        io = operand(reduce_init, api)
+        c = _col(io, api, rows)
+        iv = None if c is None else (_call(_filled_col, rows=rows, value=float(c)) if io.scalar else c)
+        init = (iv, None if io.scalar or io.written is None else io.written.reshape(rows, 1))
+    dest = _accumulate_registers(rt, api, "vector", cmd, rname, red, red_written, rows, reduce_res, init,
+                                 negate=bool(reduce_res_negate))
     if out._producer is not None:
-        out._producer.writes = out._producer.writes + (dest.region(),)
+        if dest is not None:
+            out._producer.writes = out._producer.writes + (dest.region(),)
         out._producer.op = "tensor_scalar_reduce"
     return out
+
+
+# ---- top-8 search (VectorE) ------------------------------------------------------------------------
+_EIGHT = 8
+
+
+def _per_partition(rt, api: str, x: Operand, what: str) -> int:
+    n = int(_prod(x.shape[1:])) if len(x.shape) > 1 else 1
+    if not _EIGHT <= n <= 16384:
+        raise rt.rule_error(api, f"{what} holds {n} elements per partition", f"{api} reads 8 to 16384 elements "
+                            "per partition")
+    return n
+
+
+def _eight(rt, api: str, vals: Operand, rows: int) -> None:
+    if vals.shape[0] != rows or (int(_prod(vals.shape[1:])) if len(vals.shape) > 1 else 1) != _EIGHT:
+        raise rt.rule_error(api, f"vals {vals.shape} must hold 8 values for each of the {rows} partitions",
+                            "vals holds exactly 8 values per partition")
+
+
+@_primitive(replay=_REBUILD)
+def _top8(x: np.ndarray, *, rows: int) -> np.ndarray:
+    v = x.reshape(rows, -1).astype(np.float32, copy=False)
+    return -np.sort(-v, axis=1, kind="stable")[:, :_EIGHT]
+
+
+@_primitive(replay=_REBUILD)
+def _match_positions(data: np.ndarray, vals: np.ndarray, *, rows: int, ascending: bool) -> np.ndarray:
+    """Per partition, for each of the 8 ``vals``: the position of its match in ``data`` (fp32 comparison), -1 if
+    none. A value repeated in ``vals`` takes successive matches: in ascending slot order (nc_find_index8) or
+    descending (nc_match_replace8, which replaces as it goes from slot 7 down)."""
+    d = data.reshape(rows, -1).astype(np.float32, copy=False)
+    v = vals.reshape(rows, _EIGHT).astype(np.float32, copy=False)
+    same = v[:, :, None] == v[:, None, :]                              # [P, 8, 8]
+    before = np.tril(np.ones((_EIGHT, _EIGHT), bool), -1) if ascending else np.triu(np.ones((_EIGHT, _EIGHT), bool), 1)
+    k = (same & before[None]).sum(axis=2)                              # earlier duplicates of each slot
+    eq = d[:, None, :] == v[:, :, None]                                # [P, 8, N]
+    hit = eq & (np.cumsum(eq, axis=2) == (k + 1)[:, :, None])
+    return np.where(hit.any(axis=2), hit.argmax(axis=2), -1)
+
+
+@_primitive(replay=_REBUILD)
+def _as_index(pos: np.ndarray, *, sentinel: int) -> np.ndarray:
+    return np.where(pos >= 0, pos, sentinel).astype(np.int64)
+
+
+@_primitive(replay=_REBUILD)
+def _replaced(data: np.ndarray, pos: np.ndarray, *, rows: int, imm: float) -> np.ndarray:
+    out = data.reshape(rows, -1).astype(np.float32)
+    r, c = np.nonzero(pos >= 0)
+    out[r, pos[r, c]] = np.float32(imm)
+    return out.reshape(data.shape)
+
+
+def max8(*, src, mask=None, dtype=None, dst=None, **kwargs) -> Tensor | None:
+    """VectorE: the 8 largest values of each partition (read in fp32), in descending order, as [P, 8]."""
+    rt = current()
+    api = "nisa.max8"
+    x = operand(src, api, allow_scalar=False, mask=_ops.mask_array(mask))
+    _ops.check_engine_access(rt, api, "vector", [x], None)
+    rows = x.shape[0]
+    n = _per_partition(rt, api, x, "src")
+    data = None if x.data is None else _call(_top8, x.data, rows=rows)
+    written = None if x.written is None else _broadcast(np.all(x.written.reshape(rows, -1), axis=1, keepdims=True),
+                                                        (rows, _EIGHT))
+    out = _ops.new_result(rt, api, (rows, _EIGHT), _dt.canonical(dtype) if dtype is not None else x.dtype, "sbuf",
+                          data, written, None)
+    _ops.emit_for(rt, out, "vector", "max8", api, [x], {"num_inputs": 1, "psum_input": x.buffer == "psum"}, free=n)
+    return _result_into(api, dst, out)
+
+
+def _found_written(d: Operand, v: Operand, rows: int) -> np.ndarray | None:
+    parts = [np.all(o.written.reshape(rows, -1), axis=1, keepdims=True) for o in (d, v) if o.written is not None]
+    return None if not parts else _broadcast(np.logical_and.reduce(parts), (rows, _EIGHT))
+
+
+def nc_find_index8(*, data, vals, mask=None, dtype=None, dst=None, **kwargs) -> Tensor | None:
+    """VectorE: per partition, the index of the first match of each of the 8 ``vals`` in ``data`` (duplicates
+    take successive matches); all ones (0xFFFFFFFF / 0xFFFF) where a value is missing. uint32 by default."""
+    rt = current()
+    api = "nisa.nc_find_index8"
+    d = operand(data, api, allow_scalar=False, mask=_ops.mask_array(mask))
+    v = operand(vals, api, allow_scalar=False)
+    _ops.check_engine_access(rt, api, "vector", [d, v], None)
+    rows = d.shape[0]
+    n = _per_partition(rt, api, d, "data")
+    _eight(rt, api, v, rows)
+    target = as_view(dst)
+    out_dtype = _dt.canonical(dtype) if dtype is not None else (target.dtype if target is not None else _dt.uint32)
+    if _dt.name(out_dtype) not in ("uint32", "uint16"):
+        raise rt.rule_error(api, f"indices are uint32 or uint16, not {_dt.name(out_dtype)}",
+                            "nc_find_index8 writes uint16 or uint32 indices")
+    idx = None
+    if d.data is not None:
+        pos = _call(_match_positions, d.data, v.data, rows=rows, ascending=True)
+        idx = _call(_as_index, pos, sentinel=0xFFFF if _dt.name(out_dtype) == "uint16" else 0xFFFFFFFF)
+    out = _ops.new_result(rt, api, (rows, _EIGHT), out_dtype, "sbuf", idx, _found_written(d, v, rows), None)
+    _ops.emit_for(rt, out, "vector", "nc_find_index8", api, [d, v], {"num_inputs": 2,
+                                                                      "psum_input": d.buffer == "psum"}, free=n)
+    return _result_into(api, dst, out)
+
+
+def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, dst=None, **kwargs) -> Tensor | None:
+    """VectorE: ``data`` with the first match of each of the 8 ``vals`` replaced by ``imm`` (slot 7 first, so a
+    repeated value's earliest match lands in its highest slot); ``dst_idx`` gets the matched positions."""
+    rt = current()
+    api = "nisa.nc_match_replace8"
+    d = operand(data, api, allow_scalar=False, mask=_ops.mask_array(mask))
+    v = operand(vals, api, allow_scalar=False)
+    _ops.check_engine_access(rt, api, "vector", [d, v], None)
+    rows = d.shape[0]
+    n = _per_partition(rt, api, d, "data")
+    _eight(rt, api, v, rows)
+    pos = replaced = None
+    if d.data is not None:
+        pos = _call(_match_positions, d.data, v.data, rows=rows, ascending=False)
+        replaced = _call(_replaced, d.data, pos, rows=rows, imm=float(imm))
+    written = None if d.written is None and v.written is None else combine_written(
+        d.written, None if v.written is None else _broadcast(
+            np.all(v.written.reshape(rows, -1), axis=1).reshape((rows,) + (1,) * (len(d.shape) - 1)), d.shape),
+        shape=d.shape)
+    out = _ops.new_result(rt, api, d.shape, _dt.canonical(dtype) if dtype is not None else d.dtype, "sbuf",
+                          replaced, written, None)
+    ins = _ops.emit_for(rt, out, "vector", "nc_match_replace8", api, [d, v], {"num_inputs": 2,
+                        "psum_input": d.buffer == "psum"}, free=n)
+    if dst_idx is not None:
+        iv = as_view(dst_idx)
+        if iv is None or int(_prod(iv.shape)) != rows * _EIGHT:
+            raise rt.rule_error(api, f"dst_idx must be a [{rows}, 8] tile", "dst_idx holds 8 indices per partition")
+        idx = None if pos is None else _call(_as_index, pos, sentinel=0xFFFF if _dt.name(iv.dtype) == "uint16"
+                                             else 0xFFFFFFFF).reshape(iv.shape)
+        fw = _found_written(d, v, rows)
+        write(iv, idx, None if fw is None else fw.reshape(iv.shape), None, api)
+        if ins is not None:
+            ins.writes = ins.writes + (iv.region(),)
+    return _result_into(api, dst, out)
 
 
 # ---- cross-partition data movement -----------------------------------------------------------------------
@@ -816,9 +1175,34 @@ def nc_stream_shuffle(src, dst, shuffle_mask, **kwargs) -> None:
             attrs={"num_inputs": 1, "psum_input": x.buffer == "psum"})
 
 
+def _in_bounds(view: Any) -> np.ndarray | None:
+    """Which elements of an index-array view address its tensor (None: all of them, or not an index view)."""
+    if not view.advanced:
+        return None
+    shape = view.shape
+    keys = [k for k in view.key]
+    arrays = [k for k in keys if isinstance(k, np.ndarray)]
+    if not arrays:
+        return None
+    full = np.broadcast_shapes(*[a.shape for a in arrays])
+    keep = np.ones(full, bool)
+    for axis, k in enumerate(keys):
+        if isinstance(k, np.ndarray):
+            keep &= _broadcast((k >= 0) & (k < view.tensor.shape[axis]), full)
+    if keep.all() or keep.size != int(_prod(shape)):
+        return None
+    return keep.reshape(shape)
+
+
+_OOB = oob_mode
+
+
 def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=None, **kwargs) -> None:
-    """A DMA between HBM and SBUF (either direction, or HBM->HBM); ``dst_rmw_op=np.add`` accumulates."""
+    """A DMA between HBM and SBUF (either direction, or HBM->HBM); ``dst_rmw_op=np.add`` accumulates.
+    ``oob_mode=skip``: an element whose source or destination index lies outside its tensor is not transferred
+    (its destination keeps its value), for static and indirect indices alike (dma_copy docs, oob_mode)."""
     rt = current()
+    skip = oob_mode is not None and int(oob_mode) == int(_OOB.skip)
     api = "nisa.dma_copy"
     dv, sv = as_view(dst), as_view(src)
     if dv is None or sv is None:
@@ -830,7 +1214,18 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=No
         raise rt.rule_error(api, f"dst {dv.shape} and src {sv.shape} hold different element counts",
                             "dma_copy needs equal sizes")
     m = _ops.mask_array(mask)
-    data, written = read(sv, m, api)
+    m_src = m
+    if skip:
+        keep_s, keep_d = _in_bounds(sv), _in_bounds(dv)
+        if keep_s is not None or keep_d is not None:
+            keep = np.ones(dv.shape, bool)
+            if keep_s is not None:
+                keep &= keep_s.reshape(dv.shape)
+            if keep_d is not None:
+                keep &= keep_d
+            m = keep if m is None else (_broadcast(m, dv.shape) & keep)
+            m_src = m.reshape(sv.shape)
+    data, written = read(sv, m_src, api)
     if not dv.tensor.on_chip:
         _ops.check_output_valid(rt, api, written, dv.tensor.name)
     accumulate = dst_rmw_op is not None
@@ -847,7 +1242,7 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=No
     p = shape[0] if shape else 1
     per_part = (int(_prod(shape[1:])) if len(shape) > 1 else 1) * _dt.itemsize(sv.tensor.dtype)
     index_reads = tuple(v.region() for v in sv.indirect + dv.indirect)   # indirect DMA reads its index tiles
-    rt.emit("dma", "dma_copy", api, (sv.region(m),) + index_reads, (dv.region(m),), p,
+    rt.emit("dma", "dma_copy", api, (sv.region(m_src),) + index_reads, (dv.region(m),), p,
             int(_prod(shape[1:])) if len(shape) > 1 else 1,
             (_dt.name(sv.tensor.dtype),), _dt.name(dv.tensor.dtype), accumulate=accumulate,
             attrs={"bytes": p * per_part, "partitions": p, "bytes_per_partition": per_part,

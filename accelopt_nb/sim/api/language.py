@@ -434,6 +434,9 @@ def copy(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
     return _ops.copy_tile(src, mask=mask, dtype=dtype)
 
 
+copy._nki_name = "copy"  # type: ignore[attr-defined]  # also the identity activation / unary ALU op (nisa op=nl.copy)
+
+
 def broadcast_to(src, *, shape, **kwargs) -> Tensor:
     rt = current()
     api = "nl.broadcast_to"

@@ -21,7 +21,7 @@ from accelopt_nb.sim.core.indexing import Mask, broadcast, keep, mask_all, mask_
 from accelopt_nb.sim.core.memory import Thunk, defer, kept_box, read, write
 from accelopt_nb.sim.core.operands import Operand, as_view, combine_written, operand
 from accelopt_nb.sim.core.prims import REBUILD, Array, Lane, call, elementwise, is_elementwise, primitive
-from accelopt_nb.sim.core.runtime import PMAX, PSUM_BANK_BYTES, Runtime, current
+from accelopt_nb.sim.core.runtime import PMAX, PSUM_BANK_BYTES, PSUM_BANKS, Runtime, current
 from accelopt_nb.sim.core.tensor import Tensor
 from accelopt_nb.sim.core.views import View
 
@@ -60,10 +60,30 @@ def check_tile_shape(rt: Runtime, api: str, shape: tuple[int, ...], dtype: Any, 
         raise rt.rule_error(api, f"partition dimension {shape[0]} exceeds the architecture limit of {PMAX}",
                             "partition dim <= 128")
     if buffer == "psum":
+        # a PSUM tile may span banks (nl.tile_size.psum_num_banks; "psum_fmax ... does not represent the free-dim
+        # size per partition"); one matmul's output stays within one bank (check_psum_bank)
         per_partition = int(_prod(shape[1:])) * dt.itemsize(dtype) if len(shape) > 1 else dt.itemsize(dtype)
-        if per_partition > PSUM_BANK_BYTES:
-            raise rt.rule_error(api, f"PSUM tile of {per_partition} bytes per partition exceeds one 2 KiB bank "
-                                f"(shape {shape}, {dt.name(dtype)})", "PSUM tile <= 2 KiB per partition (512 fp32)")
+        if per_partition > PSUM_BANKS * PSUM_BANK_BYTES:
+            raise rt.rule_error(api, f"PSUM tile of {per_partition} bytes per partition exceeds PSUM's "
+                                f"{PSUM_BANKS} x 2 KiB banks (shape {shape}, {dt.name(dtype)})",
+                                "PSUM tile <= 16 KiB per partition (8 banks of 512 fp32)")
+
+
+def check_psum_bank(rt: Runtime, api: str, dest: View) -> None:
+    """A TensorE instruction writes within one 2 KiB PSUM bank (NC-v2/v3; a tile starts on a bank boundary)."""
+    t = dest.tensor
+    if t.buffer != "psum":
+        return
+    reg = dest.region()
+    free = t.shape[t.par_axis + 1:]
+    strides = [int(_prod(free[i + 1:])) for i in range(len(free))]
+    lo = sum(reg.lo[t.par_axis + 1 + i] * st for i, st in enumerate(strides))
+    hi = sum((reg.hi[t.par_axis + 1 + i] - 1) * st for i, st in enumerate(strides)) + 1
+    item = dt.itemsize(t.dtype)
+    if (lo * item) // PSUM_BANK_BYTES != (hi * item - 1) // PSUM_BANK_BYTES:
+        raise rt.rule_error(api, f"a TensorE result written to bytes {lo * item}..{hi * item - 1} of each partition "
+                            f"of '{t.name}' crosses a 2 KiB PSUM bank boundary",
+                            "one matmul's output lies within one PSUM bank (512 fp32 per partition)")
 
 
 _DEFERRED = np.empty(0, np.float32)   # the data of a tile whose values are deferred (never read: see memory.defer)
@@ -313,6 +333,8 @@ def copy_into(dest: View, value: Any, api: str, reduction: bool = False) -> None
                 and dest.tensor.buffer in ENGINE_WRITES[producer.engine] and int(_prod(sshape)) == int(_prod(dshape)))
     mask = src._mask if retarget else None
     if retarget:
+        if producer.engine == "tensor":
+            check_psum_bank(rt, api, dest)
         src._consumed = True
         pending = rt.pending_reduction
         if pending is not None and pending[0] is src:  # dst[...] = nl.loop_reduce(...): dst is the accumulator
@@ -353,6 +375,7 @@ def accumulate_into(dest: View, value: Any) -> None:
         producer = value._producer
         if (value.kind == "result" and not value._consumed and producer is not None and producer.engine == "tensor"
                 and dest.tensor.buffer == "psum" and value.shape == dest.shape):
+            check_psum_bank(current(), "+=", dest)
             value._consumed = True
             write(dest, value._data, value._written, value._mask, "+=", accumulate=True)
             producer.writes = (dest.region(),)

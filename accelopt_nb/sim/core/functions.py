@@ -107,6 +107,23 @@ ALU: dict[str, Callable[[Any, Any], Any]] = {
     "bypass": lambda a, b: a,
 }
 
+
+def _unary_alu(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """An "arithmetic unary" ALU operator (the NKI docs' ALU table): ``op(data)``, its scalar operand ignored."""
+    def alu(a: Any, b: Any, out: Any = None) -> Any:
+        y = fn(a)
+        if out is None:
+            return y
+        np.copyto(out, y)
+        return out
+    return alu
+
+
+# abs, square, relu, rsqrt, reciprocal and copy may fill an op0/op1 field (nki.api.shared "ALU operators")
+UNARY_ALU = {"abs": np.abs, "square": np.square, "relu": lambda x: np.maximum(x, 0),
+             "rsqrt": lambda x: 1.0 / np.sqrt(x), "reciprocal": lambda x: 1.0 / x, "copy": lambda x: x}
+ALU.update({name: _unary_alu(fn) for name, fn in UNARY_ALU.items()})
+
 # the tables' functions, each elementwise (an element of the result depends on the same element of each operand):
 # they run over lanes like any broadcast axis (core.prims.is_elementwise)
 ELEMENTWISE = frozenset(ACTIVATIONS.values()) | frozenset(ALU.values())

@@ -20,6 +20,7 @@ from accelopt_nb.sim.trace import Instruction, Region, TensorInfo, Trace
 PMAX = 128                 # partitions (nl.tile_size.pmax)
 PSUM_FMAX = 512            # fp32 elements per partition in one PSUM bank
 PSUM_BANK_BYTES = 2048
+PSUM_BANKS = 8             # banks per partition (nl.tile_size.psum_num_banks on NC-v2/v3)
 GEMM_STATIONARY_FMAX = 128
 GEMM_MOVING_FMAX = 512
 BN_STATS_FMAX = 512
@@ -96,10 +97,12 @@ class Runtime:
         self.force_auto_alloc = False        # @nki.compiler.force_auto_alloc: explicit placements ignored
         self.log: list[str] = []
         self.warnings: list[str] = []
+        self.warned_once: set[tuple] = set()   # what a warning given once per kernel line has been given for
         self.loop_reduce_state: dict[tuple, Any] = {}   # nl.loop_reduce accumulators by call site and loop nest
         self.pending_reduction: Any = None   # (result, how to reduce it into a destination) of the last loop_reduce
         self.deferred: Any = None            # the result tile whose values are not computed yet (memory.defer)
         self.rng: Any = None                 # nl.rand / nl.dropout's generator (seeded per launch: language._rng)
+        self.engine_regs: dict[str, Any] = {}   # an engine's 128 accumulation registers (reduce_cmd), by engine
         self.hidden: dict[int, TensorInfo] = {}     # result tiles taken out of the trace (hide_result), by id
         self.onchip = onchip.Launch()        # the on-chip buffers' memory, kept for the next launch
         self.tensors_unsorted = False               # a hidden tile came back: trace.tensors leaves id order
