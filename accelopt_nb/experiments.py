@@ -6,6 +6,11 @@ killed batch resumes where it stopped, and the figures are drawn from the stores
 the arm's name with anything but letters, digits, ``.``, ``-`` and ``_`` made ``_`` (``beam + memory``
 lives in ``beam_memory/``, easy to type in a shell); ``arm.json`` in it keeps the name.
 
+An LLM search is a random process: one run per arm says little about which arm is better. Given
+``seeds``, every arm runs once per seed (the search's seed and, through it, every LLM call's), each
+replicate in ``root/<arm folder>--seed<N>/<problem>``; the curves carry the seed, and the figures draw
+the mean over seeds with the spread between the best and the worst replicate.
+
 * :func:`collect_curves`: per arm, problem and iteration, the best speedup so far, its % of peak,
   and the cumulative LLM tokens and USD (from the ledger);
 * :func:`plot_speedup_curves`: geometric-mean best speedup over the problems vs iteration
@@ -29,7 +34,8 @@ from accelopt_nb.notebook.causes import run_failures
 from accelopt_nb.search.launch import LaunchSpec, model_config, open_session, preflight, require_price
 
 ARM_FILE = "arm.json"   # in each arm's folder: the arm as written (its name may hold spaces and '+')
-CURVE_COLUMNS = ["arm", "problem", "run_id", "iteration", "best_speedup", "best_pct_peak", "cum_tokens",
+SEED_SUFFIX = "--seed"  # a replicate's folder: <arm folder>--seed<N>
+CURVE_COLUMNS = ["arm", "seed", "problem", "run_id", "iteration", "best_speedup", "best_pct_peak", "cum_tokens",
                  "cum_cost_usd"]
 
 
@@ -60,22 +66,41 @@ def arm_folder(name: str) -> str:
     return folder
 
 
-def arm_name(folder: str | Path) -> str:
-    """The name of the arm whose run stores are in ``folder`` (from its ``arm.json``; else the folder's name)."""
+def run_folder(name: str, seed: int | None = None) -> str:
+    """The folder of an arm's run stores, or of one seed's replicate of it."""
+    return arm_folder(name) + (f"{SEED_SUFFIX}{int(seed)}" if seed is not None else "")
+
+
+def _arm_record(folder: str | Path) -> dict[str, Any]:
     path = Path(folder) / ARM_FILE
     if path.is_file():
         try:
-            return str(json.loads(path.read_text())["name"])
-        except (ValueError, KeyError, TypeError):
+            record = json.loads(path.read_text())
+            if isinstance(record, dict) and "name" in record:
+                return record
+        except ValueError:
             pass
-    return Path(folder).name
+    return {}
 
 
-def _write_arm_file(root: Path, arm: "Arm") -> Path:
-    folder = root / arm_folder(arm.name)
+def arm_name(folder: str | Path) -> str:
+    """The name of the arm whose run stores are in ``folder`` (from its ``arm.json``; else the folder's name)."""
+    return str(_arm_record(folder).get("name", Path(folder).name))
+
+
+def arm_seed(folder: str | Path) -> int | None:
+    """The seed of the replicate whose run stores are in ``folder`` (None: an arm run without ``seeds``)."""
+    seed = _arm_record(folder).get("seed")
+    return int(seed) if seed is not None else None
+
+
+def _write_arm_file(root: Path, arm: "Arm", seed: int | None = None) -> Path:
+    folder = root / run_folder(arm.name, seed)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / ARM_FILE).write_text(json.dumps({"name": arm.name, "preset": arm.preset, "overrides": arm.overrides,
-                                               "model": arm.model}, indent=2, default=str))
+    record = {"name": arm.name, "preset": arm.preset, "overrides": arm.overrides, "model": arm.model}
+    if seed is not None:
+        record["seed"] = int(seed)
+    (folder / ARM_FILE).write_text(json.dumps(record, indent=2, default=str))
     return folder
 
 
@@ -93,11 +118,16 @@ class ArmOutcome:
     problem: str
     complete: bool
     iterations_done: int = 0
+    seed: int | None = None           # the replicate's seed (None: the arm ran without ``seeds``)
     error: str | None = None
     model: str | None = None
     run_id: str | None = None
     warning: str | None = None        # what the endpoint check said (e.g. the model is not listed)
     failures: dict[str, Any] = field(default_factory=dict)   # causes.Failures.to_dict()
+
+    def where(self) -> str:
+        """The run, as people name it: ``arm / problem``, with the replicate's seed when it has one."""
+        return f"{self.arm}{'' if self.seed is None else f' (seed {self.seed})'} / {self.problem}"
 
     def reason(self) -> str:
         """One line: why the run is not complete (or what went wrong on the way), '' when nothing did."""
@@ -120,7 +150,7 @@ def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], r
              default_model: Mapping[str, Any] | None = None, progress: bool = True, parallel: int = 1,
              eval_workers: int | None = None, scheduler: str | None = None, llm_concurrency: int | None = None,
              unpriced_ok: bool = True, check_endpoint: bool = True,
-             allow_model_change: bool = False) -> list[ArmOutcome]:
+             allow_model_change: bool = False, seeds: Iterable[int] | None = None) -> list[ArmOutcome]:
     """Run (or resume) every arm on every problem to its configured number of iterations.
 
     ``parallel`` runs that many (arm, problem) searches at once; their evaluations share one
@@ -130,7 +160,8 @@ def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], r
     refuses a model without a price (a cost experiment must not count it as free). Every arm's
     endpoint is checked before any run starts (``check_endpoint``); what the check warns about (a
     model the server does not list) is printed and kept in the outcome. A run made with another model
-    is not resumed with this one unless ``allow_model_change`` (recorded in the run).
+    is not resumed with this one unless ``allow_model_change`` (recorded in the run). ``seeds``: run
+    every arm once per seed (replicates, see the module's doc); None: once, with its preset's seed.
 
     A run is complete when its T iterations are done and it lost no LLM call (transport, a model
     error, the cap, or calls never made): a rerun resumes an incomplete one.
@@ -141,14 +172,16 @@ def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], r
         raise ConfigError(f"parallel must be >= 1, got {parallel}")
     root = Path(root)
     arms = [a if isinstance(a, Arm) else Arm.from_dict(a) for a in arms]
+    replicas = _seed_list(seeds)
     folders: dict[str, str] = {}
     for arm in arms:
-        other = folders.setdefault(arm_folder(arm.name), arm.name)
-        if other != arm.name:
-            raise ConfigError(f"arms {other!r} and {arm.name!r} would share the folder {arm_folder(arm.name)!r}; "
-                              "rename one")
+        for seed in replicas:
+            other = folders.setdefault(run_folder(arm.name, seed), arm.name)
+            if other != arm.name:
+                raise ConfigError(f"arms {other!r} and {arm.name!r} would share the folder "
+                                  f"{run_folder(arm.name, seed)!r}; rename one")
     problems = list(problems)
-    jobs = [(a, p) for a in arms for p in problems]
+    jobs = [(a, p, seed) for a in arms for seed in replicas for p in problems]
     # Fail in seconds, before any run starts, if an arm has no price (a cost experiment) or its
     # endpoint is down.
     checked: dict[tuple[str | None, str], str] = {}     # endpoint -> the check's warning ("" if none)
@@ -169,16 +202,17 @@ def run_arms(arms: Iterable[Arm | Mapping[str, Any]], problems: Iterable[str], r
                 print(f"arm {arm.name!r}: {checked[key]}", flush=True)   # e.g. a model the server does not list
         warnings[arm.name] = checked.get(key, "")
     for arm in arms:
-        _write_arm_file(root, arm)
+        for seed in replicas:
+            _write_arm_file(root, arm, seed)
     evaluator = _shared_evaluator(eval_workers, scheduler)
     bar = _RunLines(len(jobs)) if progress else None
 
-    def one(job: tuple[Arm, str]) -> ArmOutcome:
-        arm, problem = job
-        outcome = ArmOutcome(arm.name, problem, False, warning=warnings.get(arm.name) or None)
+    def one(job: tuple[Arm, str, int | None]) -> ArmOutcome:
+        arm, problem, seed = job
+        outcome = ArmOutcome(arm.name, problem, False, warning=warnings.get(arm.name) or None, seed=seed)
         try:
             session = open_session(_arm_spec(arm, problem, root, default_model, evaluator, llm_concurrency,
-                                             unpriced_ok, allow_model_change))
+                                             unpriced_ok, allow_model_change, seed))
         except AccelOptError as exc:     # e.g. resuming with another model than the run's
             outcome.error = f"{type(exc).__name__}: {exc}"
             return _finish(outcome, bar)
@@ -222,7 +256,7 @@ class _RunLines:
             self.done += 1
             state = "complete" if o.complete else "NOT COMPLETE"
             why = o.reason()
-            print(f"[{self.done}/{self.total}] {o.arm} / {o.problem}: {state}, {o.iterations_done} iteration(s)"
+            print(f"[{self.done}/{self.total}] {o.where()}: {state}, {o.iterations_done} iteration(s)"
                   + (f" -- {why}" if why else ""), flush=True)
 
 
@@ -238,11 +272,26 @@ def arm_model(arm: Arm, default_model: Mapping[str, Any] | None) -> dict[str, An
     return dict(arm.model) if "model_preset" in arm.model else {**dict(default_model or {}), **arm.model}
 
 
+def _seed_list(seeds: Iterable[int] | None) -> list[int | None]:
+    if seeds is None:
+        return [None]
+    try:
+        out = [int(s) for s in seeds]
+    except (TypeError, ValueError):
+        raise ConfigError(f"seeds takes a list of integers, e.g. [0, 1, 2]; got {seeds!r}") from None
+    if not out or len(set(out)) != len(out):
+        raise ConfigError(f"seeds takes distinct integers (one replicate per seed); got {out}")
+    return list(out)
+
+
 def _arm_spec(arm: Arm, problem: str, root: Path, default_model: Mapping[str, Any] | None, evaluator: Any,
-              llm_concurrency: int | None, unpriced_ok: bool, allow_model_change: bool = False) -> LaunchSpec:
-    # endpoints were checked once for the whole batch
-    return LaunchSpec(problem, run_dir=root / arm_folder(arm.name) / problem, model=arm_model(arm, default_model),
-                      preset=arm.preset, overrides=dict(arm.overrides), resume="auto", eval_executor=evaluator,
+              llm_concurrency: int | None, unpriced_ok: bool, allow_model_change: bool = False,
+              seed: int | None = None) -> LaunchSpec:
+    # endpoints were checked once for the whole batch; a replicate's seed is the search's (and its calls')
+    overrides = {**arm.overrides, "seed": seed} if seed is not None else dict(arm.overrides)
+    return LaunchSpec(problem, run_dir=root / run_folder(arm.name, seed) / problem,
+                      model=arm_model(arm, default_model),
+                      preset=arm.preset, overrides=overrides, resume="auto", eval_executor=evaluator,
                       llm_concurrency=llm_concurrency, unpriced_ok=unpriced_ok, check_endpoint=False,
                       allow_model_change=allow_model_change)
 
@@ -261,17 +310,17 @@ def collect_curves(root: str | Path) -> pd.DataFrame:
 
     rows: list[dict[str, Any]] = []
     for db in sorted(Path(root).glob(f"*/*/{DEFAULT_FILENAME}")):
-        arm, problem = arm_name(db.parent.parent), db.parent.name
+        arm, seed, problem = arm_name(db.parent.parent), arm_seed(db.parent.parent), db.parent.name
         store = RunStore.open(db.parent)
         try:
             for run_id in store.run_ids():
-                rows.extend(_run_curve(store, run_id, arm, problem))
+                rows.extend(_run_curve(store, run_id, arm, seed, problem))
         finally:
             store.close()
     return pd.DataFrame(rows, columns=CURVE_COLUMNS)
 
 
-def _run_curve(store: Any, run_id: str, arm: str, problem: str) -> list[dict[str, Any]]:
+def _run_curve(store: Any, run_id: str, arm: str, seed: int | None, problem: str) -> list[dict[str, Any]]:
     selects = {}
     for step in store.rows("steps", run_id):
         if step["step"] == "select" and step["status"] == "done":
@@ -286,22 +335,36 @@ def _run_curve(store: Any, run_id: str, arm: str, problem: str) -> list[dict[str
                 tokens += (c["prompt_tokens"] or 0) + (c["completion_tokens"] or 0)
                 # an unpriced call makes the cost unknown (NaN, shown as "unpriced"), never $0
                 cost += math.nan if c["cost_usd"] is None else c["cost_usd"]
-        out.append({"arm": arm, "problem": problem, "run_id": run_id, "iteration": it,
+        out.append({"arm": arm, "seed": seed, "problem": problem, "run_id": run_id, "iteration": it,
                     "best_speedup": info.get("best_speedup"), "best_pct_peak": info.get("best_pct_peak"),
                     "cum_tokens": tokens, "cum_cost_usd": cost})
     return out
 
 
+GEOMEAN_COLUMNS = ["arm", "iteration", "geomean_speedup", "cum_cost_usd", "low", "high", "seeds"]
+
+
+def _by_replicate(curves: pd.DataFrame) -> Iterable[tuple[str, Any, pd.DataFrame]]:
+    """(arm, seed, rows) per replicate; an arm run without seeds is one replicate (seed None)."""
+    seeds = curves["seed"] if "seed" in curves else pd.Series([None] * len(curves), index=curves.index)
+    keyed = curves.assign(_replicate=seeds.astype(object).where(seeds.notna(), "none"))
+    for (arm, replicate), g in keyed.groupby(["arm", "_replicate"], sort=True):
+        yield str(arm), (None if replicate == "none" else replicate), g
+
+
 def geomean_by_iteration(curves: pd.DataFrame) -> pd.DataFrame:
-    """Per arm and iteration: geometric mean over problems of the best speedup so far.
+    """Per arm and iteration: geometric mean over problems of the best speedup so far (GEOMEAN_COLUMNS).
 
     A problem whose run stopped earlier keeps its last value, so every arm averages the same set.
+    With replicates (``seed``), ``geomean_speedup`` is the geometric mean over them, ``low``/``high``
+    the worst and best replicate, ``cum_cost_usd`` the mean cost of one replicate, ``seeds`` how many
+    replicates reached the iteration; without, ``low`` = ``high`` = the value and ``seeds`` = 1.
     """
     if curves.empty:
-        return pd.DataFrame(columns=["arm", "iteration", "geomean_speedup", "cum_cost_usd"])
-    out = []
+        return pd.DataFrame(columns=GEOMEAN_COLUMNS)
     last_it = int(curves["iteration"].max())
-    for arm, g in curves.groupby("arm"):
+    per: list[dict[str, Any]] = []
+    for arm, _seed, g in _by_replicate(curves):
         per_problem = {p: gg.set_index("iteration").sort_index() for p, gg in g.groupby("problem")}
         for it in range(last_it + 1):
             vals, cost = [], 0.0
@@ -312,9 +375,14 @@ def geomean_by_iteration(curves: pd.DataFrame) -> pd.DataFrame:
                 vals.append(float(upto["best_speedup"].iloc[-1]))
                 cost += float(upto["cum_cost_usd"].iloc[-1])
             if vals:
-                out.append({"arm": arm, "iteration": it, "geomean_speedup": float(np.exp(np.mean(np.log(vals)))),
-                            "cum_cost_usd": cost})
-    return pd.DataFrame(out)
+                per.append({"arm": arm, "iteration": it, "speedup": float(np.exp(np.mean(np.log(vals)))),
+                            "cost": cost})
+    out = []
+    for (arm, it), g in pd.DataFrame(per).groupby(["arm", "iteration"], sort=True):
+        out.append({"arm": arm, "iteration": int(it), "geomean_speedup": float(np.exp(np.mean(np.log(g["speedup"])))),
+                    "cum_cost_usd": float(g["cost"].mean(skipna=False)), "low": float(g["speedup"].min()),
+                    "high": float(g["speedup"].max()), "seeds": len(g)})
+    return pd.DataFrame(out, columns=GEOMEAN_COLUMNS)
 
 
 def plot_speedup_curves(curves: pd.DataFrame, ax=None, title: str = "Best speedup so far (geometric mean)"):
@@ -363,14 +431,27 @@ def plot_cost(curves: pd.DataFrame, ax=None, title: str = "Speedup vs LLM cost")
 
 
 def summary_table(curves: pd.DataFrame) -> pd.DataFrame:
-    """Final numbers per arm: geometric-mean speedup, total cost, tokens, and cost per 1% speedup."""
-    rows = []
-    for arm, g in curves.groupby("arm"):
+    """Final numbers per arm: geometric-mean speedup, total cost, tokens, and cost per 1% speedup.
+
+    With replicates (``seed``): the speedup is the geometric mean over them, ``low``/``high`` the worst
+    and best replicate's, and cost and tokens are those of one replicate (the mean over seeds)."""
+    per: dict[str, list[dict[str, float]]] = {}
+    for arm, _seed, g in _by_replicate(curves):
         last = g.sort_values("iteration").groupby("problem").tail(1)
-        gm = float(np.exp(np.mean(np.log(last["best_speedup"].astype(float)))))
-        cost = float(last["cum_cost_usd"].sum(skipna=False))  # NaN: some call unpriced
-        rows.append({"arm": arm, "problems": len(last), "iterations": int(g["iteration"].max()) + 1,
-                     "geomean_speedup": gm, "total_cost_usd": cost, "total_tokens": int(last["cum_tokens"].sum()),
+        per.setdefault(arm, []).append({
+            "gm": float(np.exp(np.mean(np.log(last["best_speedup"].astype(float))))),
+            "cost": float(last["cum_cost_usd"].sum(skipna=False)),   # NaN: some call unpriced
+            "tokens": float(last["cum_tokens"].sum()), "problems": len(last),
+            "iterations": int(g["iteration"].max()) + 1})
+    rows = []
+    for arm, reps in per.items():
+        gms = [r["gm"] for r in reps]
+        gm = float(np.exp(np.mean(np.log(gms))))
+        cost = float(np.mean([r["cost"] for r in reps]))
+        rows.append({"arm": arm, "seeds": len(reps), "problems": max(r["problems"] for r in reps),
+                     "iterations": max(r["iterations"] for r in reps), "geomean_speedup": gm,
+                     "low": min(gms), "high": max(gms), "total_cost_usd": cost,
+                     "total_tokens": int(round(np.mean([r["tokens"] for r in reps]))),
                      "usd_per_speedup_point": cost / ((gm - 1) * 100) if gm > 1 else math.inf,
                      "priced": not math.isnan(cost)})
     return pd.DataFrame(rows)

@@ -92,3 +92,74 @@ def test_arms_run_concurrently_and_a_failing_arm_is_reported_not_complete(tmp_pa
     assert not by_arm["bad"].complete and "StepFailedError" in by_arm["bad"].error
     curves = collect_curves(tmp_path / "exp")
     assert set(curves["arm"]) == {"good"}  # the failed arm has no finished iteration to plot
+
+
+def _replicate_rows(arm: str, seed, speedups: list[float], cost: float = 1.0) -> list[dict]:
+    return [{"arm": arm, "seed": seed, "problem": "p", "run_id": f"{arm}{seed}", "iteration": it, "best_speedup": v,
+             "best_pct_peak": 10, "cum_tokens": 10 * (it + 1), "cum_cost_usd": cost * (it + 1)}
+            for it, v in enumerate(speedups)]
+
+
+def test_replicates_give_the_mean_over_seeds_and_the_spread():
+    curves = pd.DataFrame(_replicate_rows("beam", 0, [1.0, 2.0]) + _replicate_rows("beam", 1, [1.0, 8.0], cost=3.0)
+                          + _replicate_rows("sampling", None, [1.5, 1.5]))
+    g = geomean_by_iteration(curves).set_index(["arm", "iteration"])
+    beam = g.loc[("beam", 1)]
+    assert beam["geomean_speedup"] == pytest.approx(4.0)             # sqrt(2 * 8): geometric mean over the seeds
+    assert (beam["low"], beam["high"], beam["seeds"]) == (pytest.approx(2.0), pytest.approx(8.0), 2)
+    assert beam["cum_cost_usd"] == pytest.approx(4.0)                # one replicate's cost: mean of 2 and 6
+    one = g.loc[("sampling", 1)]                                     # an arm run without seeds: one replicate
+    assert (one["low"], one["high"], one["seeds"]) == (1.5, 1.5, 1)
+    s = summary_table(curves).set_index("arm")
+    assert s.loc["beam", "geomean_speedup"] == pytest.approx(4.0) and s.loc["beam", "seeds"] == 2
+    assert (s.loc["beam", "low"], s.loc["beam", "high"]) == (pytest.approx(2.0), pytest.approx(8.0))
+    assert s.loc["beam", "total_cost_usd"] == pytest.approx(4.0) and s.loc["sampling", "seeds"] == 1
+
+
+def test_the_figure_draws_the_spread_of_replicates_and_says_how_many(tmp_path):
+    from matplotlib.collections import PolyCollection
+
+    from accelopt_nb.reproduce.figures import FigureSink
+    from accelopt_nb.reproduce.search_figures import plot_beam_vs_sampling
+
+    sink = FigureSink(tmp_path, "t")
+    replicated = pd.DataFrame(_replicate_rows("beam", 0, [1.0, 2.0]) + _replicate_rows("beam", 1, [1.0, 8.0]))
+    fig, _ = plot_beam_vs_sampling(replicated, sink)
+    ax = fig.axes[0]
+    assert any(isinstance(c, PolyCollection) for c in ax.collections)          # the min-max band
+    assert "mean of 2 seeds" in ax.get_legend().get_texts()[0].get_text()
+    assert "replicates per arm: beam 2" in ax.get_title()
+    fig, _ = plot_beam_vs_sampling(pd.DataFrame(_replicate_rows("beam", None, [1.0, 2.0])), sink)
+    assert not any(isinstance(c, PolyCollection) for c in fig.axes[0].collections)
+    assert "one run per arm" in fig.axes[0].get_title()                          # the caveat, on the figure
+
+
+def test_arms_run_once_per_seed_each_replicate_resumable(tmp_path, monkeypatch):
+    from accelopt_nb.errors import ConfigError
+    from accelopt_nb.experiments import run_arms
+    from accelopt_nb.fake_model.server import FakeOpenAIServer
+    from accelopt_nb.reproduce.notebook import run_or_load_arms
+    from accelopt_nb.reproduce.offline import fake_nki_model
+    from accelopt_nb.store import RunStore
+
+    monkeypatch.setenv("ACCELOPT_CACHE_DIR", str(tmp_path / "cache"))
+    model = fake_nki_model()
+    arms = [{"name": "beam + memory", "preset": "smoke", "overrides": {}}]
+    with FakeOpenAIServer(models=["fake-nki"], responder=model.responder) as srv:
+        kwargs = dict(iterations=1, shape_preset="small", base_url=srv.url, model="fake-nki", price="free")
+        curves = run_or_load_arms(arms, ["matmul"], tmp_path / "exp", seeds=[3, 5], **kwargs)
+        calls = dict(model.calls)
+        again = run_or_load_arms(arms, ["matmul"], tmp_path / "exp", seeds=[3, 5], **kwargs)
+        assert dict(model.calls) == calls                                      # both replicates were complete
+        with pytest.raises(ConfigError, match="distinct integers"):
+            run_arms(arms, ["matmul"], tmp_path / "exp", seeds=[1, 1], default_model={"base_url": srv.url})
+    assert sorted(p.name for p in (tmp_path / "exp").iterdir()) == ["beam_memory--seed3", "beam_memory--seed5"]
+    assert sorted(curves["seed"].unique()) == [3, 5] and len(again) == len(curves)
+    assert [o["seed"] for o in curves.attrs["outcomes"]] == [3, 5] and all(o["complete"] for o in curves.attrs["outcomes"])
+    for seed in (3, 5):                                  # the replicate's seed is its search's seed
+        store = RunStore.open(tmp_path / "exp" / f"beam_memory--seed{seed}" / "matmul")
+        assert store.get_run(store.latest_run_id())["config"]["search"]["seed"] == seed
+        store.close()
+    # runs of the same arm without seeds are not mixed into the replicates' curves, nor the reverse
+    with pytest.raises(ConfigError, match="no finished iteration"):
+        run_or_load_arms(arms, ["matmul"], tmp_path / "exp", iterations=1, shape_preset="small")

@@ -65,12 +65,13 @@ def run_or_load_arms(arms: Sequence[Mapping[str, Any]], problems: Sequence[str],
                      iterations: int, shape_preset: str, base_url: str | None = None, model: str | None = None,
                      price: str | None = None, model_preset: str | None = None,
                      unpriced_ok: bool = True, out_dir: str | Path | None = None,
-                     allow_model_change: bool = False) -> pd.DataFrame:
+                     allow_model_change: bool = False, seeds: Sequence[int] | None = None) -> pd.DataFrame:
     """Run (or resume) ``arms`` when an endpoint is given, then read their curves from the run stores.
 
     With no endpoint (``base_url`` and ``model_preset`` both unset) nothing runs: the analysis reads the
     stores already under ``root``. Only this notebook's arms are returned (``root`` may hold others').
     ``unpriced_ok=False`` (cost experiments) refuses an arm whose model has no price before anything runs.
+    ``seeds``: every arm once per seed (replicates; the figures draw their mean and spread).
 
     How every (arm, problem) run stands -- complete, or which LLM calls it lost and why -- is in
     ``curves.attrs["outcomes"]`` and, with ``out_dir``, in ``out_dir/runs.jsonl`` for the index.
@@ -78,7 +79,8 @@ def run_or_load_arms(arms: Sequence[Mapping[str, Any]], problems: Sequence[str],
     from accelopt_nb.experiments import Arm, ArmOutcome, collect_curves, run_arms
 
     names = [str(a["name"]) for a in arms]
-    ran: dict[tuple[str, str], ArmOutcome] = {}
+    ran: dict[tuple[str, str, int | None], ArmOutcome] = {}
+    replicas: list[int | None] = [int(x) for x in seeds] if seeds is not None else [None]
     if base_url or model_preset or any("model_preset" in (a.get("model") or {}) for a in arms):
         objs = []
         for a in arms:
@@ -91,15 +93,19 @@ def run_or_load_arms(arms: Sequence[Mapping[str, Any]], problems: Sequence[str],
             {"base_url": base_url, "model": model, "price": price}
         default = {k: v for k, v in given.items() if v}
         for o in run_arms(objs, problems, root, default_model=default, progress=True, unpriced_ok=unpriced_ok,
-                          allow_model_change=allow_model_change):
-            ran[(o.arm, o.problem)] = o
-    outcomes = [ran.get((a, p)) or stored_outcome(root, a, p, iterations) for a in names for p in problems]
+                          allow_model_change=allow_model_change, seeds=seeds):
+            ran[(o.arm, o.problem, o.seed)] = o
+    outcomes = [ran.get((a, p, x)) or stored_outcome(root, a, p, iterations, seed=x)
+                for a in names for x in replicas for p in problems]
     if out_dir is not None:
         record_runs(out_dir, outcomes)
     curves = collect_curves(root)
     curves = curves[curves["arm"].isin(names) & curves["problem"].isin(list(problems))]
+    # only this notebook's replicates: the root may hold runs of the same arms with other (or no) seeds
+    wanted = [x for x in replicas if x is not None]
+    curves = curves[curves["seed"].isin(wanted)] if wanted else curves[curves["seed"].isna()]
     if curves.empty:
-        tried = "; ".join(f"{o.arm} / {o.problem}: {o.reason()}" for o in outcomes
+        tried = "; ".join(f"{o.where()}: {o.reason()}" for o in outcomes
                           if o.reason() and o.error != NO_RUN)
         raise ConfigError(f"no finished iteration of arms {names} on {list(problems)} under {root}"
                           + (f": {tried}" if tried else
@@ -110,20 +116,21 @@ def run_or_load_arms(arms: Sequence[Mapping[str, Any]], problems: Sequence[str],
     return curves
 
 
-def stored_outcome(root: str | Path, arm: str, problem: str, iterations: int) -> Any:
-    """How the latest stored run of ``arm`` on ``problem`` stands, from its store alone."""
-    from accelopt_nb.experiments import ArmOutcome, arm_folder
+def stored_outcome(root: str | Path, arm: str, problem: str, iterations: int, seed: int | None = None) -> Any:
+    """How the latest stored run of ``arm`` (its replicate with ``seed``) on ``problem`` stands, from its
+    store alone."""
+    from accelopt_nb.experiments import ArmOutcome, run_folder
     from accelopt_nb.notebook.causes import run_failures
     from accelopt_nb.store import DEFAULT_FILENAME, RunStore
 
-    folder = Path(root) / arm_folder(arm) / problem
+    folder = Path(root) / run_folder(arm, seed) / problem
     if not (folder / DEFAULT_FILENAME).is_file():
-        return ArmOutcome(arm, problem, False, error=NO_RUN)
+        return ArmOutcome(arm, problem, False, error=NO_RUN, seed=seed)
     store = RunStore.open(folder)
     try:
         run_id = store.latest_run_id()
         if run_id is None:
-            return ArmOutcome(arm, problem, False, error=NO_RUN)
+            return ArmOutcome(arm, problem, False, error=NO_RUN, seed=seed)
         done = {(s["iteration"], s["step"]) for s in store.rows("steps", run_id) if s["status"] == "done"}
         finished = sum(1 for it in range(iterations) if (it, "select") in done)
         failures = run_failures(store, run_id)
@@ -131,7 +138,7 @@ def stored_outcome(root: str | Path, arm: str, problem: str, iterations: int) ->
     finally:
         store.close()
     return ArmOutcome(arm, problem, finished >= iterations and not failures.incomplete, finished, model=model,
-                      run_id=run_id, failures=failures.to_dict())
+                      run_id=run_id, failures=failures.to_dict(), seed=seed)
 
 
 def record_runs(out_dir: str | Path, outcomes: Sequence[Any]) -> Path:
@@ -161,4 +168,5 @@ def incomplete_note(curves: pd.DataFrame) -> str:
     bad = [ArmOutcome(**o) for o in curves.attrs.get("outcomes", []) if not o["complete"]]
     if not bad:
         return ""
-    return "INCOMPLETE: " + "; ".join(f"{o.arm}/{o.problem} ({o.reason()})" for o in bad)
+    return "INCOMPLETE: " + "; ".join(f"{o.arm}{'' if o.seed is None else f' (seed {o.seed})'}/{o.problem} "
+                                      f"({o.reason()})" for o in bad)

@@ -430,7 +430,7 @@ def _runs_text(o: Outcome) -> str:
     bad = [ArmOutcome(**r) for r in o.incomplete_runs]
     text = f"- search runs: {len(o.runs) - len(bad)} of {len(o.runs)} complete"
     if bad:
-        text += "; **NOT COMPLETE**: " + "; ".join(f"{b.arm} / {b.problem}: {b.reason()}" for b in bad)
+        text += "; **NOT COMPLETE**: " + "; ".join(f"{b.where()}: {b.reason()}" for b in bad)
     return text
 
 

@@ -28,16 +28,31 @@ PRICE_COLUMNS = ["arm", "model", "price_key", "usd_per_m_input", "usd_per_m_outp
 def plot_arm_lines(ax: Any, g: pd.DataFrame, x: str, y: str = "geomean_speedup",
                    arms: Sequence[str] | None = None) -> None:
     """One line per arm, each with its own color, marker and line style; an arm whose line is the
-    same as an earlier arm's is drawn with larger hollow markers and says so in the legend."""
+    same as an earlier arm's is drawn with larger hollow markers and says so in the legend. An arm
+    run with several seeds gets a band from its worst to its best replicate (``low``/``high``)."""
     arms = list(arms or sorted(g["arm"].unique()))
     styles = arm_styles(arms)
     frames = {arm: g[g["arm"] == arm] for arm in arms}
     twins = same_as({arm: list(zip(f[x].fillna(-1), f[y])) for arm, f in frames.items()})
     for n, arm in enumerate(arms):
         a, st = frames[arm], styles[arm]
-        label = arm + (f" (same as {twins[arm]})" if arm in twins else "")
+        seeds = int(a["seeds"].max()) if "seeds" in a and len(a) else 1
+        label = arm + (f" (mean of {seeds} seeds, band: min-max)" if seeds > 1 else "") \
+            + (f" (same as {twins[arm]})" if arm in twins else "")
         hollow = {"markerfacecolor": "none", "markersize": 9 + 2 * n, "markeredgewidth": 1.5} if arm in twins else {}
         ax.plot(a[x], a[y], color=st["color"], marker=st["marker"], linestyle=st["linestyle"], label=label, **hollow)
+        if seeds > 1 and y == "geomean_speedup":
+            ax.fill_between(a[x], a["low"], a["high"], color=st["color"], alpha=0.15, linewidth=0)
+
+
+def seeds_note(g: pd.DataFrame) -> str:
+    """What a reader must know before comparing the arms: how many replicates each line rests on."""
+    if g.empty or "seeds" not in g:
+        return ""
+    per_arm = g.groupby("arm")["seeds"].max()
+    if (per_arm <= 1).all():
+        return "one run per arm (one seed): differences between arms may be chance"
+    return "replicates per arm: " + ", ".join(f"{arm} {int(n)}" for arm, n in per_arm.items())
 
 
 def _curve_axes(ax_it: Any, ax_cost: Any, g: pd.DataFrame, arms: Sequence[str] | None = None) -> None:
@@ -46,6 +61,7 @@ def _curve_axes(ax_it: Any, ax_cost: Any, g: pd.DataFrame, arms: Sequence[str] |
     ax_it.set_xlabel("iteration")
     ax_it.set_ylabel("best speedup so far (geomean over problems)")
     ax_cost.set_xlabel("cumulative LLM cost, USD (all problems)")
+    ax_it.set_title(seeds_note(g), fontsize=8)
     for ax in (ax_it, ax_cost):
         ax.axhline(1.0, color="grey", lw=0.7)
         ax.grid(alpha=0.3)
@@ -158,6 +174,7 @@ def plot_cost(curves: pd.DataFrame, table: pd.DataFrame, sink: FigureSink) -> An
         a1.text(0.02, 0.02, "unpriced (not drawn): " + ", ".join(unpriced), transform=a1.transAxes, fontsize=7)
     a1.set_xlabel("cumulative LLM cost, USD (log)")
     a1.set_ylabel("best speedup so far (geomean)")
+    a1.set_title(seeds_note(g), fontsize=8)
     a1.grid(alpha=0.3)
     a1.legend(fontsize=7)
     y = np.arange(len(table))

@@ -13,12 +13,13 @@ BEST_COLUMNS = ["arm", "problem", "run_id", "kernel_id", "iteration", "latency_u
 
 def best_kernels(root: str | Path, arm: str | None = None) -> pd.DataFrame:
     """Per problem, the fastest correct kernel found in any run under ``root`` (or under ``root/arm``)."""
-    from accelopt_nb.experiments import arm_folder, arm_name
+    from accelopt_nb.experiments import arm_name
     from accelopt_nb.store import DEFAULT_FILENAME, RunStore
 
     rows: list[dict[str, Any]] = []
-    pattern = f"{arm_folder(arm)}/*/{DEFAULT_FILENAME}" if arm else f"*/*/{DEFAULT_FILENAME}"
-    for db in sorted(Path(root).glob(pattern)):
+    for db in sorted(Path(root).glob(f"*/*/{DEFAULT_FILENAME}")):
+        if arm is not None and arm_name(db.parent.parent) != arm:   # the arm's folder and its replicates'
+            continue
         store = RunStore.open(db.parent)
         try:
             for run_id in store.run_ids():
