@@ -134,11 +134,13 @@ def test_kernel_exercises_check_results_and_speed():
     exec(add, ns)
     assert check("1.2", ns["add_source"]).right
     assert not check("1.2", ns["add_source"].replace("nl.add(", "nl.multiply(")).right
-    fused = kernel_path("silu_fused").read_text()
-    assert check("4.1", fused).right
-    import nkibench
-    slow = check("4.1", nkibench.get_problem("silu").baseline_source())
-    assert not slow.right and "1.3x" in slow.message            # correct but the baseline's speed
+    fused = load_kernel(kernel_path("fusion"), name="gelu_fused")
+    assert check("4.1", fused).right and check("4.1", fused, rows=1024, cols=2048).right
+    assert check("4.1", load_kernel(kernel_path("fusion_nki"), name="gelu_fused")).right      # either style
+    slow = check("4.1", load_kernel(kernel_path("fusion"), name="gelu_unfused"))
+    assert not slow.right and "1.5x" in slow.message            # correct but unfused's speed
+    wrong = check("4.1", load_kernel(kernel_path("loops"), name="swish_affine"))
+    assert not wrong.right and "wrong values" in wrong.message
 
 
 NKI_ADD = '''
@@ -233,6 +235,16 @@ def test_both_nki_styles_give_the_same_values_instructions_and_time():
     outs = [simulate(load_kernel(kernel_path(f), name="matmul_lhsT"), np.ascontiguousarray(a.T), b).outputs[0]
             for f in ("tensor_engine", "tensor_engine_nki")]
     assert np.array_equal(outs[0], outs[1]) and np.allclose(outs[0], a @ b, rtol=1e-4, atol=1e-3)
+    from accelopt_nb.teaching.checks import gelu_tanh
+    x = np.random.default_rng(3).normal(size=(256, 512)).astype(np.float32)
+    for name in ("gelu_unfused", "gelu_fused"):
+        a, b = (simulate(load_kernel(kernel_path(f), name=name), x) for f in ("fusion", "fusion_nki"))
+        assert np.array_equal(a.outputs[0], b.outputs[0]) and np.allclose(a.outputs[0], gelu_tanh(x), atol=1e-5)
+        assert estimate(a.trace).latency == estimate(b.trace).latency, name
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    a, b = (simulate(load_kernel(kernel_path(f), name="softmax_balanced"), x) for f in ("engines", "engines_nki"))
+    assert np.array_equal(a.outputs[0], b.outputs[0]) and np.allclose(a.outputs[0], e / e.sum(axis=1, keepdims=True))
+    assert estimate(a.trace).latency == estimate(b.trace).latency      # the sum's store waits for ScalarE in both
 
 
 def test_the_course_kernels_compute_what_they_say():

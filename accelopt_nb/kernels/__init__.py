@@ -9,8 +9,9 @@ which only the simulator provides), not modules to import:
 * the teaching course's demonstrations (notebooks 01-08), each file one concept: ``basics.py`` /
   ``basics_nki.py`` (a first kernel in the NKI 0.1 and today's ``nki`` style), ``dma.py`` (DMA transfer
   size), ``tensor_engine.py`` / ``tensor_engine_nki.py`` (stationary/moving operands, transposes, fp32
-  vs bf16), ``loops.py`` / ``loops_nki.py`` (loop kinds, double buffering), ``engines.py`` (engine
-  balance), ``spills.py`` (SBUF capacity), ``order.py`` (program order, a limit of the performance model).
+  vs bf16), ``loops.py`` / ``loops_nki.py`` (loop kinds, double buffering), ``engines.py`` /
+  ``engines_nki.py`` (engine balance), ``fusion.py`` / ``fusion_nki.py`` (GELU spelled out and as one
+  activation), ``spills.py`` (SBUF capacity), ``order.py`` (program order, a limit of the performance model).
 
 The performance-fidelity benchmark, the human-experts reproduction and the teaching notebooks use them.
 """

@@ -38,7 +38,7 @@ def kernel(a, b):
     "3.3": 'fastest = moving["ns_per_column"].min()\n'
            'full_rate_columns = int(moving.loc[moving["ns_per_column"] <= 1.02 * fastest, "moving_columns"].min())\n',
     "4.1": 'from accelopt_nb.kernels import kernel_path\n'
-           'fused_source = kernel_path("silu_fused").read_text()\n',
+           'my_gelu = load_kernel(kernel_path("fusion"), name="gelu_fused")\n',
     "4.2": 'engines = ["tensor", "vector", "scalar", "gpsimd"]\n'
            'busiest_engine_v3 = steps.set_index("kernel").loc["mamba_v3", engines].astype(float).idxmax()\n',
     "4.3": 'loop_kind = "sequential_range"\n',
