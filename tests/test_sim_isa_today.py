@@ -298,3 +298,110 @@ def kernel(x):
     assert trace_fields(replayed.trace) == trace_fields(full.trace)
     with pytest.raises(KernelError, match="describes 32 elements per partition, dst holds 64"):
         run(body.replace("[[8, 8], [1, 8]]", "[[8, 4], [1, 8]]"), x)
+
+
+SELECTIONS = """
+@nki.jit
+def kernel(x, pred, b0, b1, idx):
+    o = nl.ndarray((6, 64, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    p = nl.ndarray((64, 32), dtype=nl.uint8, buffer=nl.sbuf)
+    nisa.dma_copy(dst=p, src=pred)
+    tb0 = nl.ndarray((64, 1), dtype=nl.float32, buffer=nl.sbuf)
+    tb1 = nl.ndarray((64, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tb0, src=b0)
+    nisa.dma_copy(dst=tb1, src=b1)
+    ti = nl.ndarray((64, 32), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ti, src=idx)
+    a = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=a, value=7.0)
+    nisa.tensor_copy_predicated(dst=a, src=t, predicate=p)
+    nisa.dma_copy(dst=o[0], src=a)
+    r = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.sbuf)
+    mx = nl.ndarray((64, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.range_select(dst=r, on_true_tile=t, comp_op0=nl.greater_equal, comp_op1=nl.less, bound0=tb0, bound1=tb1,
+                      reduce_res=mx, range_start=4, on_false_value=-1e30)
+    nisa.dma_copy(dst=o[1], src=r)
+    s = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.sbuf)
+    mx2 = nl.ndarray((64, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.select_reduce(dst=s, predicate=p, on_true=t, on_false=-2.0, reduce_res=mx2, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    nisa.dma_copy(dst=o[2], src=s)
+    g = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.nc_n_gather(dst=g, data=t, indices=ti)
+    nisa.dma_copy(dst=o[3], src=g)
+    pr = nl.ndarray((1, 32), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_partition_reduce(dst=pr, op=nl.add, data=t)
+    z = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=z, value=0.0)
+    nisa.tensor_copy(dst=z[0:1, :], src=pr)
+    nisa.tensor_copy(dst=z[:, 0:1], src=mx)
+    nisa.tensor_copy(dst=z[:, 1:2], src=mx2)
+    nisa.dma_copy(dst=o[4], src=z)
+    nisa.dma_copy(dst=o[5], src=z)
+    return o
+"""
+
+
+@pytest.mark.parametrize("trace_only", [False, True])
+def test_predicated_copy_range_and_select_reduce_gather_and_partition_reduce(rng, trace_only):
+    x = rng.standard_normal((64, 32)).astype(np.float32)
+    pred = (rng.random((64, 32)) > 0.5).astype(np.uint8)
+    b0 = rng.integers(0, 20, (64, 1)).astype(np.float32)
+    b1 = b0 + rng.integers(1, 15, (64, 1))
+    idx = rng.integers(0, 32, (64, 32)).astype(np.uint32)
+    res = run(SELECTIONS, x, pred, b0, b1, idx, trace_only=trace_only)
+    ops = [i.op for i in res.trace.instructions if i.engine != "dma"]
+    assert ops[1:6] == ["tensor_copy_predicated", "range_select", "select_reduce", "nc_n_gather",
+                        "tensor_partition_reduce"]
+    if trace_only:
+        return
+    o = res.output
+    np.testing.assert_array_equal(o[0], np.where(pred != 0, x, 7.0))
+    i = 4 + np.arange(32)[None, :]
+    kept = np.where((i >= b0) & (i < b1), x, np.float32(-1e30))
+    np.testing.assert_array_equal(o[1], kept)
+    selected = np.where(pred != 0, x, -2.0).astype(np.float32)
+    np.testing.assert_array_equal(o[2], selected)
+    np.testing.assert_array_equal(o[3], np.take_along_axis(x, idx.astype(np.int64), 1))
+    np.testing.assert_allclose(o[4][0, 2:], x.sum(0)[2:], rtol=1e-5)
+    np.testing.assert_array_equal(o[4][1:, 0], kept.max(1)[1:])
+    np.testing.assert_array_equal(o[4][1:, 1], selected.max(1)[1:])
+
+
+def test_dma_transpose_in_both_front_ends(run_kernel, rng):
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    y = rng.standard_normal((16, 4, 8)).astype(np.float32)
+    res = run('''
+@nki.jit
+def kernel(x, y):
+    o1 = nl.ndarray((64, 128), dtype=x.dtype, buffer=nl.shared_hbm)
+    o2 = nl.ndarray((8, 4, 16), dtype=y.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((64, 128), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=t, src=x)
+    nisa.dma_copy(dst=o1, src=t)
+    u = nl.ndarray((8, 4, 16), dtype=y.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(u, y, axes=(2, 1, 0))
+    nisa.dma_copy(dst=o2, src=u)
+    return o1, o2
+''', x, y)
+    np.testing.assert_array_equal(res.outputs[0], x.T)
+    np.testing.assert_array_equal(res.outputs[1], y.transpose(2, 1, 0))
+    tr = [i for i in res.trace.instructions if i.op == "dma_transpose"]
+    assert [(i.engine, i.partitions, i.attrs["transpose"]) for i in tr] == [("dma", 64, True), ("dma", 8, True)]
+    res01 = run_kernel('''
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((64, 128), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nisa.dma_transpose(x))
+    return out
+''', x)
+    np.testing.assert_array_equal(res01.output, x.T)
+    with pytest.raises(KernelError, match="permutes 2-D by"):
+        run_kernel('''
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((64, 128), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nisa.dma_transpose(x, axes=(0, 1)))
+    return out
+''', x)

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 from math import prod as _prod
 
+from accelopt_nb.errors import UnsupportedAPIError
 from accelopt_nb.sim.api import ops as _ops
 from accelopt_nb.sim.core import dtypes as _dt
 from accelopt_nb.sim.core.functions import ACTIVATIONS, ALU, REDUCE, UNARY_ALU, op_name
@@ -1103,6 +1104,215 @@ def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, d
     return _result_into(api, dst, out)
 
 
+# ---- selections and partition reductions -----------------------------------------------------------------
+_FP32_MIN = float(np.finfo(np.float32).min)
+_COMPARISONS = ("equal", "less", "less_equal", "greater", "greater_equal")
+
+
+def tensor_copy_predicated(*, src, dst, predicate, reverse_pred: bool = False, mask=None, dtype=None,
+                           **kwargs) -> None:
+    """VectorE: ``dst = src`` where ``predicate`` is nonzero (zero with ``reverse_pred``); elsewhere ``dst`` keeps
+    its values. ``src`` may be a scalar."""
+    rt = current()
+    api = "nisa.tensor_copy_predicated"
+    dv = as_view(dst)
+    if dv is None or not dv.tensor.on_chip:
+        raise rt.rule_error(api, "dst must be an on-chip tile", "tensor_copy_predicated writes an SBUF/PSUM tile")
+    m = _ops.mask_array(mask)
+    x = operand(src, api, mask=m)
+    pr = operand(predicate, api, allow_scalar=False, mask=m)
+    _ops.check_engine_access(rt, api, "vector", [o for o in (x, pr) if not o.scalar], dv.tensor.buffer)
+    if sum(o.buffer == "psum" for o in (x, pr) if not o.scalar) > 1:
+        raise rt.rule_error(api, "src and predicate are both in PSUM", "tensor_copy_predicated: at most one of src "
+                            "and predicate in PSUM")
+    if int(_prod(pr.shape)) != int(_prod(dv.shape)) or (not x.scalar and int(_prod(x.shape)) != int(_prod(dv.shape))):
+        raise rt.rule_error(api, f"dst {dv.shape}, src {x.shape} and predicate {pr.shape} differ in size",
+                            "tensor_copy_predicated copies element by element")
+    keep = None
+    if pr.data is not None:
+        keep = (pr.data.reshape(dv.shape) != 0) ^ bool(reverse_pred)
+        if m is not None:
+            keep &= _broadcast(m, dv.shape)
+    values = None
+    if x.data is not None:
+        values = np.broadcast_to(np.asarray(x.data, np.float32 if _dt.is_float(dv.dtype) else None), dv.shape) \
+            if x.scalar else x.data.reshape(dv.shape)
+    written = None if x.written is None else x.written.reshape(dv.shape)
+    write(dv, values, written, keep, api)
+    rt.emit("vector", "tensor_copy_predicated", api, tuple(o.region for o in (x, pr) if not o.scalar),
+            (dv.region(),), dv.shape[0], int(_prod(dv.shape[1:])) if len(dv.shape) > 1 else 1,
+            tuple(_dt.name(o.dtype) for o in (x, pr) if not o.scalar), _dt.name(dv.dtype),
+            attrs={"num_inputs": 2, "psum_input": any(o.buffer == "psum" for o in (x, pr) if not o.scalar)})
+
+
+@_primitive(replay=_REBUILD)
+def _partition_reduced(x: np.ndarray, *, name: str) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        if name == "average":
+            return np.mean(x.astype(np.float32, copy=False), axis=0, keepdims=True, dtype=np.float32)
+        out = np.asarray(REDUCE[name](x, axis=0, keepdims=True))
+    return out.astype(np.float32) if out.dtype.kind == "f" else out
+
+
+def tensor_partition_reduce(op, data, *, mask=None, dtype=None, dst=None, **kwargs) -> Tensor | None:
+    """GpSimd: ``op`` (add, average, max, bitwise_or, bitwise_and) across the partitions of ``data`` into one
+    partition."""
+    rt = current()
+    api = "nisa.tensor_partition_reduce"
+    name = op_name(op)
+    name = {"mean": "average", "max": "maximum", "sum": "add"}.get(name, name)
+    if name not in ("add", "average", "maximum", "bitwise_or", "bitwise_and"):
+        raise rt.rule_error(api, f"unsupported op {op!r}", "tensor_partition_reduce op is add, average, max, "
+                            "bitwise_or or bitwise_and")
+    x = operand(data, api, allow_scalar=False, mask=_ops.mask_array(mask))
+    _ops.check_engine_access(rt, api, "gpsimd", [x], None)
+    out_data = None if x.data is None else _call(_partition_reduced, x.data, name=name)
+    written = None if x.written is None else np.all(x.written, axis=0, keepdims=True)
+    out = _ops.new_result(rt, api, (1,) + tuple(x.shape[1:]), _dt.canonical(dtype) if dtype is not None else x.dtype,
+                          "sbuf", out_data, written, None)
+    _ops.emit_for(rt, out, "gpsimd", "tensor_partition_reduce", api, [x], {"alu": name, "num_inputs": 1},
+                  free=int(_prod(x.shape)))
+    return _result_into(api, dst, out)
+
+
+@_primitive(replay=_REBUILD)
+def _gathered_in_partitions(data: np.ndarray, idx: np.ndarray, *, rows: int) -> np.ndarray:
+    return np.take_along_axis(data.reshape(rows, -1), idx.reshape(rows, -1).astype(np.int64), axis=1)
+
+
+def nc_n_gather(*, data, indices, dtype=None, dst=None, **kwargs) -> Tensor | None:
+    """GpSimd: within each partition, ``dst[p].ravel()[j] = data[p].ravel()[indices[p].ravel()[j]]``."""
+    rt = current()
+    api = "nisa.nc_n_gather"
+    d = operand(data, api, allow_scalar=False)
+    ix = operand(indices, api, allow_scalar=False)
+    _ops.check_engine_access(rt, api, "gpsimd", [d, ix], None)
+    rows = d.shape[0]
+    if ix.shape[0] != rows:
+        raise rt.rule_error(api, f"indices {ix.shape} and data {d.shape} differ in partitions",
+                            "nc_n_gather gathers within each partition")
+    if not _dt.name(ix.dtype).startswith(("uint", "int")):
+        raise rt.rule_error(api, f"indices are {_dt.name(ix.dtype)}", "nc_n_gather indices are uint32")
+    n = int(_prod(d.shape[1:])) if len(d.shape) > 1 else 1
+    out_data = None
+    if d.data is not None:
+        bad = (ix.data < 0) | (ix.data >= n)
+        if bad.any():
+            raise rt.rule_error(api, f"index {int(ix.data[bad].flat[0])} outside the {n} elements of a partition",
+                                "nc_n_gather indices lie in [0, elements per partition)")
+        out_data = _call(_gathered_in_partitions, d.data, ix.data, rows=rows).reshape(ix.shape)
+    written = None
+    if d.written is not None or ix.written is not None:
+        dw = np.ones((rows, 1), bool) if d.written is None else np.all(d.written.reshape(rows, -1), axis=1,
+                                                                        keepdims=True)
+        written = _broadcast(dw.reshape((rows,) + (1,) * (len(ix.shape) - 1)), ix.shape) & (
+            True if ix.written is None else ix.written)
+    out = _ops.new_result(rt, api, ix.shape, _dt.canonical(dtype) if dtype is not None else d.dtype, "sbuf",
+                          out_data, written, None)
+    _ops.emit_for(rt, out, "gpsimd", "nc_n_gather", api, [d, ix], {"num_inputs": 2},
+                  free=int(_prod(ix.shape[1:])) if len(ix.shape) > 1 else 1)
+    return _result_into(api, dst, out)
+
+
+@_primitive(replay=_REBUILD)
+def _range_kept(x: np.ndarray, b0: np.ndarray, b1: np.ndarray, *, rows: int, start: float, cmp0: Any,
+                cmp1: Any) -> np.ndarray:
+    i = (np.float32(start) + np.arange(int(x.size // rows), dtype=np.float32))[None, :]
+    return np.asarray(cmp0(i, b0.reshape(rows, 1).astype(np.float32)) & cmp1(i, b1.reshape(rows, 1).astype(np.float32)))
+
+
+def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=None, reduce_res=None,
+                 reduce_op=None, range_start=0, on_false_value=_FP32_MIN, mask=None, dtype=None, dst=None,
+                 **kwargs) -> Tensor | None:
+    """VectorE (NeuronCore-v3+): keep the element at free index ``i`` where ``comp_op0(range_start + i, bound0[p])``
+    and ``comp_op1(range_start + i, bound1[p])``, else ``on_false_value``; the row maxima go through the VectorE
+    accumulation registers (``reduce_cmd``) into ``reduce_res``."""
+    rt = current()
+    api = "nisa.range_select"
+    names = []
+    for c in (comp_op0, comp_op1):
+        n, f = _alu(c, api)
+        if n not in _COMPARISONS:
+            raise rt.rule_error(api, f"comparison {c!r}", "range_select compares with equal, less, less_equal, greater "
+                                "or greater_equal")
+        names.append(f)
+    rname = op_name(reduce_op) if reduce_op is not None else "maximum"
+    if rname not in ("maximum", "max", "amax"):
+        raise rt.rule_error(api, f"reduce_op {reduce_op!r}", "range_select reduces with nl.maximum only")
+    cmd = _reduce_cmd(reduce_cmd, _CMD.idle if dst is None else _CMD.reset_reduce)
+    x = operand(on_true_tile, api, allow_scalar=False, mask=_ops.mask_array(mask))
+    b0, b1 = (operand(b, api, allow_scalar=False) for b in (bound0, bound1))
+    rows = x.shape[0]
+    for b in (b0, b1):
+        if b.shape[0] != rows or int(_prod(b.shape[1:])) != 1:
+            raise rt.rule_error(api, f"bound {b.shape} is not one value per partition of {x.shape}",
+                                "range_select bounds hold one value per partition")
+    _ops.check_engine_access(rt, api, "vector", [x, b0, b1], None)
+    out_data = red = None
+    if x.data is not None:
+        keep = _call(_range_kept, x.data, b0.data, b1.data, rows=rows, start=float(range_start), cmp0=names[0],
+                     cmp1=names[1]).reshape(x.shape)
+        out_data = _call(_selected, x.data, keep, false_value=float(on_false_value))
+        red = _call(_free_reduced, out_data, None, name="maximum", rows=rows)
+    written = combine_written(x.written, *[None if b.written is None else _broadcast(
+        b.written.reshape((rows,) + (1,) * (len(x.shape) - 1)), x.shape) for b in (b0, b1)], shape=x.shape)
+    out = _ops.new_result(rt, api, x.shape, _dt.canonical(dtype) if dtype is not None else x.dtype, "sbuf",
+                          out_data, written, None)
+    red_written = None if written is None else np.all(written.reshape(rows, -1), axis=1, keepdims=True)
+    dest = None
+    if reduce_res is not None or cmd != _CMD.idle:
+        dest = _accumulate_registers(rt, api, "vector", cmd, "maximum", red, red_written, rows, reduce_res)
+    ins = _ops.emit_for(rt, out, "vector", "range_select", api, [x, b0, b1], {"num_inputs": 1,
+                        "psum_input": x.buffer == "psum", "reduce": dest is not None})
+    if ins is not None and dest is not None:
+        ins.writes = ins.writes + (dest.region(),)
+    return _result_into(api, dst, out)
+
+
+def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=None, reduce_op=None,
+                  reverse_pred: bool = False, mask=None, dtype=None, **kwargs) -> None:
+    """VectorE: ``dst = where(predicate (negated with reverse_pred), on_true, on_false)`` (``on_false`` a scalar
+    or one value per partition); the row maxima go through the accumulation registers into ``reduce_res``."""
+    rt = current()
+    api = "nisa.select_reduce"
+    dv = as_view(dst)
+    if dv is None or not dv.tensor.on_chip:
+        raise rt.rule_error(api, "dst must be an on-chip tile", "select_reduce writes an SBUF/PSUM tile")
+    rname = op_name(reduce_op) if reduce_op is not None else "maximum"
+    if rname not in ("maximum", "max", "amax"):
+        raise rt.rule_error(api, f"reduce_op {reduce_op!r}", "select_reduce reduces with nl.maximum only")
+    m = _ops.mask_array(mask)
+    pr = operand(predicate, api, allow_scalar=False, mask=m)
+    t = operand(on_true, api, allow_scalar=False, mask=m)
+    f = operand(on_false, api)
+    rows = t.shape[0]
+    fc = _col(f, api, rows)
+    _ops.check_engine_access(rt, api, "vector", [o for o in (pr, t, f) if not o.scalar], dv.tensor.buffer)
+    if int(_prod(pr.shape)) != int(_prod(t.shape)) or int(_prod(dv.shape)) != int(_prod(t.shape)):
+        raise rt.rule_error(api, f"predicate {pr.shape}, on_true {t.shape} and dst {dv.shape} differ in size",
+                            "select_reduce selects element by element")
+    values = red = None
+    if t.data is not None:
+        keep = (pr.data.reshape(t.shape) != 0) ^ bool(reverse_pred)
+        off = np.asarray(fc, np.float32)
+        off = off.reshape((rows,) + (1,) * (len(t.shape) - 1)) if off.size > 1 else off
+        values = np.where(keep, t.data.astype(np.float32), off).astype(np.float32)
+        red = _call(_free_reduced, values, None, name="maximum", rows=rows)
+    written = combine_written(t.written, pr.written, None if f.written is None else _broadcast(
+        f.written.reshape((rows,) + (1,) * (len(t.shape) - 1)), t.shape), shape=t.shape)
+    write(dv, None if values is None else values.reshape(dv.shape),
+          None if written is None else written.reshape(dv.shape), None, api)
+    cmd = _reduce_cmd(reduce_cmd, _CMD.idle)
+    dest = None
+    if reduce_res is not None or cmd != _CMD.idle:
+        red_written = None if written is None else np.all(written.reshape(rows, -1), axis=1, keepdims=True)
+        dest = _accumulate_registers(rt, api, "vector", cmd, "maximum", red, red_written, rows, reduce_res)
+    rt.emit("vector", "select_reduce", api, tuple(o.region for o in (pr, t, f) if not o.scalar),
+            (dv.region(),) + (() if dest is None else (dest.region(),)), rows,
+            int(_prod(t.shape[1:])) if len(t.shape) > 1 else 1, (_dt.name(t.dtype),), _dt.name(dv.dtype),
+            attrs={"num_inputs": 2, "psum_input": t.buffer == "psum", "reduce": dest is not None})
+
+
 # ---- cross-partition data movement -----------------------------------------------------------------------
 _QUADRANT = 32   # a stream shuffle moves partitions within each quadrant of 32, the same mask in every quadrant
 _UNMODIFIED = 255   # a shuffle_mask entry that leaves its destination partition as it is
@@ -1248,6 +1458,69 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=No
             attrs={"bytes": p * per_part, "partitions": p, "bytes_per_partition": per_part,
                    "contiguous_bytes": hbm_view.contiguous_bytes(), "src": sv.tensor.buffer, "dst": dv.tensor.buffer,
                    "transpose": False, "indirect": bool(index_reads)})
+
+
+# the permutations a DMA transpose performs, by rank (dma_transpose docs)
+_DMA_TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+
+
+@_primitive(replay=_REBUILD)
+def _permuted(x: np.ndarray, *, axes: tuple[int, ...]) -> np.ndarray:
+    return np.ascontiguousarray(np.transpose(x, axes))
+
+
+def dma_transpose(*, src, axes=None, mask=None, dtype=None, dst=None, **kwargs) -> Tensor | None:
+    """A transpose by the DMA engines: a 2-D tile's ``[1, 0]``, 3-D ``[2, 1, 0]``, 4-D ``[3, 1, 2, 0]``
+    (the only permutations the docs list), into ``dst`` or a new SBUF tile (NKI 0.1)."""
+    rt = current()
+    api = "nisa.dma_transpose"
+    sv = as_view(src)
+    if sv is None:
+        raise rt.rule_error(api, f"src must be a tensor or a view of one, got {type(src).__name__}",
+                            "dma_transpose moves tensor data")
+    if sv.indirect:
+        raise rt.rule_error(api, "an indirect (gathering) DMA transpose is not simulated",
+                            "API not supported by the accelopt_nb simulator", UnsupportedAPIError)
+    perm = _DMA_TRANSPOSE_AXES.get(len(sv.shape))
+    if perm is None:
+        raise rt.rule_error(api, f"src has {len(sv.shape)} dimensions", "dma_transpose takes a 2-D, 3-D or 4-D src")
+    if axes is not None and tuple(int(a) for a in axes) != perm:
+        raise rt.rule_error(api, f"axes {tuple(axes)} for a {len(sv.shape)}-D src; the DMA transposes with {perm}",
+                            "dma_transpose permutes 2-D by (1, 0), 3-D by (2, 1, 0), 4-D by (3, 1, 2, 0)")
+    shape = tuple(sv.shape[a] for a in perm)
+    dv = None if dst is None else as_view(dst)
+    if dst is not None and (dv is None or int(_prod(dv.shape)) != int(_prod(shape))):
+        raise rt.rule_error(api, f"dst {getattr(dv, 'shape', dst)!r} does not hold the transposed {shape}",
+                            "dma_transpose's dst has the transposed shape")
+    for v in (sv, dv):
+        if v is not None and v.tensor.buffer == "psum":
+            raise rt.rule_error(api, "DMA cannot access PSUM", "DMA moves data between HBM and SBUF")
+    data, written = read(sv, None, api)
+    if data is not None:
+        data = _call(_permuted, data, axes=perm)
+    if written is not None:
+        written = np.transpose(written, perm)
+    if dv is None:
+        out = _ops.new_result(rt, api, shape, _dt.canonical(dtype) if dtype is not None else sv.tensor.dtype, "sbuf",
+                              data, written, _ops.mask_array(mask))
+        target = out.full_view()
+    else:
+        out, target = None, dv
+        if data is not None and dv.shape != shape:
+            data = data.reshape(dv.shape)
+            written = None if written is None else written.reshape(dv.shape)
+        write(dv, data, written, None, api)
+    p = shape[0]
+    item = _dt.itemsize(sv.tensor.dtype)
+    per_part = int(_prod(shape[1:])) * item if len(shape) > 1 else item
+    ins = rt.emit("dma", "dma_transpose", api, (sv.region(),), (target.region(),), p, per_part // item,
+                  (_dt.name(sv.tensor.dtype),), _dt.name(target.tensor.dtype),
+                  attrs={"bytes": p * per_part, "partitions": p, "bytes_per_partition": per_part,
+                         "contiguous_bytes": item, "src": sv.tensor.buffer, "dst": target.tensor.buffer,
+                         "transpose": True, "indirect": False})
+    if out is not None:
+        out._producer = ins
+    return out
 
 
 __all__ = [n for n in dir() if not n.startswith("_")]
