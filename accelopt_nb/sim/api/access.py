@@ -27,7 +27,7 @@ from accelopt_nb.sim.core import dtypes as dt
 from accelopt_nb.sim.core.context import current
 from accelopt_nb.sim.core.indexing import IndexExpr, plain
 from accelopt_nb.sim.core.memory import read
-from accelopt_nb.sim.core.tensor import Tensor
+from accelopt_nb.sim.core.tensor import Tensor, reinterpreted
 from accelopt_nb.sim.core.views import API as _API
 from accelopt_nb.sim.core.views import View
 
@@ -42,8 +42,7 @@ def ap(self: Tensor | View, pattern: Any, offset: Any = None, scalar_offset: Any
     tensor, base, strides = _origin(self)
     pairs = _pattern(rt, pattern)
     if dtype is not None and dt.name(dtype) != dt.name(tensor.dtype):
-        raise rt.rule_error(API, f"reinterpreting {dt.name(tensor.dtype)} storage as {dt.name(dtype)} "
-                            "(dtype=) is not simulated", "access patterns keep the tensor's dtype")
+        tensor = _as_dtype(rt, API, tensor, dtype)
     if scalar_offset is not None and vector_offset is not None:
         raise rt.rule_error(API, "scalar_offset and vector_offset are exclusive", "one runtime offset per view")
     if not 0 <= int(indirect_dim) < len(strides):
@@ -451,10 +450,77 @@ def vector_select(self, dim, vector_offset) -> View:
     return _build(rt, tensor, base, pairs, tiles, per_partition * st[0])
 
 
+def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None) -> View:
+    """einops-style: ``src_pattern`` names each dim (a tuple of names splits one), ``dst_pattern`` orders the names
+    (a tuple of names merges dims contiguous in storage)."""
+    rt, tensor, base, st, sh = _layout(self, "rearrange")
+    api = f"{VIEW_API}.rearrange"
+    fixed = {str(k): int(v) for k, v in (fixed_sizes or {}).items()}
+    if len(src_pattern) != len(sh):
+        raise rt.rule_error(api, f"src_pattern {src_pattern!r} names {len(src_pattern)} dims; the view has "
+                            f"{len(sh)}", "src_pattern names every dim of the view")
+    axes: dict[str, tuple[int, int]] = {}     # name -> (stride, count)
+    for entry, stride, n in zip(src_pattern, st, sh):
+        names = [entry] if isinstance(entry, str) else [str(e) for e in entry]
+        sizes = [fixed.get(name, -1) for name in names]
+        if len(names) == 1:
+            sizes = [n]
+        elif sizes.count(-1) == 1:
+            known = int(prod(z for z in sizes if z != -1))
+            sizes[sizes.index(-1)] = n // known if known and n % known == 0 else 0
+        if -1 in sizes or int(prod(sizes)) != n or any(z < 1 for z in sizes):
+            raise rt.rule_error(api, f"cannot split a dim of size {n} into {tuple(names)} with sizes {fixed}",
+                                "a split dim's sizes multiply to the dim (fixed_sizes gives all but one)")
+        for k, name in enumerate(names):
+            if name in axes:
+                raise rt.rule_error(api, f"name {name!r} appears twice in src_pattern", "each name once")
+            axes[name] = (stride * int(prod(sizes[k + 1:])), sizes[k])
+    pairs: list[tuple[int, int]] = []
+    used: list[str] = []
+    for entry in dst_pattern:
+        names = [entry] if isinstance(entry, str) else [str(e) for e in entry]
+        missing = [n for n in names if n not in axes]
+        if missing:
+            raise rt.rule_error(api, f"dst_pattern names {missing[0]!r}, which src_pattern does not",
+                                "dst_pattern uses the names of src_pattern")
+        group = [axes[n] for n in names]
+        for (s0, n0), (s1, n1) in zip(group, group[1:]):
+            if n0 != 1 and n1 != 1 and s0 != s1 * n1:
+                raise rt.rule_error(api, f"dims {tuple(names)} are not contiguous in storage", "a merged group of "
+                                    "dims is contiguous in storage")
+        pairs.append((group[-1][0], int(prod(n for _, n in group))))
+        used += names
+    if sorted(used) != sorted(axes):
+        raise rt.rule_error(api, f"dst_pattern uses {sorted(used)}, src_pattern names {sorted(axes)}",
+                            "dst_pattern uses each name of src_pattern once")
+    if tensor.on_chip and pairs[0] != (st[0], sh[0]):
+        raise rt.rule_error(api, "the rearrangement moves, splits or merges the partition dim of an on-chip tensor",
+                            "an on-chip tensor's partition dim stays outermost and whole")
+    return _build(rt, tensor, base, pairs)
+
+
+def _as_dtype(rt: Any, api: str, tensor: Tensor, dtype: Any) -> Tensor:
+    """``tensor``'s storage read as ``dtype`` (same element size only)."""
+    new = dt.canonical(dtype)
+    if dt.itemsize(new) != dt.itemsize(tensor.dtype):
+        raise rt.rule_error(api, f"reinterpreting {dt.name(tensor.dtype)} as {dt.name(new)} changes the element "
+                            "size, which the simulator does not model (it reinterprets between dtypes of one size, "
+                            "e.g. float32 <-> int32, bfloat16 <-> int16)", "a reinterpreting view keeps the storage")
+    return reinterpreted(tensor, new)
+
+
+def view(self, dtype) -> View:
+    """The same elements read as ``dtype`` (bit reinterpretation, like ``numpy.ndarray.view``)."""
+    rt, tensor, base, st, sh = _layout(self, "view")
+    if dt.name(dtype) == dt.name(tensor.dtype):
+        return self if isinstance(self, View) else tensor.full_view()
+    return _build(rt, _as_dtype(rt, f"{VIEW_API}.view", tensor, dtype), base, list(zip(st, sh)) or [(1, 1)])
+
+
 VIEW_METHODS = {"get_pattern": get_pattern, "is_contiguous": is_contiguous, "is_indirect": is_indirect,
                 "permute": permute, "broadcast": broadcast, "expand_dim": expand_dim, "squeeze_dim": squeeze_dim,
                 "reshape_dim": reshape_dim, "flatten_dims": flatten_dims, "slice": slice_, "select": select,
-                "vector_select": vector_select}
+                "vector_select": vector_select, "view": view, "reinterpret_cast": view, "rearrange": rearrange}
 VIEW_PROPERTIES = {"strides": strides, "offset": offset, "size": size}
 
 

@@ -117,7 +117,8 @@ def _tensor_api_note() -> str:
     from accelopt_nb.sim.api.access import NKI_TENSOR_API
     have = [n for n in NKI_TENSOR_API if hasattr(_Tensor, n) and hasattr(_View, n)]
     lacking = [n for n in NKI_TENSOR_API if n not in have]
-    return (f"tensor methods and attributes simulated: {', '.join(have)}; refused by name: {', '.join(lacking)}")
+    return (f"tensor methods and attributes simulated: {', '.join(have)} (view and reinterpret_cast between dtypes "
+            f"of one size); refused by name: {', '.join(lacking)}")
 
 
 class NkiTensor(NKIObject, metaclass=_TensorType):
@@ -132,6 +133,31 @@ class NkiTensor(NKIObject, metaclass=_TensorType):
         from accelopt_nb.errors import UnsupportedAPIError
         raise UnsupportedAPIError("binding a tensor to a backend storage handle is not simulated; allocate with "
                                   "nl.ndarray", api="nki.language.NkiTensor")
+
+
+# ---- math ---------------------------------------------------------------------------------------------------
+gelu_apprx_sigmoid_dx = _nl._unary("gelu_apprx_sigmoid_dx")   # also an activation: nisa.activation(op=...)
+
+
+# ---- scheduling -------------------------------------------------------------------------------------------
+class _NoReorder:
+    """``with nl.no_reorder():`` the compiler's scheduler keeps the block in program order. Values do not depend
+    on it (the simulator computes in program order); the performance model still overlaps independent engines as
+    everywhere. Checked: the documented restriction, no register-bounded loop inside (``api/registers.py``)."""
+
+    def __enter__(self) -> "_NoReorder":
+        rt = _current()
+        rt.no_reorder_depth = getattr(rt, "no_reorder_depth", 0) + 1
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        rt = _current()
+        rt.no_reorder_depth = getattr(rt, "no_reorder_depth", 1) - 1
+
+
+def no_reorder() -> _NoReorder:
+    """Keep the operations of a ``with`` block in program order."""
+    return _NoReorder()
 
 
 # ---- buffer predicates ------------------------------------------------------------------------------------

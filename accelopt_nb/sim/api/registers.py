@@ -181,10 +181,17 @@ def _step(rt: Any, step: Any, api: str) -> int:
     return int(step)
 
 
+def _not_in_no_reorder(rt: Any, api: str) -> None:
+    if getattr(rt, "no_reorder_depth", 0):
+        raise rt.rule_error(api, "a register-bounded loop inside a `with nl.no_reorder():` block",
+                            "nl.no_reorder blocks take static loops only (affine, sequential, static ranges)")
+
+
 def dynamic_range(start, stop=None, step=1) -> Iterator[int]:
     """``for i in nl.dynamic_range(reg)``: a loop run on the device with bounds from registers (or ints)."""
     api = "nl.dynamic_range"
     rt = current()
+    _not_in_no_reorder(rt, api)
     s = _step(rt, step, api)
     lo, hi = (0, _bound(start, api)) if stop is None else (_bound(start, api), _bound(stop, api))
     if rt.watching is not None:
@@ -194,6 +201,7 @@ def dynamic_range(start, stop=None, step=1) -> Iterator[int]:
 
 def fori_loop(lower, upper, body_fun: Callable[[VirtualRegister], Any], step=1) -> None:
     """``body_fun(i)`` for ``i`` in ``range(lower, upper, step)``; ``i`` is a register holding the value."""
+    _not_in_no_reorder(current(), "nl.fori_loop")
     for i in dynamic_range(lower, upper, step):
         body_fun(VirtualRegister(int(i)))
 
@@ -202,6 +210,7 @@ def while_loop(init, body_fun: Callable[[VirtualRegister], VirtualRegister]) -> 
     """``r = init; while r != 0: r = body_fun(r)`` with registers; each body gets a copy of the condition."""
     api = "nl.while_loop"
     rt = current()
+    _not_in_no_reorder(rt, api)
     reg = _register(rt, init, api, "init")
     if rt.watching is not None:
         rt.watching.fail("a loop bounded by a register")

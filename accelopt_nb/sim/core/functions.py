@@ -69,6 +69,9 @@ ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "gelu_dx": lambda x: 0.5 * (1.0 + _erf(x / _SQRT2)) + x * np.exp(-0.5 * x * x) / np.float32(math.sqrt(2 * math.pi)),
     "gelu_apprx_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(np.float32(math.sqrt(2 / math.pi)) * (x + 0.044715 * x ** 3))),
     "gelu_apprx_sigmoid": lambda x: x * _sigmoid(np.float32(1.702) * x),
+    # d/dx of x * sigmoid(1.702 x) (the nki front end's name; the docs give no formula, this is the derivative)
+    "gelu_apprx_sigmoid_dx": lambda x: _sigmoid(np.float32(1.702) * x) * (
+        1.0 + np.float32(1.702) * x * (1.0 - _sigmoid(np.float32(1.702) * x))),
     "silu": lambda x: x * _sigmoid(x),
     "silu_dx": lambda x: _sigmoid(x) * (1.0 + x * (1.0 - _sigmoid(x))),
     "erf": _erf,
@@ -83,8 +86,8 @@ FLOAT32_INTO = frozenset({_sigmoid})
 
 # Which unary functions lower to ScalarE activations (vs. cheap VectorE ALU ops).
 SCALAR_ENGINE_FUNCS = {"exp", "log", "sqrt", "rsqrt", "reciprocal", "square", "sin", "cos", "tan", "tanh", "arctan",
-                       "sigmoid", "relu", "gelu", "gelu_dx", "gelu_apprx_tanh", "gelu_apprx_sigmoid", "silu",
-                       "silu_dx", "erf", "erf_dx", "softplus", "mish", "abs", "copy", "identity"}
+                       "sigmoid", "relu", "gelu", "gelu_dx", "gelu_apprx_tanh", "gelu_apprx_sigmoid",
+                       "gelu_apprx_sigmoid_dx", "silu", "silu_dx", "erf", "erf_dx", "softplus", "mish", "abs", "copy", "identity"}
 
 
 def _divide(a, b):

@@ -242,6 +242,16 @@ class _Alias(Tensor):
         self._written = None if base._written is None else base._written.reshape(shape)
 
 
+def reinterpreted(base: Tensor, dtype: Any) -> Tensor:
+    """``base``'s memory read as ``dtype``, an element type of the same size (no data is copied): an alias that
+    shares data, validity and identity for the trace, as a reshape does."""
+    alias = _Alias(base, base.shape)
+    alias.dtype = dt.canonical(dtype)
+    if alias._array is not None:
+        alias._array = alias._array.view(dt.storage(alias.dtype))
+    return alias
+
+
 def _positive_zero(fill: Any) -> bool:
     """Whether every element filled with ``fill`` is all zero bits (not -0.0, whose sign bit is set)."""
     return isinstance(fill, (int, float, np.number)) and fill == 0 and math.copysign(1.0, float(fill)) > 0

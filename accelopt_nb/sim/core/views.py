@@ -137,6 +137,11 @@ class _Opaque:
     def slice(self, dim, start, end, step=1): return API.view_methods["slice"](self, dim, start, end, step)
     def select(self, dim, index): return API.view_methods["select"](self, dim, index)
     def vector_select(self, dim, vector_offset): return API.view_methods["vector_select"](self, dim, vector_offset)
+    def view(self, dtype): return API.view_methods["view"](self, dtype)
+    def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None):
+        return API.view_methods["rearrange"](self, src_pattern, dst_pattern, fixed_sizes)
+
+    def reinterpret_cast(self, dtype): return API.view_methods["reinterpret_cast"](self, dtype)
     def get_pattern(self): return API.view_methods["get_pattern"](self)
     def is_contiguous(self): return API.view_methods["is_contiguous"](self)
     def is_indirect(self): return API.view_methods["is_indirect"](self)
