@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
-import yaml
 
 from accelopt_nb.errors import ConfigError
+from accelopt_nb.hwfiles import HW_DIR, preset_file, presets
+from accelopt_nb.hwfiles import read_yaml as _read_yaml
 
-HW_DIR = Path(__file__).with_name("hw")
 
 
 @dataclass(frozen=True)
@@ -179,25 +179,10 @@ def _build(data: Mapping[str, Any]) -> HWConfig:
     return HWConfig(**kwargs)
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"hardware config {path} is not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"hardware config {path} must be a YAML mapping of keys to values")
-    return data
-
-
-def presets() -> list[str]:
-    """Names of the shipped hardware configs."""
-    return sorted(p.stem for p in HW_DIR.glob("*.yaml"))
-
-
 def _load_source(source: str | Path) -> dict[str, Any]:
     path = Path(source)
-    if isinstance(source, str) and not source.endswith((".yaml", ".yml")) and (HW_DIR / f"{source}.yaml").is_file():
-        return _read_yaml(HW_DIR / f"{source}.yaml")
+    if isinstance(source, str) and not source.endswith((".yaml", ".yml")) and preset_file(source).is_file():
+        return _read_yaml(preset_file(source))
     if path.is_file():
         data = _read_yaml(path)
         base = data.pop("base", None)

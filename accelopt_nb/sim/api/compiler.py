@@ -20,8 +20,7 @@ from typing import Any, Callable
 
 from accelopt_nb.errors import UnsupportedAPIError
 from accelopt_nb.sim.api.kernel import Kernel
-from accelopt_nb.sim.core.runtime import PSUM_BANK_BYTES, PSUM_BANKS
-
+from accelopt_nb.sim.core.limits import PSUM_BANK_BYTES, PSUM_BANKS
 
 
 @dataclass(frozen=True)

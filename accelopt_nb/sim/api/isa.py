@@ -25,7 +25,8 @@ from accelopt_nb.sim.core.prims import is_elementwise as _is_elementwise
 from accelopt_nb.sim.core.prims import lane_axes as _lane_axes
 from accelopt_nb.sim.core.prims import primitive as _primitive
 from accelopt_nb.sim.core.prims import reduces_over_axes as _reduces_over_axes
-from accelopt_nb.sim.core.runtime import GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX, current
+from accelopt_nb.sim.core.limits import GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX
+from accelopt_nb.sim.core.runtime import current
 from accelopt_nb.sim.core.tensor import Tensor
 
 

@@ -28,6 +28,8 @@ from accelopt_nb.sim.core.functions import ACTIVATIONS, ALU, SCALAR_ENGINE_FUNCS
 from accelopt_nb.sim.core.indexing import IndexExpr, Mask, arange, ds, mgrid  # noqa: F401 (re-exported)
 from accelopt_nb.sim.core.indexing import broadcast as _broadcast
 from accelopt_nb.sim.core.indexing import mask_rows_cols as _mask_rows_cols
+from accelopt_nb.sim.core.limits import (BN_STATS_FMAX, GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX, PSUM_BANKS,
+                                         PSUM_FMAX)
 from accelopt_nb.sim.core.memory import Thunk as _Thunk
 from accelopt_nb.sim.core.memory import box_writable as _box_writable
 from accelopt_nb.sim.core.memory import boxed_read as _boxed_read
@@ -45,8 +47,8 @@ from accelopt_nb.sim.core.prims import lane_axes as _lane_axes
 from accelopt_nb.sim.core.prims import primitive as _primitive
 from accelopt_nb.sim.core.prims import reduces_over_axes as _reduces_over_axes
 from accelopt_nb.sim.core.runtime import LoopIndex as _LoopIndex
-from accelopt_nb.sim.core.runtime import (BN_STATS_FMAX, GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX, PSUM_FMAX,
-                                     ParDim, current, hbm, par_dim, private_hbm, psum, sbuf, shared_hbm)  # noqa: F401
+from accelopt_nb.sim.core.runtime import (ParDim, current, hbm, par_dim, private_hbm, psum, sbuf,  # noqa: F401
+                                          shared_hbm)
 from accelopt_nb.sim.core.tensor import Tensor
 from accelopt_nb.sim.core.views import View
 
@@ -93,7 +95,7 @@ class _TileSize:
     psum_fmax = PSUM_FMAX                      # deprecated name of psum_bank_fmax
     psum_bank_fmax = PSUM_FMAX
     psum_bank_fmax_bytes = PSUM_FMAX * 4
-    psum_num_banks = 8
+    psum_num_banks = PSUM_BANKS
     gemm_stationary_fmax = GEMM_STATIONARY_FMAX
     gemm_moving_fmax = GEMM_MOVING_FMAX
     bn_stats_fmax = BN_STATS_FMAX

@@ -13,7 +13,7 @@ from accelopt_nb.sim.api import isa as _isa
 from accelopt_nb.sim.api import language as _nl
 from accelopt_nb.sim.core import dtypes as _dt
 from accelopt_nb.sim.core.context import current as _current
-from accelopt_nb.sim.core.runtime import PMAX as _PMAX
+from accelopt_nb.sim.core.limits import PMAX as _PMAX
 from accelopt_nb.sim.core.runtime import Buffer as _Buffer
 from accelopt_nb.sim.core.tensor import Tensor as _Tensor
 from accelopt_nb.sim.core.views import View as _View

@@ -21,7 +21,8 @@ from accelopt_nb.sim.core.indexing import Mask, broadcast, keep, mask_all, mask_
 from accelopt_nb.sim.core.memory import Thunk, defer, kept_box, read, write
 from accelopt_nb.sim.core.operands import Operand, as_view, combine_written, operand
 from accelopt_nb.sim.core.prims import REBUILD, Array, Lane, call, elementwise, is_elementwise, primitive
-from accelopt_nb.sim.core.runtime import PMAX, PSUM_BANK_BYTES, PSUM_BANKS, Runtime, current
+from accelopt_nb.sim.core.limits import PMAX, PSUM_BANK_BYTES, PSUM_BANKS
+from accelopt_nb.sim.core.runtime import Runtime, current
 from accelopt_nb.sim.core.tensor import Tensor
 from accelopt_nb.sim.core.views import View
 

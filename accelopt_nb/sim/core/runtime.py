@@ -17,14 +17,6 @@ from accelopt_nb.sim.core.hooks import Observer
 from accelopt_nb.sim.core.prims import BOOKS, primitive
 from accelopt_nb.sim.trace import Instruction, Region, TensorInfo, Trace
 
-PMAX = 128                 # partitions (nl.tile_size.pmax)
-PSUM_FMAX = 512            # fp32 elements per partition in one PSUM bank
-PSUM_BANK_BYTES = 2048
-PSUM_BANKS = 8             # banks per partition (nl.tile_size.psum_num_banks on NC-v2/v3)
-GEMM_STATIONARY_FMAX = 128
-GEMM_MOVING_FMAX = 512
-BN_STATS_FMAX = 512
-
 
 @dataclass
 class SimOptions:

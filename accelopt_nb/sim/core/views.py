@@ -17,7 +17,7 @@ from accelopt_nb.sim.core import dtypes as dt
 from accelopt_nb.sim.core.context import active, current
 from accelopt_nb.sim.core.indexing import IndexExpr, basic_key, broadcast_shapes, compact, mask_count, plain
 from accelopt_nb.sim.core.memory import read
-from accelopt_nb.sim.core.runtime import PMAX
+from accelopt_nb.sim.core.limits import PMAX
 from accelopt_nb.sim.trace import Region
 
 
