@@ -405,3 +405,43 @@ def kernel(x):
     nl.store(out, value=nisa.dma_transpose(x, axes=(0, 1)))
     return out
 ''', x)
+
+
+def test_nonzero_with_count_writes_each_gpsimd_cores_first_partition_only():
+    x = np.zeros((32, 8), np.float32)
+    x[0] = [0, 1, 1, 0, 0, 1, 0, 0]                  # the docs' example
+    x[16, 7], x[3] = 2.0, 1.0                         # partition 3 belongs to core 0 but is not its first
+    res = run('''
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((32, 9), dtype=nl.int32, buffer=nl.shared_hbm)
+    t = nl.ndarray((32, 8), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    d = nl.ndarray((32, 9), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.memset(dst=d, value=5)
+    nisa.nonzero_with_count(dst=d, src=t, index_offset=16, padding_val=-1)
+    nisa.dma_copy(dst=out, src=d)
+    return out
+''', x)
+    want = np.full((32, 9), 5, np.int32)
+    want[0] = [17, 18, 21, -1, -1, -1, -1, -1, 3]
+    want[16] = [23, -1, -1, -1, -1, -1, -1, -1, 1]
+    np.testing.assert_array_equal(res.output, want)
+
+
+def test_nc_stream_shuffle_into_a_three_dimensional_tile_leaves_unmasked_partitions(rng):
+    # the NKI library's find_nonzero_indices: partition 16 of each quadrant moved to its first, the rest kept
+    x = rng.standard_normal((128, 1, 5)).astype(np.float32)
+    res = run('''
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 1, 5), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 1, 5), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.nc_stream_shuffle(dst=t, src=t, shuffle_mask=[16] + [255] * 31)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+''', x)
+    want = x.copy()
+    want[0::32] = x[16::32]
+    np.testing.assert_array_equal(res.output, want)

@@ -1314,6 +1314,50 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_
             attrs={"num_inputs": 2, "psum_input": t.buffer == "psum", "reduce": dest is not None})
 
 
+_GPSIMD_CORE_PARTITIONS = 16   # each of the 8 GpSimd cores reaches 16 contiguous partitions
+
+
+@_primitive(replay=_REBUILD)
+def _nonzero_counted(x: np.ndarray, *, rows: int, offset: int, padding: int) -> np.ndarray:
+    v = x.reshape(rows, -1)
+    t = v.shape[1]
+    out = np.full((rows, t + 1), padding, np.int64)
+    for p in range(0, rows, _GPSIMD_CORE_PARTITIONS):
+        nz = np.flatnonzero(v[p])
+        out[p, :nz.size] = nz + offset
+        out[p, t] = nz.size
+    return out
+
+
+def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, **kwargs) -> None:
+    """GpSimd (NeuronCore-v3+): in partitions 0, 16, ..., 112 only (each GpSimd core's first), the indices of
+    ``src``'s nonzero elements plus ``index_offset``, then ``padding_val``, then their count (dst has one more
+    element per partition than src); other partitions of ``dst`` are left as they are."""
+    rt = current()
+    api = "nisa.nonzero_with_count"
+    dv = as_view(dst)
+    x = operand(src, api, allow_scalar=False)
+    if dv is None or dv.tensor.buffer != "sbuf" or x.buffer != "sbuf":
+        raise rt.rule_error(api, "src and dst must be SBUF tiles", "nonzero_with_count reads and writes SBUF")
+    rows = x.shape[0]
+    t = int(_prod(x.shape[1:])) if len(x.shape) > 1 else 1
+    if dv.shape[0] != rows or int(_prod(dv.shape[1:])) != t + 1:
+        raise rt.rule_error(api, f"dst {dv.shape} for src {x.shape}", "nonzero_with_count's dst has src's partitions "
+                            "and one more element per partition (the count)")
+    if _dt.name(dv.dtype) != "int32" or _dt.name(x.dtype) not in ("float32", "int32"):
+        raise rt.rule_error(api, f"src {_dt.name(x.dtype)}, dst {_dt.name(dv.dtype)}", "nonzero_with_count reads "
+                            "float32 or int32 and writes int32")
+    _ops.check_engine_access(rt, api, "gpsimd", [x], dv.tensor.buffer)
+    keep = (np.arange(rows) % _GPSIMD_CORE_PARTITIONS == 0).reshape((rows,) + (1,) * (len(dv.shape) - 1))
+    values = None if x.data is None else _call(_nonzero_counted, x.data, rows=rows, offset=int(index_offset),
+                                               padding=int(padding_val)).reshape(dv.shape)
+    written = None if x.written is None else _broadcast(
+        np.all(x.written.reshape(rows, -1), axis=1).reshape(keep.shape), dv.shape)
+    write(dv, values, written, _broadcast(keep, dv.shape), api)
+    rt.emit("gpsimd", "nonzero_with_count", api, (x.region,), (dv.region(_broadcast(keep, dv.shape)),),
+            -(-rows // _GPSIMD_CORE_PARTITIONS), t, (_dt.name(x.dtype),), _dt.name(dv.dtype), attrs={"num_inputs": 1})
+
+
 # ---- cross-partition data movement -----------------------------------------------------------------------
 _QUADRANT = 32   # a stream shuffle moves partitions within each quadrant of 32, the same mask in every quadrant
 _UNMODIFIED = 255   # a shuffle_mask entry that leaves its destination partition as it is
@@ -1374,7 +1418,8 @@ def nc_stream_shuffle(src, dst, shuffle_mask, **kwargs) -> None:
             raise rt.rule_error(api, f"shuffle_mask[{i}] = {entry} reads partition {row} of src, which has {p_src}",
                                 "nc_stream_shuffle reads partitions of src's own quadrants")
         rows.append(0 if entry == _UNMODIFIED else row)
-    kept = np.array([int(entries[p % _QUADRANT]) != _UNMODIFIED for p in range(p_dst)])[:, None]
+    kept = np.array([int(entries[p % _QUADRANT]) != _UNMODIFIED for p in range(p_dst)]).reshape(
+        (p_dst,) + (1,) * (len(dv.shape) - 1))
     mask = None if kept.all() else kept
     data = written = None
     if x.data is not None:
