@@ -27,7 +27,7 @@ from accelopt_nb.sim.core import dtypes as dt
 from accelopt_nb.sim.core.context import current
 from accelopt_nb.sim.core.indexing import IndexExpr, plain
 from accelopt_nb.sim.core.memory import read
-from accelopt_nb.sim.core.tensor import Tensor, reinterpreted
+from accelopt_nb.sim.core.tensor import Tensor, fully_written, reinterpreted
 from accelopt_nb.sim.core.views import API as _API
 from accelopt_nb.sim.core.views import View
 
@@ -42,7 +42,8 @@ def ap(self: Tensor | View, pattern: Any, offset: Any = None, scalar_offset: Any
     tensor, base, strides = _origin(self)
     pairs = _pattern(rt, pattern)
     if dtype is not None and dt.name(dtype) != dt.name(tensor.dtype):
-        tensor = _as_dtype(rt, API, tensor, dtype)
+        # the pattern counts elements of the new dtype; the view's own offset and strides are rescaled to them
+        tensor, (base, *strides) = _as_dtype(rt, API, tensor, dtype, [base, *strides])
     if scalar_offset is not None and vector_offset is not None:
         raise rt.rule_error(API, "scalar_offset and vector_offset are exclusive", "one runtime offset per view")
     if not 0 <= int(indirect_dim) < len(strides):
@@ -82,7 +83,43 @@ def _build(rt: Any, tensor: Tensor, start: int, pairs: list[tuple[Any, Any]], ti
         rt.watching.key(box, tensor.shape)
     if tiles:
         view.indirect = tiles
+    view.pattern = True
     return view
+
+
+def index_pattern(self: View, key: Any) -> View:
+    """``view[key]`` of a view an access pattern made: ints and slices (any step) of its dims, as NumPy would;
+    an on-chip view keeps its partition dim (an int there leaves a dim of 1), as the NkiTensor docs say."""
+    rt, tensor, base, st, sh = _layout(self, "__getitem__")
+    api = f"{VIEW_API}.__getitem__"
+    items = list(key) if isinstance(key, tuple) else [key]
+    if any(k is Ellipsis for k in items):
+        i = items.index(Ellipsis)
+        items[i:i + 1] = [slice(None)] * (len(sh) - len(items) + 1)
+    if len(items) > len(sh):
+        raise rt.rule_error(api, f"{len(items)} indices for a view of shape {tuple(sh)}", "one index per dim at most")
+    items += [slice(None)] * (len(sh) - len(items))
+    pairs: list[tuple[int, int]] = []
+    for d, (k, stride, n) in enumerate(zip(items, st, sh)):
+        if isinstance(k, slice):
+            start, stop, step = k.indices(n)
+            if step < 1:
+                raise rt.rule_error(api, f"slice {k} of dim {d} steps backwards", "slices step forwards")
+            pairs.append((stride * step, len(range(start, stop, step))))
+            base += start * stride
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+            i = int(k) + (n if int(k) < 0 else 0)
+            if not 0 <= i < n:
+                raise rt.rule_error(api, f"index {int(k)} out of range for dim {d} of size {n}", "0 <= index < size")
+            base += i * stride
+            if tensor.on_chip and d == 0:
+                pairs.append((stride, 1))
+        else:
+            raise rt.rule_error(api, f"index {k!r} of a view made by an access pattern (ints and slices only; "
+                                "use select / vector_select for runtime indices)", "indices of a view are static")
+        if pairs and pairs[-1][1] == 0:
+            raise rt.rule_error(api, f"slice {k} of dim {d} (size {n}) is empty", "a view has no empty dim")
+    return _build(rt, tensor, base, pairs or [(1, 1)])
 
 
 # ---- the origin of a view: its tensor, first element and strides --------------------------------------
@@ -499,22 +536,50 @@ def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None) -> View:
     return _build(rt, tensor, base, pairs)
 
 
-def _as_dtype(rt: Any, api: str, tensor: Tensor, dtype: Any) -> Tensor:
-    """``tensor``'s storage read as ``dtype`` (same element size only)."""
+REINTERPRET = "a reinterpreting view reads the same bytes: offsets and sizes in whole elements of the new dtype"
+
+
+def _as_dtype(rt: Any, api: str, tensor: Tensor, dtype: Any, units: list[int]) -> tuple[Tensor, list[int]]:
+    """``tensor``'s storage read as ``dtype``, and ``units`` (offsets, strides in elements of the old dtype) in
+    elements of the new one."""
     new = dt.canonical(dtype)
-    if dt.itemsize(new) != dt.itemsize(tensor.dtype):
-        raise rt.rule_error(api, f"reinterpreting {dt.name(tensor.dtype)} as {dt.name(new)} changes the element "
-                            "size, which the simulator does not model (it reinterprets between dtypes of one size, "
-                            "e.g. float32 <-> int32, bfloat16 <-> int16)", "a reinterpreting view keeps the storage")
-    return reinterpreted(tensor, new)
+    old_size, new_size = dt.itemsize(tensor.dtype), dt.itemsize(new)
+    if old_size == new_size:
+        return reinterpreted(tensor, new), units
+    what = f"reinterpreting {dt.name(tensor.dtype)} '{tensor.name}' {tuple(tensor.shape)} as {dt.name(new)}"
+    if tensor.on_chip and len(tensor.shape) == 1:
+        raise rt.rule_error(api, f"{what}: its only dim is the partition dim", REINTERPRET)
+    if (tensor.shape[-1] * old_size) % new_size or any((u * old_size) % new_size for u in units):
+        raise rt.rule_error(api, f"{what}: its last dim or the view's offset or strides are no whole number of "
+                            f"{new_size}-byte elements", REINTERPRET)
+    if not fully_written(tensor):
+        raise rt.rule_error(api, f"{what}: part of it was never written, and the simulator tracks validity per "
+                            "element of one size (reinterpret it once it is written, or with a dtype of the same "
+                            "size)", "a reinterpreting view of another element size needs a fully written tensor")
+    return reinterpreted(tensor, new), [u * old_size // new_size for u in units]
 
 
 def view(self, dtype) -> View:
-    """The same elements read as ``dtype`` (bit reinterpretation, like ``numpy.ndarray.view``)."""
+    """The same bytes read as ``dtype`` (like ``numpy.ndarray.view``): another element size scales the last dim,
+    which must be contiguous."""
     rt, tensor, base, st, sh = _layout(self, "view")
     if dt.name(dtype) == dt.name(tensor.dtype):
         return self if isinstance(self, View) else tensor.full_view()
-    return _build(rt, _as_dtype(rt, f"{VIEW_API}.view", tensor, dtype), base, list(zip(st, sh)) or [(1, 1)])
+    api = f"{VIEW_API}.view"
+    old_size, new_size = dt.itemsize(tensor.dtype), dt.itemsize(dtype)
+    if old_size == new_size or not sh:
+        alias, (base, *st) = _as_dtype(rt, api, tensor, dtype, [base, *st])
+        return _build(rt, alias, base, list(zip(st, sh)) or [(1, 1)])
+    if sh[-1] != 1 and st[-1] != 1:
+        raise rt.rule_error(api, f"the view's last dim has stride {st[-1]}, not 1", "view(dtype) needs a "
+                            "contiguous last dim")
+    if (sh[-1] * old_size) % new_size:
+        raise rt.rule_error(api, f"a last dim of {sh[-1] * old_size} bytes is no whole number of {new_size}-byte "
+                            f"{dt.name(dtype)} elements", REINTERPRET)
+    alias, (base, *st) = _as_dtype(rt, api, tensor, dtype, [base, *st[:-1]])
+    st.append(1)
+    sh[-1] = sh[-1] * old_size // new_size
+    return _build(rt, alias, base, list(zip(st, sh)) or [(1, 1)])
 
 
 VIEW_METHODS = {"get_pattern": get_pattern, "is_contiguous": is_contiguous, "is_indirect": is_indirect,
@@ -549,3 +614,4 @@ def missing_attribute(obj: Any, name: str) -> Exception:
 _API.access_pattern = ap
 _API.missing_attribute = missing_attribute
 _API.view_methods = {**VIEW_METHODS, **VIEW_PROPERTIES}
+_API.index_pattern = index_pattern

@@ -1488,7 +1488,8 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=No
     if accumulate and op_name(dst_rmw_op) != "add":
         raise rt.rule_error(api, f"unsupported dst_rmw_op {dst_rmw_op!r}", "dma_copy dst_rmw_op is np.add")
     if data is not None:
-        data = data.astype(np.float32, copy=False) if _dt.is_float(sv.tensor.dtype) else data
+        if _dt.is_float(sv.tensor.dtype) and (accumulate or sv.tensor.dtype != dv.tensor.dtype):
+            data = data.astype(np.float32, copy=False)   # a plain copy of one dtype moves bits (NaN payloads too)
         data = data.reshape(dv.shape)
         written = None if written is None else written.reshape(dv.shape)
     write(dv, data, written, m, api, accumulate=accumulate)

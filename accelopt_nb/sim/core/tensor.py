@@ -243,13 +243,26 @@ class _Alias(Tensor):
 
 
 def reinterpreted(base: Tensor, dtype: Any) -> Tensor:
-    """``base``'s memory read as ``dtype``, an element type of the same size (no data is copied): an alias that
-    shares data, validity and identity for the trace, as a reshape does."""
+    """``base``'s memory read as ``dtype`` (no data is copied): an alias that shares data and identity for the
+    trace, as a reshape does. Another element size scales the last dim (float32 (P, F) as an 8-bit type is
+    (P, 4F)); the caller checks that it divides. Validity is per element: an alias of the same element size shares
+    it; one of another size is made only of a fully written tensor (``fully_written``), whose elements stay valid."""
+    new = dt.canonical(dtype)
+    old_size, new_size = dt.itemsize(base.dtype), dt.itemsize(new)
+    shape = base.shape if old_size == new_size else (*base.shape[:-1], base.shape[-1] * old_size // new_size)
     alias = _Alias(base, base.shape)
-    alias.dtype = dt.canonical(dtype)
+    alias.dtype, alias.shape = new, shape
     if alias._array is not None:
-        alias._array = alias._array.view(dt.storage(alias.dtype))
+        alias._array = alias._array.view(dt.storage(new))   # storage is C-contiguous: any element size views it
+    if shape != base.shape:
+        alias._written = None     # fully written (checked by the caller): every byte of it is valid
     return alias
+
+
+def fully_written(t: Tensor) -> bool:
+    """Whether every element of ``t`` has been written."""
+    materialize(t)
+    return t._written is None or bool(np.all(t._written))
 
 
 def _positive_zero(fill: Any) -> bool:

@@ -31,6 +31,7 @@ class _API:
     access_pattern: Callable[..., Any] | None = None       # tensor.ap(...)
     missing_attribute: Callable[[Any, str], Exception] | None = None   # the error for tensor.<unknown name>
     view_methods: dict[str, Callable[..., Any]] | None = None        # today's NkiTensor view API, by name
+    index_pattern: Callable[[Any, Any], Any] | None = None           # view[key] of an access-pattern view
 
 
 API = _API()
@@ -423,7 +424,7 @@ class View(_Opaque):
     """A region of a tensor, produced by indexing. Holds no data."""
 
     __slots__ = ("tensor", "key", "shape", "advanced", "_region", "_accum_pending", "_basic", "_affs", "indirect",
-                 "_box")
+                 "_box", "pattern")   # pattern: made by an access pattern (api/access.py), set only there
 
     def __init__(self, tensor: Any, key: tuple, affs: dict[int, Any] | None = None) -> None:
         self.tensor = tensor
@@ -499,6 +500,8 @@ class View(_Opaque):
         return f"<nki view of {self.tensor.name} {self.shape}>"
 
     def __getitem__(self, key: Any) -> "View":
+        if getattr(self, "pattern", False) and API.index_pattern is not None:
+            return API.index_pattern(self, key)   # a view of today's NkiTensor API: indexed as a pattern again
         if self.advanced:
             raise current().rule_error("indexing", "cannot index again a view that was indexed with nl.arange",
                                        "nested indexing only on slice/int views")
