@@ -28,7 +28,7 @@ from accelopt_nb.llm.completion import Completion
 from accelopt_nb.search.events import StepStats
 from accelopt_nb.search.requests import call_request
 from accelopt_nb.search.steps import failure_record
-from accelopt_nb.search.stream import Stage
+from accelopt_nb.search.stage import Stage
 
 if TYPE_CHECKING:
     from accelopt_nb.search.state import KernelView

@@ -36,7 +36,9 @@ from accelopt_nb.errors import BudgetExceededError, ConfigError, LLMError
 from accelopt_nb.llm.client import CallRequest
 from accelopt_nb.llm.completion import Completion
 from accelopt_nb.search.events import StepStats
+from accelopt_nb.search.fixing import FixStage
 from accelopt_nb.search.requests import executor_requests, planner_requests
+from accelopt_nb.search.stage import Stage
 from accelopt_nb.search.steps import count_failure, failure_record, kernel_order
 
 if TYPE_CHECKING:
@@ -44,42 +46,11 @@ if TYPE_CHECKING:
     from accelopt_nb.search.context import SearchContext
     from accelopt_nb.search.state import KernelView
 
-__all__ = ["FRONT", "ConfirmStage", "ExecuteStage", "IterationStream", "PlanStage", "ScreenStage", "Stage",
+__all__ = ["FRONT", "ConfirmStage", "ExecuteStage", "IterationStream", "PlanStage", "ScreenStage",
            "plan_info"]
 
 FRONT = ("plan", "execute", "evaluate")
 OnAnswer = Callable[[CallRequest, Completion], "list[CallRequest] | None"]
-
-
-class Stage:
-    """One named part of the stream. ``step`` is the store step whose statistics it counts."""
-
-    name = ""
-    step = ""
-
-    def __init__(self, stream: "IterationStream") -> None:
-        self.stream = stream
-        self.ctx = stream.ctx
-        self.stats = stream.stats[self.step]
-        self.expected = 0   # work items (LLM calls, evaluations) the step needs, as far as known
-
-    def missing(self) -> int:
-        """Work items the step needed but did not finish (a stop, the spending cap)."""
-        return max(0, self.expected - self.stats.calls)
-
-    def start(self) -> None:
-        """Begin: ask the first LLM calls, offer the first kernels."""
-
-    def on_answer(self, req: CallRequest, c: Completion) -> list[CallRequest] | None:
-        """One of this stage's LLM calls answered (on the LLM thread); returns follow-up calls."""
-        return None
-
-    def on_evaluated(self, kernel_id: str, view: "KernelView") -> None:
-        """An evaluation of one of the iteration's kernels was recorded (on the caller's thread)."""
-
-    def close(self) -> tuple[dict[str, Any], str] | None:
-        """The step's info and one-line summary, once the stream is over (None: not this stage's step)."""
-        return None
 
 
 class PlanStage(Stage):
@@ -280,7 +251,6 @@ class IterationStream:
             if ctx.config.evaluation.fidelity == "multi":
                 self.stages.append(ConfirmStage(self))
             if ctx.config.fixer.attempts > 0:
-                from accelopt_nb.search.fixing import FixStage  # it builds on this module's Stage
                 self.stages.append(FixStage(self))
         self.closed: set[str] = set()
         self._events: "queue.Queue[tuple[str, Any]]" = queue.Queue()
