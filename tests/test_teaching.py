@@ -185,6 +185,7 @@ def test_spill_exercise_wants_no_spills_and_speed():
     tiled = load_kernel(kernel_path("spills"), name="exp_tile_by_tile")
     all_at_once = load_kernel(kernel_path("spills"), name="exp_all_at_once")
     assert check("6.1", tiled).right
+    assert check("6.1", load_kernel(kernel_path("spills_nki"), name="exp_tile_by_tile")).right      # either style
     v = check("6.1", all_at_once)
     assert not v.right and "spills" in v.message
 
@@ -245,6 +246,12 @@ def test_both_nki_styles_give_the_same_values_instructions_and_time():
     a, b = (simulate(load_kernel(kernel_path(f), name="softmax_balanced"), x) for f in ("engines", "engines_nki"))
     assert np.array_equal(a.outputs[0], b.outputs[0]) and np.allclose(a.outputs[0], e / e.sum(axis=1, keepdims=True))
     assert estimate(a.trace).latency == estimate(b.trace).latency      # the sum's store waits for ScalarE in both
+    x = np.random.default_rng(4).normal(size=(128, 4 * 2048)).astype(np.float32)
+    for name in ("exp_all_at_once", "exp_tile_by_tile"):
+        a, b = (simulate(load_kernel(kernel_path(f), name=name), x) for f in ("spills", "spills_nki"))
+        assert np.array_equal(a.outputs[0], b.outputs[0]) and np.allclose(a.outputs[0], np.exp(x), rtol=1e-6)
+        pa, pb = estimate(a.trace), estimate(b.trace)
+        assert (pa.latency, pa.sbuf_peak_demand_bytes_per_partition) == (pb.latency, pb.sbuf_peak_demand_bytes_per_partition)
 
 
 def test_the_course_kernels_compute_what_they_say():
