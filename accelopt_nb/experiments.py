@@ -392,7 +392,7 @@ def plot_speedup_curves(curves: pd.DataFrame, ax=None, title: str = "Best speedu
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(6.5, 4))
-    from accelopt_nb.reproduce.search_figures import plot_arm_lines
+    from accelopt_nb.reproduce.figures import plot_arm_lines
     plot_arm_lines(ax, g, "iteration")
     ax.axhline(1.0, color="grey", lw=0.8)
     from matplotlib.ticker import MaxNLocator
@@ -412,7 +412,7 @@ def plot_cost(curves: pd.DataFrame, ax=None, title: str = "Speedup vs LLM cost")
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(6.5, 4))
-    from accelopt_nb.reproduce.search_figures import plot_arm_lines
+    from accelopt_nb.reproduce.figures import plot_arm_lines
     # an arm with an unpriced call has no cost to place it at: named, not drawn at $0
     unpriced = sorted(str(arm) for arm, a in g.groupby("arm") if a["cum_cost_usd"].isna().any())
     plot_arm_lines(ax, g[~g["arm"].isin(unpriced)], "cum_cost_usd")

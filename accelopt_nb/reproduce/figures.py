@@ -136,6 +136,26 @@ def same_as(curves: Mapping[str, Sequence[tuple[float, float]]]) -> dict[str, st
     return out
 
 
+def plot_arm_lines(ax: Any, g: pd.DataFrame, x: str, y: str = "geomean_speedup",
+                   arms: Sequence[str] | None = None) -> None:
+    """One line per arm, each with its own color, marker and line style; an arm whose line is the
+    same as an earlier arm's is drawn with larger hollow markers and says so in the legend. An arm
+    run with several seeds gets a band from its worst to its best replicate (``low``/``high``)."""
+    arms = list(arms or sorted(g["arm"].unique()))
+    styles = arm_styles(arms)
+    frames = {arm: g[g["arm"] == arm] for arm in arms}
+    twins = same_as({arm: list(zip(f[x].fillna(-1), f[y])) for arm, f in frames.items()})
+    for n, arm in enumerate(arms):
+        a, st = frames[arm], styles[arm]
+        seeds = int(a["seeds"].max()) if "seeds" in a and len(a) else 1
+        label = arm + (f" (mean of {seeds} seeds, band: min-max)" if seeds > 1 else "") \
+            + (f" (same as {twins[arm]})" if arm in twins else "")
+        hollow = {"markerfacecolor": "none", "markersize": 9 + 2 * n, "markeredgewidth": 1.5} if arm in twins else {}
+        ax.plot(a[x], a[y], color=st["color"], marker=st["marker"], linestyle=st["linestyle"], label=label, **hollow)
+        if seeds > 1 and y == "geomean_speedup":
+            ax.fill_between(a[x], a["low"], a["high"], color=st["color"], alpha=0.15, linewidth=0)
+
+
 def pct_interval(pct: float, low: float | None, high: float | None) -> tuple[float, float]:
     """The % of peak interval of a model estimate whose latency lies in [latency*low, latency*high]."""
     if low is None or high is None or not (low > 0 and high > 0):

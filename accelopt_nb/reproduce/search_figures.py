@@ -17,32 +17,12 @@ import numpy as np
 import pandas as pd
 
 from accelopt_nb.experiments import geomean_by_iteration
-from accelopt_nb.reproduce.figures import FigureSink, arm_styles, new_figure, same_as
+from accelopt_nb.reproduce.figures import FigureSink, new_figure, plot_arm_lines
 from accelopt_nb.reproduce.published import paper_facts
 
 REACH_COLUMNS = ["arm", "final_speedup", "target_speedup", "iterations_to_target", "cost_to_target_usd",
                  "total_cost_usd"]
 PRICE_COLUMNS = ["arm", "model", "price_key", "usd_per_m_input", "usd_per_m_output", "price_rule", "prices_as_of"]
-
-
-def plot_arm_lines(ax: Any, g: pd.DataFrame, x: str, y: str = "geomean_speedup",
-                   arms: Sequence[str] | None = None) -> None:
-    """One line per arm, each with its own color, marker and line style; an arm whose line is the
-    same as an earlier arm's is drawn with larger hollow markers and says so in the legend. An arm
-    run with several seeds gets a band from its worst to its best replicate (``low``/``high``)."""
-    arms = list(arms or sorted(g["arm"].unique()))
-    styles = arm_styles(arms)
-    frames = {arm: g[g["arm"] == arm] for arm in arms}
-    twins = same_as({arm: list(zip(f[x].fillna(-1), f[y])) for arm, f in frames.items()})
-    for n, arm in enumerate(arms):
-        a, st = frames[arm], styles[arm]
-        seeds = int(a["seeds"].max()) if "seeds" in a and len(a) else 1
-        label = arm + (f" (mean of {seeds} seeds, band: min-max)" if seeds > 1 else "") \
-            + (f" (same as {twins[arm]})" if arm in twins else "")
-        hollow = {"markerfacecolor": "none", "markersize": 9 + 2 * n, "markeredgewidth": 1.5} if arm in twins else {}
-        ax.plot(a[x], a[y], color=st["color"], marker=st["marker"], linestyle=st["linestyle"], label=label, **hollow)
-        if seeds > 1 and y == "geomean_speedup":
-            ax.fill_between(a[x], a["low"], a["high"], color=st["color"], alpha=0.15, linewidth=0)
 
 
 def seeds_note(g: pd.DataFrame) -> str:
