@@ -26,7 +26,8 @@ RUN_TODAY = {   # run and match NumPy in both modes (benchmarks/README.md, "Toda
     "layernorm_tkg:layernorm_tkg", "rope:RoPE (contiguous)", "rope:RoPE (interleaved)", "rope_hf:rope_hf",
     "cross_entropy:cross_entropy_forward", "depthwise_conv1d:depthwise_conv1d_implicit_gemm", "qkv:qkv",
     "output_projection_cte:output_projection_cte", "cascaded_max:cascaded_max", "attention_cte:attention_cte",
-    "mla_attention_nki_kernel:mla_attention_tkg", "find_nonzero_indices:find_nonzero_indices"}
+    "mla_attention_nki_kernel:mla_attention_tkg", "find_nonzero_indices:find_nonzero_indices",
+    "rmsnorm_quant:rmsnorm_quant_kernel"}
 RUN_TODAY_ONLY = {("dynamic_elementwise_add:dynamic_elementwise_add", "values")}   # in one mode only, because:
 RUN_TODAY_NOT = {("dynamic_elementwise_add:dynamic_elementwise_add", "trace"):
                  "a loop bound loaded into a register from memory has no value trace-only (refused by name)"}
