@@ -386,33 +386,32 @@ def geomean_by_iteration(curves: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_speedup_curves(curves: pd.DataFrame, ax=None, title: str = "Best speedup so far (geometric mean)"):
-    import matplotlib.pyplot as plt
+    from accelopt_nb.reproduce.figures import new_figure, plot_arm_lines, seeds_note
 
     g = geomean_by_iteration(curves)
     fig = None
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(6.5, 4))
-    from accelopt_nb.reproduce.figures import plot_arm_lines
+    if ax is None:   # without pyplot: an inline backend would show the figure a second time
+        fig, ax = new_figure(6.5, 4)
     plot_arm_lines(ax, g, "iteration")
     ax.axhline(1.0, color="grey", lw=0.8)
     from matplotlib.ticker import MaxNLocator
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("iteration")
     ax.set_ylabel("speedup over the baseline")
-    ax.set_title(title)
+    note = seeds_note(g)
+    ax.set_title(title + (f"\n{note}" if note else ""), fontsize=9)
     ax.legend()
     ax.grid(alpha=0.3)
     return fig or ax.figure
 
 
 def plot_cost(curves: pd.DataFrame, ax=None, title: str = "Speedup vs LLM cost"):
-    import matplotlib.pyplot as plt
+    from accelopt_nb.reproduce.figures import new_figure, plot_arm_lines
 
     g = geomean_by_iteration(curves)
     fig = None
     if ax is None:
-        fig, ax = plt.subplots(figsize=(6.5, 4))
-    from accelopt_nb.reproduce.figures import plot_arm_lines
+        fig, ax = new_figure(6.5, 4)
     # an arm with an unpriced call has no cost to place it at: named, not drawn at $0
     unpriced = sorted(str(arm) for arm, a in g.groupby("arm") if a["cum_cost_usd"].isna().any())
     plot_arm_lines(ax, g[~g["arm"].isin(unpriced)], "cum_cost_usd")

@@ -156,6 +156,16 @@ def plot_arm_lines(ax: Any, g: pd.DataFrame, x: str, y: str = "geomean_speedup",
             ax.fill_between(a[x], a["low"], a["high"], color=st["color"], alpha=0.15, linewidth=0)
 
 
+def seeds_note(g: pd.DataFrame) -> str:
+    """What a reader must know before comparing the arms: how many replicates each line rests on."""
+    if g.empty or "seeds" not in g:
+        return ""
+    per_arm = g.groupby("arm")["seeds"].max()
+    if (per_arm <= 1).all():
+        return "one run per arm (one seed): differences between arms may be chance"
+    return "replicates per arm: " + ", ".join(f"{arm} {int(n)}" for arm, n in per_arm.items())
+
+
 def pct_interval(pct: float, low: float | None, high: float | None) -> tuple[float, float]:
     """The % of peak interval of a model estimate whose latency lies in [latency*low, latency*high]."""
     if low is None or high is None or not (low > 0 and high > 0):

@@ -17,22 +17,12 @@ import numpy as np
 import pandas as pd
 
 from accelopt_nb.experiments import geomean_by_iteration
-from accelopt_nb.reproduce.figures import FigureSink, new_figure, plot_arm_lines
+from accelopt_nb.reproduce.figures import FigureSink, new_figure, plot_arm_lines, seeds_note
 from accelopt_nb.reproduce.published import paper_facts
 
 REACH_COLUMNS = ["arm", "final_speedup", "target_speedup", "iterations_to_target", "cost_to_target_usd",
                  "total_cost_usd"]
 PRICE_COLUMNS = ["arm", "model", "price_key", "usd_per_m_input", "usd_per_m_output", "price_rule", "prices_as_of"]
-
-
-def seeds_note(g: pd.DataFrame) -> str:
-    """What a reader must know before comparing the arms: how many replicates each line rests on."""
-    if g.empty or "seeds" not in g:
-        return ""
-    per_arm = g.groupby("arm")["seeds"].max()
-    if (per_arm <= 1).all():
-        return "one run per arm (one seed): differences between arms may be chance"
-    return "replicates per arm: " + ", ".join(f"{arm} {int(n)}" for arm, n in per_arm.items())
 
 
 def _curve_axes(ax_it: Any, ax_cost: Any, g: pd.DataFrame, arms: Sequence[str] | None = None) -> None:
