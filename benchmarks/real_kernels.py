@@ -59,7 +59,7 @@ class Case:
     grid: tuple = ()               # launch grid, as the repository's own tests launch the kernel
     needs_module: bool = False     # the harness builds arguments from the kernel module (e.g. a config class)
     jit: bool = False              # a sub-kernel without @nki.jit, launched as the library's tests do: nki.jit(fn)
-    launch: tuple = ()             # host code reached as ``obj[launch]`` (a launcher object, e.g. topk[lnc])
+    launch: Any = None             # host code reached as ``obj[launch]`` (a launcher object, e.g. topk[lnc])
     check: Callable[[tuple, Any], tuple[bool, str]] | None = None   # own comparison instead of allclose
 
     @property
@@ -340,7 +340,7 @@ def _load(case: Case, path: Path):
     if case.header:
         return load_kernel(source=NKI_HEADER + path.read_text(), name=case.name, filename=str(path))
     kern = load_kernel(path, name=case.name)
-    if case.launch:
+    if case.launch is not None:
         return kern.fn[case.launch]      # host code: a plain function, run as host code by simulate
     return Kernel(kern.fn) if case.jit and kern.host else kern
 

@@ -272,7 +272,7 @@ CASES: list[Case] = [
     Case("nki-library", f"{LIB}/core/embeddings/rope.py", "RoPE", rope(False), label="rope:RoPE (interleaved)"),
     Case("nki-library", f"{LIB}/core/embeddings/rope_hf.py", "rope_hf", rope_hf),
     Case("nki-library", f"{LIB}/core/max/cascaded_max.py", "cascaded_max", cascaded_max, rtol=0, atol=0),
-    Case("nki-library", f"{LIB}/core/topk/rotational_topk.py", "topk", rotational_topk, launch=(1,),
+    Case("nki-library", f"{LIB}/core/topk/rotational_topk.py", "topk", rotational_topk, launch=1,
          check=check_topk),
     Case("nki-library", f"{LIB}/core/rmsnorm/rmsnorm_quant.py", "rmsnorm_quant_kernel", rmsnorm_quant,
          needs_module=True, check=check_row_quant),

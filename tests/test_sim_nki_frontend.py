@@ -721,6 +721,25 @@ def kernel(x):
     assert [i.engine for i in res.trace.instructions if i.op == "activation"] == ["scalar", "scalar"]
 
 
+def test_shared_constant_from_a_npy_file(tmp_path, rng):
+    table = rng.standard_normal((128, 16)).astype(np.float32)
+    np.save(tmp_path / "table.npy", table)
+    body = '''
+@nki.jit
+def kernel(x):
+    c = nl.shared_constant(PATH)
+    t = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=c)
+    out = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+'''
+    res = run(body.replace("PATH", repr(str(tmp_path / "table.npy"))), table)
+    np.testing.assert_array_equal(res.output, table)
+    err = error_of(body.replace("PATH", repr(str(tmp_path / "missing.npy"))), table)
+    assert "cannot read the constant file" in str(err) and err.line == 9
+
+
 def test_no_reorder_refuses_a_register_bounded_loop_inside():
     err = error_of('''
 @nki.jit

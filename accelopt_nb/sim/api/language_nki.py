@@ -232,6 +232,20 @@ def ndarray(shape, dtype, buffer=None, name: str = "", address=None):
     return t
 
 
+def shared_constant(constant, dtype=None, **kwargs):
+    """``nl.shared_constant``: an HBM tensor of constant data, given as an array or (today's front end) as the path
+    of a ``.npy`` file, as the NKI library's top-k passes its rotation matrices."""
+    import os
+    if isinstance(constant, (str, os.PathLike)):
+        path = os.fspath(constant)
+        try:
+            constant = _np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise _current().rule_error("nki.language.shared_constant", f"cannot read the constant file {path!r}: "
+                                        f"{exc}", "a constant given by path is a .npy file") from None
+    return _nl.shared_constant(constant, dtype=dtype, **kwargs)
+
+
 def shared_identity_matrix(n, dtype=_dt.uint8, dst=None):
     """``nl.shared_identity_matrix``: an ``n`` x ``n`` identity in SBUF (in ``dst`` when given), loaded by DMA from
     the constant the compiler keeps in device memory."""
