@@ -740,6 +740,33 @@ def kernel(x):
     assert "cannot read the constant file" in str(err) and err.line == 9
 
 
+def test_broadcast_to_casts_and_rms_norm_computes_in_compute_dtype(rng):
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    w = rng.standard_normal((1, 64)).astype(np.float32)
+    res = run('''
+@nki.jit
+def kernel(x, w):
+    t = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    wt = nl.ndarray((1, 64), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=wt, src=w)
+    wb = nl.broadcast_to(wt, shape=(128, 64), dtype=nl.bfloat16)
+    out = nl.ndarray((3, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[0], src=nl.rms_norm(t, wb, axis=1, n=64, compute_dtype=nl.bfloat16))
+    nisa.dma_copy(dst=out[1], src=nl.rms_norm(t, wb, axis=1, n=64))
+    nisa.dma_copy(dst=out[2], src=nl.copy(wb, dtype=nl.float32))
+    return out
+''', x, w)
+    wb = w.astype(ml_dtypes.bfloat16).astype(np.float32)
+    want = x / np.sqrt((x * x).mean(1, keepdims=True) + 1e-6) * wb
+    np.testing.assert_array_equal(res.output[2], np.broadcast_to(wb, (128, 64)))
+    np.testing.assert_allclose(res.output[1], want, rtol=1e-5, atol=1e-5)
+    bf16_err = np.abs(res.output[0] - want).max()      # intermediates rounded to bf16: close, not exact
+    assert 1e-4 < bf16_err < 0.1, bf16_err
+    kinds = {i.out_dtype for i in res.trace.instructions if i.op in ("activation", "tensor_reduce")}
+    assert "bfloat16" in kinds
+
+
 def test_no_reorder_refuses_a_register_bounded_loop_inside():
     err = error_of('''
 @nki.jit

@@ -439,10 +439,12 @@ def copy(src, *, mask=None, dtype=None, **kwargs) -> Tensor:
 copy._nki_name = "copy"  # type: ignore[attr-defined]  # also the identity activation / unary ALU op (nisa op=nl.copy)
 
 
-def broadcast_to(src, *, shape, **kwargs) -> Tensor:
+def broadcast_to(src, *, shape, dtype=None, **kwargs) -> Tensor:
+    """``src`` repeated to ``shape``; ``dtype`` (the nki front end) casts the result."""
     rt = current()
     api = "nl.broadcast_to"
     op = operand(src, api, allow_scalar=False)
+    out_dtype = op.dtype if dtype is None else _dt.canonical(dtype)
     shape = tuple(int(s) for s in shape)
     try:
         np.broadcast_shapes(op.shape, shape)
@@ -456,20 +458,20 @@ def broadcast_to(src, *, shape, **kwargs) -> Tensor:
         free = int(_prod(shape[1:]))
         mm_attrs = {"k": 1, "m": shape[0], "dtype": _dt.name(op.dtype), "moving_dtype": _dt.name(op.dtype),
                     "is_transpose": False, "stationary_onezero": True, "moving_onezero": False}
-        if free * 4 <= _ops.PSUM_BANK_BYTES:
+        if free * 4 <= _ops.PSUM_BANK_BYTES and dtype is None:
             out = _ops.new_result(rt, api, shape, float32, "psum", data, written, None)
             _ops.emit_for(rt, out, "tensor", "nc_matmul", api, [op], dict(mm_attrs, n=free))
             return out
-        out = _ops.new_result(rt, api, shape, op.dtype, "sbuf", data, written, None)
+        out = _ops.new_result(rt, api, shape, out_dtype, "sbuf", data, written, None)
         flat = out.full_view().region()
         for start in range(0, free, PSUM_FMAX):
             n = builtins.min(PSUM_FMAX, free - start)
             bank = _ops.new_result(rt, api, (shape[0], n), float32, "psum", None, None, None)
             _ops.emit_for(rt, bank, "tensor", "nc_matmul", api, [op], dict(mm_attrs, n=n))
             rt.emit("vector", "tensor_copy", api, (bank.full_view().region(),), (flat,), shape[0], n,
-                    ("float32",), _dt.name(op.dtype), attrs={"psum_input": True, "num_inputs": 1})
+                    ("float32",), _dt.name(out_dtype), attrs={"psum_input": True, "num_inputs": 1})
         return out
-    out = _ops.new_result(rt, api, shape, op.dtype, "sbuf", data, written, None)
+    out = _ops.new_result(rt, api, shape, out_dtype, "sbuf", data, written, None)
     _ops.emit_for(rt, out, "vector", "tensor_copy", api, [op], {"num_inputs": 1})
     return out
 
@@ -795,16 +797,18 @@ def softmax(x, axis=-1, *, dtype=None, mask=None, **kwargs):
     return multiply(e, r, dtype=dtype, mask=mask)
 
 
-def rms_norm(x, w, axis=-1, n=None, epsilon: float = 1e-6, *, dtype=None, mask=None, **kwargs):
+def rms_norm(x, w, axis=-1, n=None, epsilon: float = 1e-6, *, dtype=None, compute_dtype=None, mask=None, **kwargs):
+    """``x / rms(x) * w``; ``compute_dtype``: the precision of the intermediate tiles (each rounds to it)."""
     rt = current()
     op = operand(x, "nl.rms_norm", allow_scalar=False)
     count = n if n is not None else int(_prod([op.shape[a] for a in _ops.reduce_axes(rt, "nl.rms_norm", op.shape, axis)]))
-    sq = square(x, mask=mask)
-    ss = sum(sq, axis=axis, keepdims=True, mask=mask)
-    ms = multiply(ss, 1.0 / count)
-    inv = rsqrt(add(ms, float(epsilon)))
-    normed = multiply(x, inv, mask=mask)
-    return multiply(normed, w, dtype=dtype, mask=mask)
+    cd = compute_dtype
+    sq = square(x, dtype=cd, mask=mask)
+    ss = sum(sq, axis=axis, keepdims=True, dtype=cd, mask=mask)
+    ms = multiply(ss, 1.0 / count, dtype=cd)
+    inv = rsqrt(add(ms, float(epsilon), dtype=cd), dtype=cd)
+    normed = multiply(x, inv, dtype=cd, mask=mask)
+    return multiply(normed, w, dtype=dtype if dtype is not None else op.dtype if cd is not None else None, mask=mask)
 
 
 def random_seed(seed, **kwargs) -> None:
