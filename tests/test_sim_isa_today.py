@@ -445,3 +445,22 @@ def kernel(x):
     want = x.copy()
     want[0::32] = x[16::32]
     np.testing.assert_array_equal(res.output, want)
+
+
+@pytest.mark.parametrize("call, why", [
+    ("nisa.quantize_mx(dst=t, src=t, dst_scale=t)", "NeuronCore-v4 (trn3) only"),
+    ("nisa.core_barrier(data=t, cores=(0, 1))", "runs SPMD programs one after another"),
+    ("nisa.rng(dst=t)", "not documented bit-exactly"),
+])
+def test_an_isa_call_that_cannot_be_simulated_says_why(call, why):
+    from accelopt_nb.errors import UnsupportedAPIError
+    with pytest.raises(UnsupportedAPIError, match="does not implement") as e:
+        run(f'''
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    {call}
+    return out
+''', np.ones((4, 4), np.float32))
+    assert why in str(e.value) and e.value.api == "nki.isa." + call.split("(")[0].split(".")[1]

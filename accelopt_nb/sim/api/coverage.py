@@ -104,7 +104,9 @@ def collect() -> list[Coverage]:
         for name, entry in docs[fe][kind].items():
             row = Coverage(fe, kind, name, entry.get("section", ""), "refused")
             if name not in module.__dict__:
-                row.notes = ["not implemented by the simulator (using it raises UnsupportedAPIError)"]
+                why = api_guard.MISSING_WHY.get(f"{kind}.{name}")
+                row.notes = ["not implemented by the simulator (using it raises UnsupportedAPIError)"
+                             + (f": {why}" if why else "")]
             elif entry.get("kind") == "function":
                 row.status, row.notes = _function_status(module.__dict__[name], entry)
             else:

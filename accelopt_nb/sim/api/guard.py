@@ -75,6 +75,18 @@ NO_EFFECT_FOR: dict[str, dict[str, str]] = {
 LIMITS: dict[str, dict[str, Limit]] = {
 }
 
+# Why a documented API is not simulated, where there is a reason beyond "not yet" (by "module.api"): the refusal
+# and docs/nki_coverage.md say it.
+_TRN3 = "NeuronCore-v4 (trn3) only; the simulator models trn1/trn2"
+_LNC = "synchronizes the NeuronCores of an LNC=2 launch; the simulator runs SPMD programs one after another"
+_RNG = "the hardware random number streams are not documented bit-exactly"
+MISSING_WHY: dict[str, str] = {
+    **{f"isa.{n}": _TRN3 for n in ("nc_matmul_mx", "quantize_mx", "activate2", "exponential",
+                                    "tensor_scalar_cumulative", "rand2")},
+    **{f"isa.{n}": _LNC for n in ("core_barrier", "sendrecv")},
+    **{f"isa.{n}": _RNG for n in ("rng", "rand_set_state", "rand_get_state", "set_rng_seed")},
+}
+
 # Documented parameter names the simulator's function spells differently (doc name -> simulator name),
 # by "module.api": the standalone nki docs renamed some parameters of the same operation.
 ALIASES: dict[str, dict[str, str]] = {
@@ -432,8 +444,9 @@ def guard_module(module: types.ModuleType, front_end: str, kind: str) -> None:
 
     def __getattr__(name: str) -> Any:
         if name in missing:
-            raise _refuse(f"{prefix}.{name}", None, "documented NKI API that the simulator does not implement",
-                          UnknownNameError)
+            why = MISSING_WHY.get(f"{kind}.{name}")
+            raise _refuse(f"{prefix}.{name}", None, "documented NKI API that the simulator does not implement"
+                          + (f" ({why})" if why else ""), UnknownNameError)
         raise _refuse(f"{prefix}.{name}", None, f"module {module.__name__!r} has no attribute {name!r} (not an NKI "
                       "API of this front end)", UnknownNameError)
 
