@@ -464,3 +464,28 @@ def kernel(x):
     return out
 ''', np.ones((4, 4), np.float32))
     assert why in str(e.value) and e.value.api == "nki.isa." + call.split("(")[0].split(".")[1]
+
+
+def test_dma_compute_adds_its_sources_in_fp32_and_nonzero_with_count_takes_its_defaults(rng):
+    a, b = rng.standard_normal((2, 64, 16)).astype(np.float32)
+    res = run('''
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    cnt = nl.ndarray((64, 17), dtype=nl.int32, buffer=nl.shared_hbm)
+    t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a)
+    s = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_compute(s, [t, b], nl.add)
+    nisa.dma_compute(dst=out, srcs=[s, b], reduce_op=nl.add, scales=[1.0, 1.0])
+    c = nl.ndarray((64, 17), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.memset(dst=c, value=0)
+    nisa.nonzero_with_count(dst=c, src=t)
+    nisa.dma_copy(dst=cnt, src=c)
+    return out, cnt
+''', a, b)
+    np.testing.assert_allclose(res.outputs[0], a + 2 * b, rtol=1e-6)
+    np.testing.assert_array_equal(res.outputs[1][0], list(range(16)) + [16])
+    assert [i.op for i in res.trace.instructions if i.engine == "dma"].count("dma_compute") == 2
+    from accelopt_nb.perf import estimate
+    assert estimate(res.trace).latency > 0

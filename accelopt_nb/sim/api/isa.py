@@ -1329,7 +1329,7 @@ def _nonzero_counted(x: np.ndarray, *, rows: int, offset: int, padding: int) -> 
     return out
 
 
-def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, **kwargs) -> None:
+def nonzero_with_count(dst, src, *, index_offset=0, padding_val=-1, **kwargs) -> None:
     """GpSimd (NeuronCore-v3+): in partitions 0, 16, ..., 112 only (each GpSimd core's first), the indices of
     ``src``'s nonzero elements plus ``index_offset``, then ``padding_val``, then their count (dst has one more
     element per partition than src); other partitions of ``dst`` are left as they are."""
@@ -1505,6 +1505,54 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=No
             attrs={"bytes": p * per_part, "partitions": p, "bytes_per_partition": per_part,
                    "contiguous_bytes": hbm_view.contiguous_bytes(), "src": sv.tensor.buffer, "dst": dv.tensor.buffer,
                    "transpose": False, "indirect": bool(index_reads)})
+
+
+@_primitive(replay=_REBUILD)
+def _summed(*xs: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    total = np.zeros(shape, np.float32)
+    for x in xs:
+        total += x.reshape(shape).astype(np.float32, copy=False)
+    return total
+
+
+def dma_compute(dst, srcs, reduce_op, *, scales=None, unique_indices: bool = True, **kwargs) -> None:
+    """The DMA engines' compute: ``dst = srcs[0] + srcs[1] + ...`` in fp32 (the docs allow only ``nl.add`` and
+    scales of 1.0). The read-modify-write scatter/gather form (a source with ``vector_offset``) is refused by name."""
+    rt = current()
+    api = "nisa.dma_compute"
+    dv = as_view(dst)
+    views = [as_view(x) for x in (srcs if isinstance(srcs, (list, tuple)) else [srcs])]
+    if dv is None or not views or any(v is None for v in views):
+        raise rt.rule_error(api, "dst and every src must be tensors or views", "dma_compute moves tensor data")
+    if op_name(reduce_op) != "add":
+        raise rt.rule_error(api, f"reduce_op {reduce_op!r}", "dma_compute reduces with nl.add only")
+    if scales is not None and any(float(x) != 1.0 for x in scales):
+        raise rt.rule_error(api, f"scales {list(scales)!r}", "dma_compute scales are all 1.0 (or None)")
+    if dv.indirect or any(v.indirect for v in views):
+        raise rt.rule_error(api, "the read-modify-write form (a vector_offset source) is not simulated",
+                            "API not supported by the accelopt_nb simulator", UnsupportedAPIError)
+    for v in [dv] + views:
+        if v.tensor.buffer == "psum":
+            raise rt.rule_error(api, "DMA cannot access PSUM", "DMA moves data between HBM and SBUF")
+        if int(_prod(v.shape)) != int(_prod(dv.shape)):
+            raise rt.rule_error(api, f"src {v.shape} and dst {dv.shape} hold different element counts",
+                                "dma_compute combines tensors element by element")
+    reads = [read(v, None, api) for v in views]
+    total = None
+    if all(d is not None for d, _ in reads):
+        total = _call(_summed, *[d for d, _ in reads], shape=tuple(dv.shape))
+    written = combine_written(*[None if w is None else w.reshape(dv.shape) for _, w in reads], shape=dv.shape)
+    if not dv.tensor.on_chip:
+        _ops.check_output_valid(rt, api, written, dv.tensor.name)
+    write(dv, total, written, None, api)
+    shape = dv.shape
+    p = shape[0] if shape else 1
+    per_part = (int(_prod(shape[1:])) if len(shape) > 1 else 1) * _dt.itemsize(dv.tensor.dtype)
+    rt.emit("dma", "dma_compute", api, tuple(v.region() for v in views), (dv.region(),), p, per_part //
+            _dt.itemsize(dv.tensor.dtype), tuple(_dt.name(v.tensor.dtype) for v in views), _dt.name(dv.tensor.dtype),
+            attrs={"bytes": p * per_part * len(views), "partitions": p, "bytes_per_partition": per_part * len(views),
+                   "contiguous_bytes": min(v.contiguous_bytes() for v in [dv] + views), "src": views[0].tensor.buffer,
+                   "dst": dv.tensor.buffer, "transpose": False, "indirect": False})
 
 
 # the permutations a DMA transpose performs, by rank (dma_transpose docs)
