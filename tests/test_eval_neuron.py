@@ -2,6 +2,7 @@
 Neuron toolchain (tests/fakes/neuron) placed on PATH."""
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,7 +88,12 @@ def test_never_stable_stops_after_max_rounds_and_keeps_the_tightest_round():
 # -- the backend with the fake toolchain ------------------------------------------------------------
 @pytest.fixture
 def fake_neuron(monkeypatch, tmp_path):
-    monkeypatch.setenv("PATH", f"{FAKES / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    # the fake tools' `#!/usr/bin/env python3` finds this interpreter first, not a version manager's shim (a
+    # pyenv shim runs ~10 shell processes per call: ~0.15 s of CPU each, and these tests make ~50 calls)
+    interpreter = tmp_path / "interpreter"
+    interpreter.mkdir()
+    (interpreter / "python3").symlink_to(sys.executable)
+    monkeypatch.setenv("PATH", os.pathsep.join([str(FAKES / "bin"), str(interpreter), os.environ["PATH"]]))
     state = tmp_path / "neuron_state"
     monkeypatch.setenv("NEURON_FAKE_STATE_DIR", str(state))
     monkeypatch.delenv("NEURON_FAKE_RUNTIME_FAIL", raising=False)
