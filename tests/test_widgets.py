@@ -64,6 +64,23 @@ def test_panel_buttons_drive_the_session(make_session):
         assert "VBox" not in static["text/plain"] and "1.0" in static["text/plain"] and "x</b>" in static["text/html"]
 
 
+def test_a_stop_that_arrives_after_the_action_ended_does_nothing(make_session):
+    """The browser can deliver a Stop click after the step ended (before it greyed the button): it must
+    neither say "stopping..." forever nor leave a stop request that kills the next step at once."""
+    panel = SessionPanel(make_session("http://127.0.0.1:9/v1"), background=False)   # no LLM call is made
+    panel.plans_text.value = "Keep B resident (RESIDENT)."
+    panel.plans_button.click()                                       # the person plays the planner
+    assert panel.session.next_phase == "execute" and "plan: 1 item" in panel.message.value
+    before = panel.message.value
+    panel.stop()                                                     # the late click
+    assert not panel.session.stop_requested and panel.message.value == before
+    panel.plan_choice.value = panel.plan_choice.options[0]
+    panel.kernel_text.value = matmul_resident_rhs("")
+    panel.kernel_only.value = True
+    panel.kernel_button.click()                                      # the next action is not stopped
+    assert panel.session.next_phase == "evaluate" and "stopped" not in panel.message.value
+
+
 @pytest.mark.slow
 def test_busy_panel_disables_buttons_and_stop_loses_nothing(make_session):
     gate = threading.Event()

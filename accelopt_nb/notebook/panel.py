@@ -34,6 +34,7 @@ class SessionPanel:
         self.background = background
         self.busy = False
         self._stop = threading.Event()
+        self._finishing = threading.Lock()   # a Stop click and the end of the action, one at a time
         self._thread: threading.Thread | None = None
         self.status = w.HTML()
         from accelopt_nb.search.state import PHASES
@@ -101,10 +102,16 @@ class SessionPanel:
         return result
 
     def stop(self) -> None:
-        """Ask the running action to stop: no new LLM calls or evaluations; those in flight finish and are stored."""
-        self._stop.set()
-        self.session.request_stop()
-        self.message.value = f"<span style='color:{STOP_COLOR}'>stopping after the calls in flight…</span>"
+        """Ask the running action to stop: no new LLM calls or evaluations; those in flight finish and are stored.
+
+        A click that arrives after the action ended (the browser had not yet disabled the button) does
+        nothing: a stop request left on an idle session would stop the next step before it began."""
+        with self._finishing:
+            if not self.busy:
+                return
+            self._stop.set()
+            self.session.request_stop()
+            self.message.value = f"<span style='color:{STOP_COLOR}'>stopping after the calls in flight…</span>"
 
     def _act(self, what: str, action: Callable[[], Any]) -> None:
         if self.busy:
@@ -128,26 +135,31 @@ class SessionPanel:
         s = self.session
         mark = len(s.step_stats)
         previous, s.progress = s.progress, self.progress
+        message, danger = "", False
         try:
             result = action()
         except Exception as exc:  # shown in the panel; the session stays usable
-            self.progress.bar.bar_style = "danger"
-            self.message.value = (f"<span class='accelopt-error' style='color:{d.FAIL_COLOR}'><b>"
-                                  f"{type(exc).__name__}</b>: {html.escape(str(exc))}</span>")
+            danger = True
+            message = (f"<span class='accelopt-error' style='color:{d.FAIL_COLOR}'><b>"
+                       f"{type(exc).__name__}</b>: {html.escape(str(exc))}</span>")
         else:
             outcome = StepOutcome.since(s, mark)
-            if self._stop.is_set():
-                self.message.value = (f"<span class='accelopt-stopped' style='color:{STOP_COLOR}'>stopped: "
-                                      f"{outcome.missing} call(s) not made; what finished is stored, and running "
-                                      f"the step again makes only the missing calls</span>")
-            else:
-                done = f"{what}: {len(result)} item(s)" if isinstance(result, list) else f"{what}: done"
-                self.message.value = outcome.ok_html(done)
-            if outcome.lost_calls and not self._stop.is_set():
-                self.progress.bar.bar_style = "danger"
+            done = f"{what}: {len(result)} item(s)" if isinstance(result, list) else f"{what}: done"
+            message, danger = outcome.ok_html(done), outcome.lost_calls
         finally:
             s.progress = previous
-            self.busy = False
+            with self._finishing:   # a Stop pressed from here on finds the panel idle and does nothing
+                if self._stop.is_set() and not message.startswith("<span class='accelopt-error'"):
+                    outcome = StepOutcome.since(s, mark)
+                    message = (f"<span class='accelopt-stopped' style='color:{STOP_COLOR}'>stopped: "
+                               f"{outcome.missing} call(s) not made; what finished is stored, and running "
+                               f"the step again makes only the missing calls</span>")
+                    danger = False
+                if danger:
+                    self.progress.bar.bar_style = "danger"
+                if message:
+                    self.message.value = message
+                self.busy = False
             self.refresh()
 
     def wait(self, timeout: float | None = None) -> None:
