@@ -45,7 +45,7 @@ def test_calibrate_round_trip_recovers_perturbed_parameters(tmp_path, capsys):
     profiles = _write_profiles(tmp_path, load_hw("trn1", PERTURBED))
     out = tmp_path / "my_trn1.yaml"
     rc = main(["calibrate", *map(str, KERNELS), "--task", str(TASK), "--profiles", *map(str, profiles),
-               "--out", str(out)])
+               "--out", str(out), "--source", "streams", "streams", "streams", "other", "other"])
     assert rc == 0
     data = yaml.safe_load(out.read_text())
     assert data["base"] == "trn1"
@@ -57,9 +57,25 @@ def test_calibrate_round_trip_recovers_perturbed_parameters(tmp_path, capsys):
     assert data["model_error"] == hw.model_error > 0
     text = capsys.readouterr().out
     assert "RMS log error" in text and "leave-one-out over 5" in text and "Spearman rho" in text
+    # each source held out in turn: fitted on the other one, it cannot pin the parameters it alone pins
+    held = text.split("per source held out")[1].splitlines()[1:3]
+    assert [line.split()[0] for line in held] == ["other", "streams"] and all("median x" in line for line in held)
     # the calibrated file reproduces the "measured" latencies
     for kernel, trace, path in zip(KERNELS, _traces(KERNELS, [TASK], "kernel"), profiles):
         assert estimate(trace, hw).total_time == pytest.approx(read_profile_latency(path), rel=0.05), kernel.name
+
+
+def test_leave_one_source_out_fits_without_the_source_it_tests():
+    from accelopt_nb.perf.calibrate import leave_one_source_out
+    traces = _traces(KERNELS[:4], [TASK], "kernel")
+    hw = load_hw("trn1", PERTURBED)
+    measured = [estimate(t, hw).total_time for t in traces]
+    out = leave_one_source_out(traces, measured, ["a", "a", "b", "b"], base="trn1", passes=1, steps=3)
+    assert sorted(out) == ["a", "b"] and all(len(h.ratios) == 2 for h in out.values())
+    with pytest.raises(ConfigError, match="two sources"):
+        leave_one_source_out(traces, measured, ["a"] * 4)
+    with pytest.raises(ConfigError, match="labels"):
+        leave_one_source_out(traces, measured, ["a", "b"])
 
 
 def test_read_profile_latency_formats_and_errors(tmp_path):

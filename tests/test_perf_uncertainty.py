@@ -13,7 +13,7 @@ from perf_builders import TraceBuilder
 
 def _inputs(**kw) -> ClassInputs:
     base = dict(total=1e-3, tensor_busy=0.0, vector_busy=0.0, vector_overhead=0.0, dma_active=0.0,
-                dma_transfers=10, dma_fixed_latency=1.3e-6, dma_small_share=0.0)
+                dma_transfers=10, dma_issue=0.35e-6, dma_small_share=0.0)
     return ClassInputs(**{**base, **kw})
 
 
@@ -25,9 +25,11 @@ def test_classes_follow_the_resource_that_bounds_the_schedule():
     assert classify(_inputs(vector_busy=0.3e-3, dma_active=0.95e-3)) == "dma"
     # most of the busiest vector engine's time is fixed per-instruction overhead
     assert classify(_inputs(vector_busy=0.9e-3, vector_overhead=0.6e-3, dma_active=0.2e-3)) == "overhead"
-    # the transfers' fixed costs add up to far more than the latency, and they are tiny
-    assert classify(_inputs(dma_active=0.9e-3, dma_transfers=5000, dma_small_share=0.9)) == "overhead"
-    assert classify(_inputs(dma_active=0.9e-3, dma_transfers=5000, dma_small_share=0.1)) == "dma"
+    # ... or of instructions so small they run at the MIN_II floor
+    assert classify(_inputs(vector_busy=0.9e-3, vector_tiny=0.6e-3, dma_active=0.2e-3)) == "overhead"
+    # the DMA engines' issue slots of tiny transfers fill most of the latency
+    assert classify(_inputs(dma_active=0.9e-3, dma_transfers=2000, dma_small_share=0.9)) == "overhead"
+    assert classify(_inputs(dma_active=0.9e-3, dma_transfers=2000, dma_small_share=0.1)) == "dma"
 
 
 def test_interval_is_a_lognormal_prediction_interval_of_the_residuals():

@@ -237,17 +237,86 @@ def leave_one_out(traces: Sequence[Trace], measured_s: Sequence[float], *, names
     return HeldOut(names, tuple(out), tuple(float(m) for m in measured_s))
 
 
+def leave_one_source_out(traces: Sequence[Trace], measured_s: Sequence[float], sources: Sequence[str], *,
+                         base: "str | Path | HWConfig" = "trn1", progress: Callable[[str], None] | None = None,
+                         **fit_kw: Any) -> dict[str, HeldOut]:
+    """Per source: its kernels timed with the parameters fitted on every OTHER source's kernels.
+
+    What a user of a calibrated file should expect on kernels from somewhere else (another project,
+    another measurement setup); needs at least two sources.
+    """
+    if len(sources) != len(traces):
+        raise ConfigError(f"leave_one_source_out: {len(sources)} source labels for {len(traces)} kernels")
+    labels = sorted(set(sources))
+    if len(labels) < 2:
+        raise ConfigError("leave_one_source_out needs kernels from at least two sources")
+    cache = LatencyCache(fit_kw.get("params", FREE_PARAMETERS))
+    out: dict[str, HeldOut] = {}
+    for label in labels:
+        inside = [i for i, s in enumerate(sources) if s == label]
+        rest = [i for i, s in enumerate(sources) if s != label]
+        cal = fit([traces[i] for i in rest], [measured_s[i] for i in rest], base=base, cache=cache, **fit_kw)
+        hw = cal.hw()
+        out[label] = HeldOut(tuple(f"{label} #{k + 1}" for k in range(len(inside))),
+                             tuple(cache.latency(traces[i], hw) / measured_s[i] for i in inside),
+                             tuple(float(measured_s[i]) for i in inside))
+        if progress:
+            progress(f"held out source {label} ({len(inside)} kernels): median error x{out[label].median_error:.3f}")
+    return out
+
+
 def expected_error_factor(ratios: Sequence[float]) -> float:
     """The error bar quoted with estimates: the median of max(r, 1/r) over held-out kernels."""
     r = np.asarray(ratios, dtype=float)
     return float(np.median(np.maximum(r, 1 / r)))
 
 
+@dataclass(frozen=True)
+class ErrorStats:
+    """How far model latencies are from measured ones (ratio r = model / measured)."""
+
+    n: int
+    spearman: float | None          # rank correlation of model and measured latencies (None below 3)
+    median_error: float             # median of max(r, 1/r)
+    p90_error: float                # 90th percentile of max(r, 1/r)
+    worst_error: float
+    geomean_ratio: float            # exp(mean ln r): > 1 means the model is slow on average
+
+    def row(self) -> str:
+        rho = f"{self.spearman:6.3f}" if self.spearman is not None else f"{'-':>6s}"
+        return (f"n {self.n:3d}  rho {rho}  median x{self.median_error:.2f}  p90 x{self.p90_error:.2f}  "
+                f"worst x{self.worst_error:.2f}  geomean {self.geomean_ratio:.2f}")
+
+
+def error_stats(model: Sequence[float], measured: Sequence[float]) -> ErrorStats:
+    """:class:`ErrorStats` of model vs measured latencies (same units)."""
+    m, t = np.asarray(model, dtype=float), np.asarray(measured, dtype=float)
+    if len(m) != len(t) or not len(m):
+        raise ValueError("error_stats needs as many model as measured latencies, at least one")
+    r = m / t
+    e = np.maximum(r, 1 / r)
+    rho = spearman(m, t) if len(m) >= 3 and len(set(t.tolist())) > 1 else None
+    return ErrorStats(len(m), rho, float(np.median(e)), float(np.percentile(e, 90)), float(e.max()),
+                      float(np.exp(np.mean(np.log(r)))))
+
+
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Spearman rank correlation (no ties expected among latencies)."""
-    rx = np.argsort(np.argsort(x)).astype(float)
-    ry = np.argsort(np.argsort(y)).astype(float)
+    """Spearman rank correlation (ties get their average rank; measured variants do tie)."""
+    rx, ry = _ranks(x), _ranks(y)
+    if rx.std() == 0 or ry.std() == 0:
+        return 0.0
     return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def _ranks(x: Sequence[float]) -> np.ndarray:
+    a = np.asarray(x, dtype=float)
+    order = np.argsort(a, kind="stable")
+    ranks = np.empty(len(a))
+    ranks[order] = np.arange(len(a), dtype=float)
+    for v in np.unique(a):
+        tie = a == v
+        ranks[tie] = ranks[tie].mean()
+    return ranks
 
 
 def write_hw_yaml(cal: Calibration, path: "str | Path", note: str = "") -> Path:
@@ -284,6 +353,6 @@ def read_profile_latency(path: "str | Path") -> float:
     raise ConfigError(f"profile {path}: no positive 'total_time' (s) or 'latency' (ms) field")
 
 
-__all__ = ["Calibration", "FREE_PARAMETERS", "FreeParameter", "HeldOut", "LatencyCache", "depends_on",
-           "documented_overrides", "expected_error_factor", "fit", "grid", "leave_one_out", "read_profile_latency",
+__all__ = ["Calibration", "ErrorStats", "error_stats", "FREE_PARAMETERS", "FreeParameter", "HeldOut", "LatencyCache", "depends_on",
+           "documented_overrides", "expected_error_factor", "fit", "grid", "leave_one_out", "leave_one_source_out", "read_profile_latency",
            "rms_log_error", "spearman", "write_hw_yaml"]

@@ -8,13 +8,19 @@ Model (sources in nki_hw_facts.md §3 "DMA efficiency rules"):
   kernel (source file and line, and the HBM tensor it moves) its own queue, spread round-robin
   over the 16 queues in order of first use: a load inside a loop is one FIFO stream, and
   independent load statements proceed in parallel. Spill traffic has its own queue.
-* One queue moves a transfer at ``efficiency(bytes per partition) x engine bandwidth x engines``
-  where the efficiency is the DMAOV curve (≥ 2 KiB per partition needed, ≥ 4 KiB saturates).
-  The curve is taken at the shorter of the bytes per partition and the HBM-side contiguous run,
-  because each run is a separate descriptor (HBM data is more efficient when contiguous).
+* One queue moves a transfer at ``efficiency x engine bandwidth x engines``. Since v3 the efficiency
+  is that of packets: each descriptor (one contiguous run: the shorter of the bytes per partition
+  and the HBM-side run) costs a fixed ``dma_packet_overhead_s`` of engine time besides its data
+  time. The DMAOV curve measures one transfer in isolation, so at small sizes it is the ~1.3 us
+  fixed latency (charged separately below, overlapped across transfers in flight); its >= 4 KiB
+  points, where that latency is amortized, give the per-packet cost (~10 ns on trn1). With
+  ``dma_packet_overhead_s: 0`` the curve itself is the throughput (model v2).
 * Completion comes no earlier than the fixed ~1.3 µs per transfer (descriptor, sync and
   semaphore, DMABW); the queue itself is busy only while moving data, so fixed latencies of
   back-to-back transfers overlap ("pipelined").
+* The engines start one transfer at a time (ARCH1: "each DMA engine can process one DMA transfer at a
+  time"; DMAOV: every transfer ends with a 4 B semaphore write by all 16 engines), so transfers take
+  turns: at most one starts per ``hw.dma_issue_s`` (:class:`IssueSlots`). It bounds loops of tiny DMAs.
 * All queues drive the same 16 engines, so together they move at most the engines' achievable
   bandwidth (272 GB/s on trn1) and, for transfers touching HBM, the per-NeuronCore HBM bandwidth:
   a fluid ledger in time bins serves each transfer at its queue rate as far as the remaining
@@ -75,10 +81,11 @@ def transfer_rate(shape: TransferShape, hw: HWConfig, cache: dict | None = None)
 
 def _rate(shape: TransferShape, hw: HWConfig) -> float:
     engines = min(hw.dma_engines, max(1, math.ceil(shape.partitions / hw.dma_partitions_per_engine)))
+    curve = hw.dma_packet_efficiency if hw.dma_packet_overhead_s > 0 else hw.dma_efficiency_at
     if shape.transpose and hw.dma_transpose_efficiency is not None:
-        eff = hw.dma_transpose_efficiency * hw.dma_efficiency_at(shape.bytes_per_partition)
+        eff = hw.dma_transpose_efficiency * curve(shape.bytes_per_partition)
     else:
-        eff = hw.dma_efficiency_at(shape.run_bytes)
+        eff = curve(shape.run_bytes)
     return eff * engines * hw.dma_engine_bandwidth
 
 
@@ -153,4 +160,35 @@ class BandwidthLedger:
             t = bin_end
 
 
-__all__ = ["BandwidthLedger", "QueueAssigner", "SPILL_QUEUE", "TransferShape", "transfer_rate", "transfer_shape"]
+class IssueSlots:
+    """The DMA engines start one transfer per ``interval`` seconds, all queues together, in any order.
+
+    Time is cut into slots of ``interval``; a transfer ready at ``t`` takes the first free slot at or
+    after ``t`` (a later-ready transfer earlier in program order does not block an earlier-ready one:
+    the queues are served round robin, DMAOV). Next-free lookup with path compression.
+    """
+
+    def __init__(self, interval: float) -> None:
+        self.dt = interval
+        self._next: dict[int, int] = {}      # taken slot -> a candidate for the next free one
+
+    def _find(self, j: int) -> int:
+        path = []
+        nxt = self._next
+        while j in nxt:
+            path.append(j)
+            j = nxt[j]
+        for k in path:
+            nxt[k] = j
+        return j
+
+    def take(self, ready: float) -> float:
+        """Start time of a transfer ready at ``ready``."""
+        if self.dt <= 0:
+            return ready
+        j = self._find(int(ready / self.dt))
+        self._next[j] = j + 1
+        return max(ready, j * self.dt)
+
+
+__all__ = ["BandwidthLedger", "IssueSlots", "QueueAssigner", "SPILL_QUEUE", "TransferShape", "transfer_rate", "transfer_shape"]

@@ -69,10 +69,18 @@ class HWConfig:
     dma_fixed_latency_s: float
     dma_efficiency: tuple[tuple[float, float], ...]
     dma_transpose_efficiency: float | None
+    # v3: per-packet (descriptor) engine time; > 0 replaces the dma_efficiency curve as the queue's
+    # throughput (the curve then only documents one transfer in isolation, latency included)
+    dma_packet_overhead_s: float
     hbm_bandwidth: float
     elide_redundant_work: bool      # toolchain keeps reloaded / recomputed values on chip (reuse.py)
     compiler_engine_placement: bool  # toolchain puts engine-unspecified copies / affine ops on Vector or Scalar
     sequential_hbm_order: bool       # in sequential loops an HBM read waits for the earlier HBM writes (schedule.py)
+    # fixed costs at small granularity (v3, perf_model.md §2b)
+    launch_overhead_s: float         # per kernel launch: start to first instruction plus the end notification
+    dma_issue_s: float               # the DMA engines start a new transfer at most this often (all queues together)
+    affine_hides_issue_overhead: bool  # in an affine_range body the compiler interleaves iterations, hiding the
+                                       # tiny/dependent-issue overheads (schedule.py)
     # engine conflicts
     vector_gpsimd_share_sbuf_port: bool
     vector_scalar_share_psum: bool
@@ -106,6 +114,12 @@ class HWConfig:
     def dma_bandwidth(self) -> float:
         """Achievable bandwidth of all DMA engines together (272 GB/s on trn1), shared by all queues."""
         return self.dma_engines * self.dma_engine_bandwidth
+
+    def dma_packet_efficiency(self, run_bytes: float) -> float:
+        """Share of an engine's time moving data when each packet of ``run_bytes`` costs a fixed
+        ``dma_packet_overhead_s`` besides its data time (v3; perf_model.md §3)."""
+        data = max(float(run_bytes), 1.0) / self.dma_engine_bandwidth
+        return data / (data + self.dma_packet_overhead_s)
 
     def dma_efficiency_at(self, bytes_per_partition: float) -> float:
         """DMAOV curve, interpolated in log-log space; linear (fixed time per transfer) below the first point."""

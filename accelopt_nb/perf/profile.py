@@ -101,6 +101,13 @@ class Profile:
         return self.uncertainty.kernel_class
 
     @property
+    def end_to_end_ms(self) -> float:
+        """What an end-to-end timer (nki.benchmark, neuron-bench) would report: the device latency plus the
+        hardware's fixed launch cost (perf_model.md §2b). ``latency`` is the device time, as the profiler's."""
+        launch = self.schedule.hw.launch_overhead_s if self.schedule is not None else 0.0
+        return self.latency + 1e3 * launch if self.latency > 0 else 0.0
+
+    @property
     def latency_interval(self) -> tuple[float, float]:
         """(low, high) latency in ms that held-out measurements of this kernel's class support."""
         return self.uncertainty.interval_ms(self.latency)
@@ -151,7 +158,7 @@ def _fmt_bytes(n: float) -> str:
 def build_profile(trace: Trace, sched: Schedule) -> Profile:
     hw = sched.hw
     instrs = trace.instructions
-    total = sched.total_time
+    total = sched.total_time   # device time, as neuron-profile's total_time (end_to_end_ms adds the launch)
     hbm_r = hbm_w = sb_r = sb_w = ps_r = ps_w = ps_to_sb = 0
     hw_flops = tr_flops = model_flops = 0.0
     mm_count = 0
@@ -230,10 +237,12 @@ def build_profile(trace: Trace, sched: Schedule) -> Profile:
     mfu = model_flops / (hw.profiler_peak_flops * total) if total > 0 else 0.0
     mbu = hbm_total / total / hw.profiler_hbm_bandwidth if total > 0 else 0.0
 
-    unc = lookup(hw.name, classify(_class_inputs(sched, total, engine_time, dma_active)), prior_error=hw.model_error)
+    unc = lookup(hw.name, classify(_class_inputs(trace, sched, total, engine_time, dma_active)), prior_error=hw.model_error)
     plan = sched.memory
     bound, why = _diagnose(trace, sched, total, active, dma_active, mbu, engine_time, tensor_tr_time, fp32_mm_time,
                            save + reload, sb_r + sb_w)
+    if unc.kernel_class == "overhead":
+        why.append(_fixed_cost_note(trace, sched, total))
     return Profile(
         kernel_name=trace.kernel_name, hw=hw.name, latency=total * 1e3, total_time=total,
         neuroncore_cycle_count=total * hw.base_clock_hz,
@@ -258,18 +267,35 @@ def build_profile(trace: Trace, sched: Schedule) -> Profile:
         schedule=sched, trace=trace)
 
 
-def _class_inputs(sched: Schedule, total: float, engine_time: dict[str, float], dma_active: float) -> ClassInputs:
+def _class_inputs(trace: Trace, sched: Schedule, total: float, engine_time: dict[str, float],
+                  dma_active: float) -> ClassInputs:
     """What the kernel-class rule reads from a schedule (uncertainty.classify)."""
     vec_engine = max(("vector", "scalar", "gpsimd"), key=lambda e: engine_time[e])
-    over = float(sched.overhead[sched.row == COMPUTE_ENGINES.index(vec_engine)].sum())
+    on_engine = sched.row == COMPUTE_ENGINES.index(vec_engine)
+    over = float(sched.overhead[on_engine].sum())
+    small = np.array([ins.free_elems < sched.hw.tiny_free_elems for ins in trace.instructions], dtype=bool) \
+        if len(trace.instructions) else np.zeros(0, dtype=bool)
+    tiny = float((sched.busy_end - sched.start - sched.overhead)[on_engine & small].sum())
     shapes = list(sched.transfer.values())
     nbytes = sum(s.nbytes for s in shapes)
-    small = sum(s.nbytes for s in shapes if s.run_bytes < 512)
+    small_bytes = sum(s.nbytes for s in shapes if s.run_bytes < 512)
     return ClassInputs(total=total, tensor_busy=engine_time["tensor"],
                        vector_busy=engine_time[vec_engine], vector_overhead=over,
                        dma_active=dma_active * total, dma_transfers=len(shapes) + len(sched.spill_events),
-                       dma_fixed_latency=sched.hw.dma_fixed_latency_s,
-                       dma_small_share=small / nbytes if nbytes else 0.0)
+                       dma_issue=sched.hw.dma_issue_s,
+                       dma_small_share=small_bytes / nbytes if nbytes else 0.0, vector_tiny=tiny)
+
+
+def _fixed_cost_note(trace: Trace, sched: Schedule, total: float) -> str:
+    """Why a fixed-cost-bound estimate is a poor guide: the compiler merges and interleaves small work."""
+    hw = sched.hw
+    tiny = sum(1 for ins in trace.instructions if ins.engine != "dma" and ins.free_elems < hw.tiny_free_elems)
+    dmas = len(sched.transfer)
+    issue = dmas * hw.dma_issue_s
+    return (f"fixed-cost-bound: {tiny} compute instructions under {hw.tiny_free_elems} elements per partition and "
+            f"{dmas} DMA transfers ({issue * 1e3:.3g} ms of DMA issue slots) decide the latency; the compiler may fuse, "
+            "interleave or merge such small work, so the code as written is a poor guide to what runs (see the "
+            "error bar); batch the work into fewer, larger instructions and transfers")
 
 
 def _diagnose(trace: Trace, sched: Schedule, total: float, active: dict[str, float], dma_active: float, mbu: float,

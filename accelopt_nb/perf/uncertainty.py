@@ -33,6 +33,7 @@ import numpy as np
 import yaml
 
 DATA = Path(__file__).with_name("data") / "uncertainty.yaml"
+RESIDUALS = Path(__file__).with_name("data") / "heldout.csv"     # the residuals behind DATA, one per kernel
 
 KERNEL_CLASSES: tuple[str, ...] = ("matmul", "fused", "elementwise", "dma", "overhead")
 CLASS_LABEL = {"matmul": "matmul-bound", "fused": "fused matmul+vector", "elementwise": "element-wise",
@@ -96,22 +97,24 @@ class ClassInputs:
     vector_overhead: float           # fixed-overhead part of that engine's time
     dma_active: float                # time with at least one DMA moving data
     dma_transfers: int
-    dma_fixed_latency: float         # per transfer (hw.dma_fixed_latency_s)
+    dma_issue: float                 # the engines' interval between transfer starts (hw.dma_issue_s)
     dma_small_share: float           # share of DMA bytes moved in transfers under 512 B per partition
+    vector_tiny: float = 0.0         # that engine's time on instructions under 128 elements per partition
 
 
 def classify(x: ClassInputs) -> str:
     """The kernel's class: which resource the model says bounds it (thresholds are shares of the latency).
 
-    ``overhead`` first: when the per-instruction overhead is most of the busiest vector-like
-    engine's time, or when the transfers' fixed ~1.3 us costs add up to more than twice the
-    latency (the model assumed they overlap), the result hinges on fixed costs and on what the
-    compiler merges, not on throughput formulas.
+    ``overhead`` first: when most of the busiest vector-like engine's time goes to fixed
+    per-instruction costs (overheads, or instructions so small they run at the MIN_II floor), or
+    when the DMA engines' one-transfer-at-a-time issue slots fill more than half the latency with
+    tiny transfers, the result hinges on fixed costs and on what the compiler merges or
+    interleaves, not on throughput formulas.
     """
     t = max(x.total, 1e-30)
-    if x.vector_busy > 0.3 * t and x.vector_overhead > 0.5 * x.vector_busy:
+    if x.vector_busy > 0.3 * t and x.vector_overhead + x.vector_tiny > 0.5 * x.vector_busy:
         return "overhead"
-    if x.dma_transfers * x.dma_fixed_latency > 2.0 * t and x.dma_small_share > 0.5:
+    if x.dma_transfers * x.dma_issue > 0.5 * t and x.dma_small_share > 0.5:
         return "overhead"
     pe, vec, dma = x.tensor_busy / t, x.vector_busy / t, x.dma_active / t
     if pe >= 0.15:      # real TensorE work: fused when a vector-like engine carries a comparable share
@@ -193,5 +196,44 @@ def table_entry(ratios: Sequence[float], sources: Sequence[str], coverage: float
             "sources": sorted(set(sources))}
 
 
-__all__ = ["CLASS_LABEL", "COVERAGE", "ClassInputs", "KERNEL_CLASSES", "LatencyUncertainty", "classify",
+# ---- the residuals behind the table -----------------------------------------------------------
+@dataclass(frozen=True)
+class Residual:
+    """One held-out kernel behind ``uncertainty.yaml``: what the hardware measured and the model said."""
+
+    source: str                      # corpus source (docs/perf_model.md §7)
+    family: str                      # variants of one problem (e.g. "autocomp/attention")
+    variant: str
+    hw: str
+    kernel_class: str                # the shipped model's class of the kernel (:func:`classify`)
+    measured_ms: float
+    model_ms: float
+    basis: str                       # "held-out" (a source never fitted) or "leave-one-out" (the fit source)
+
+    @property
+    def ratio(self) -> float:
+        """measured / model (the residual the intervals are taken over)."""
+        return self.measured_ms / self.model_ms
+
+    @property
+    def error_factor(self) -> float:
+        """max(r, 1/r): how far off the model is, either way."""
+        return max(self.ratio, 1 / self.ratio)
+
+
+def heldout_residuals(hw: str | None = None, kernel_class: str | None = None,
+                      path: "str | Path" = RESIDUALS) -> list[Residual]:
+    """The held-out residuals shipped with the library (written with ``uncertainty.yaml`` by
+    ``benchmarks/perf_fidelity.py --write-uncertainty``), optionally of one hardware or class."""
+    import csv
+    p = Path(path)
+    if not p.is_file():
+        return []
+    with p.open(newline="") as f:
+        rows = [Residual(r["source"], r["family"], r["variant"], r["hw"], r["kernel_class"], float(r["measured_ms"]),
+                         float(r["model_ms"]), r["basis"]) for r in csv.DictReader(f)]
+    return [r for r in rows if (hw is None or r.hw == hw) and (kernel_class is None or r.kernel_class == kernel_class)]
+
+
+__all__ = ["CLASS_LABEL", "RESIDUALS", "Residual", "heldout_residuals", "COVERAGE", "ClassInputs", "KERNEL_CLASSES", "LatencyUncertainty", "classify",
            "interval_from_residuals", "lookup", "table_entry"]
