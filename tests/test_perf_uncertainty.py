@@ -100,3 +100,23 @@ def test_the_profile_record_keeps_the_error_bar_typed():
     assert ProfileRecord.from_dict(rec.to_dict()).uncertainty == rec.uncertainty
     measured = profile_record({"total_time": 0.002, "hbm_read_bytes": 10}, source="neuron", hw="trn1")
     assert measured.uncertainty is None and measured.latency_interval_ms is None
+
+
+def test_the_shipped_residuals_reproduce_the_shipped_intervals():
+    """heldout.csv and uncertainty.yaml are written together: each interval follows from the residuals."""
+    from accelopt_nb.perf.uncertainty import DATA, heldout_residuals, table_entry
+    table = yaml.safe_load(DATA.read_text())
+    residuals = heldout_residuals()
+    assert residuals and all(r.basis.split(" ")[0] in ("held-out", "leave-one-out") and r.model_ms > 0 for r in residuals)
+    for hw, entry in table["hardware"].items():
+        mine = heldout_residuals(hw=hw)
+        expect = table_entry([r.ratio for r in mine], [r.source for r in mine])
+        assert entry["pooled"]["n"] == len(mine)
+        assert entry["pooled"]["low"] == pytest.approx(expect["low"], abs=2e-3)
+        assert entry["pooled"]["high"] == pytest.approx(expect["high"], abs=2e-3)
+        for cls, e in entry["classes"].items():
+            of_class = heldout_residuals(hw=hw, kernel_class=cls)
+            assert e["n"] == len(of_class)
+            assert e["high"] == pytest.approx(table_entry([r.ratio for r in of_class], ["x"])["high"], abs=2e-3)
+    worst = max(residuals, key=lambda r: r.error_factor)
+    assert worst.error_factor == max(worst.ratio, 1 / worst.ratio) >= 1

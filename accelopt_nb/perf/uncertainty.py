@@ -208,7 +208,7 @@ class Residual:
     kernel_class: str                # the shipped model's class of the kernel (:func:`classify`)
     measured_ms: float
     model_ms: float
-    basis: str                       # "held-out" (a source never fitted) or "leave-one-out" (the fit source)
+    basis: str                       # "held-out" (a source never fitted) or "leave-one-out (MODEL)" (the fit source)
 
     @property
     def ratio(self) -> float:
