@@ -722,7 +722,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.reuse:      # a --json file, or the rows log a run writes next to it as it goes
             text = args.reuse.read_text()
             reuse = (json.loads(text) if args.reuse.suffix == ".json" else
-                     {"corpus": {"rows": [json.loads(line) for line in text.splitlines() if line.strip()]}})
+                     {"corpus": {"rows": [r for r in (json.loads(line) for line in text.splitlines() if line.strip())
+                                          if "failed" not in r and "skipped" not in r]}})
         print(f"measured corpus: {len(cases)} kernels (per source, per family; before = model v2.2, after = shipped)")
         log = args.json.with_suffix(".rows.jsonl") if args.json else None
         if args.rows:

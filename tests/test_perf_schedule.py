@@ -321,7 +321,7 @@ def _tiny_pairs(kind):
 
 
 def test_affine_iterations_hide_the_tiny_and_dependent_issue_overheads():
-    hw = load_hw("trn1", NO_FIXED)
+    hw = load_hw("trn1", {**NO_FIXED, "affine_hides_issue_overhead": True})      # the v3 rule (shipped off)
     mn = hw.min_ii_cycles / hw.vector_clock_hz
     affine = estimate(_tiny_pairs("affine"), hw)
     assert affine.total_time == pytest.approx(64 * mn)                # MIN_II per instruction, nothing more
