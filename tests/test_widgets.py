@@ -81,6 +81,27 @@ def test_a_stop_that_arrives_after_the_action_ended_does_nothing(make_session):
     assert panel.session.next_phase == "evaluate" and "stopped" not in panel.message.value
 
 
+def test_a_stop_between_the_step_end_and_the_panel_end_is_not_left_on_the_session(make_session):
+    """The narrow window: the session's step has ended (and cleared its stop flag) but the panel's action has
+    not; a Stop click there is shown as a stop, and the session must not keep the request for its next step."""
+    panel = SessionPanel(make_session("http://127.0.0.1:9/v1"), background=False)   # no LLM call is made
+    panel.plans_text.value = "Keep B resident (RESIDENT)."
+
+    def plans_then_click():
+        result = panel._submit_plans()
+        panel.stop()                                                 # the click, after session.plan() returned
+        return result
+
+    panel._act("plan", plans_then_click)
+    assert panel.session.next_phase == "execute" and "stopped" in panel.message.value
+    assert not panel.session.stop_requested
+    panel.plan_choice.value = panel.plan_choice.options[0]
+    panel.kernel_text.value = matmul_resident_rhs("")
+    panel.kernel_only.value = True
+    panel.kernel_button.click()                                      # the next action runs to its end
+    assert panel.session.next_phase == "evaluate" and "stopped" not in panel.message.value
+
+
 @pytest.mark.slow
 def test_busy_panel_disables_buttons_and_stop_loses_nothing(make_session):
     gate = threading.Event()

@@ -159,6 +159,7 @@ class SessionPanel:
                     self.progress.bar.bar_style = "danger"
                 if message:
                     self.message.value = message
+                s.clear_stop()       # a Stop that landed after the session's step ended must not outlive it
                 self.busy = False
             self.refresh()
 

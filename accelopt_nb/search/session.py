@@ -107,6 +107,7 @@ class Session:
         self.evals = Evaluations(self, executor=eval_executor, cache=eval_cache, options=eval_options)
         self._stop = threading.Event()
         self._depth = 0  # nesting of step/run/phase calls; the outermost one clears a stop request
+        self._writer_state = threading.Lock()  # _depth and the stop flag's clearing, against clear_stop()
         # One writer at a time: the thread running a step holds this lock; another thread's step call
         # is refused (SessionBusyError) instead of racing it in the store.
         self._writer = threading.RLock()
@@ -302,6 +303,13 @@ class Session:
     def stop_requested(self) -> bool:
         return self._stop.is_set()
 
+    def clear_stop(self) -> None:
+        """Forget a stop request no running step can take up any more (a Stop click that arrived just after
+        the step ended); while a step runs its request stays. Left set, it would end the next step at once."""
+        with self._writer_state:
+            if self._depth == 0:
+                self._stop.clear()
+
     @property
     def busy(self) -> str | None:
         """What another caller is running now (e.g. ``"run() from iteration 1"``), or None."""
@@ -322,10 +330,11 @@ class Session:
             try:
                 yield
             finally:
-                self._depth -= 1
-                if self._depth == 0:
-                    self._running = None
-                    self._stop.clear()
+                with self._writer_state:
+                    self._depth -= 1
+                    if self._depth == 0:
+                        self._running = None
+                        self._stop.clear()
         finally:
             self._writer.release()
 
