@@ -1043,17 +1043,23 @@ def _found_written(d: Operand, v: Operand, rows: int) -> np.ndarray | None:
     return None if not parts else _broadcast(np.logical_and.reduce(parts), (rows, _EIGHT))
 
 
-def nc_find_index8(*, data, vals, mask=None, dtype=None, dst=None, **kwargs) -> Tensor | None:
-    """VectorE: per partition, the index of the first match of each of the 8 ``vals`` in ``data`` (duplicates
-    take successive matches); all ones (0xFFFFFFFF / 0xFFFF) where a value is missing. uint32 by default."""
-    rt = current()
-    api = "nisa.nc_find_index8"
+def _data_and_eight(rt, api: str, data, vals, mask) -> tuple[Operand, Operand, int, int]:
+    """The operands of the 8-value VectorE searches: ``data`` (rows, n) and 8 ``vals`` per partition."""
     d = operand(data, api, allow_scalar=False, mask=_ops.mask_array(mask))
     v = operand(vals, api, allow_scalar=False)
     _ops.check_engine_access(rt, api, "vector", [d, v], None)
     rows = d.shape[0]
     n = _per_partition(rt, api, d, "data")
     _eight(rt, api, v, rows)
+    return d, v, rows, n
+
+
+def nc_find_index8(*, data, vals, mask=None, dtype=None, dst=None, **kwargs) -> Tensor | None:
+    """VectorE: per partition, the index of the first match of each of the 8 ``vals`` in ``data`` (duplicates
+    take successive matches); all ones (0xFFFFFFFF / 0xFFFF) where a value is missing. uint32 by default."""
+    rt = current()
+    api = "nisa.nc_find_index8"
+    d, v, rows, n = _data_and_eight(rt, api, data, vals, mask)
     target = as_view(dst)
     out_dtype = _dt.canonical(dtype) if dtype is not None else (target.dtype if target is not None else _dt.uint32)
     if _dt.name(out_dtype) not in ("uint32", "uint16"):
@@ -1074,12 +1080,7 @@ def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, d
     repeated value's earliest match lands in its highest slot); ``dst_idx`` gets the matched positions."""
     rt = current()
     api = "nisa.nc_match_replace8"
-    d = operand(data, api, allow_scalar=False, mask=_ops.mask_array(mask))
-    v = operand(vals, api, allow_scalar=False)
-    _ops.check_engine_access(rt, api, "vector", [d, v], None)
-    rows = d.shape[0]
-    n = _per_partition(rt, api, d, "data")
-    _eight(rt, api, v, rows)
+    d, v, rows, n = _data_and_eight(rt, api, data, vals, mask)
     pos = replaced = None
     if d.data is not None:
         pos = _call(_match_positions, d.data, v.data, rows=rows, ascending=False)
