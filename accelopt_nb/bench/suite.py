@@ -162,22 +162,29 @@ def _evaluate(cases: list[BenchCase], service: EvalService, progress: bool,
     futures: dict[Future, int] = {}
     out: list[EvalResult | str] = [""] * len(cases)
     bar = tqdm(total=len(cases), desc="nkibench", unit="kernel", disable=not progress)
+
+    def collect(fut: Future) -> None:
+        i = futures.pop(fut)
+        try:
+            out[i] = fut.result()
+        except BackendUnavailableError:
+            raise
+        except AccelOptError as exc:
+            if on_error == "raise":
+                raise
+            out[i] = f"{type(exc).__name__}: {exc}"
+        bar.set_postfix_str(cases[i].name)
+        bar.update(1)
+
     try:
         for i, case in enumerate(cases):
             bar.set_postfix_str(case.name)
-            futures[service.submit(case.job)] = i
-        for fut in as_completed(futures):
-            i = futures[fut]
-            try:
-                out[i] = fut.result()
-            except BackendUnavailableError:
-                raise
-            except AccelOptError as exc:
-                if on_error == "raise":
-                    raise
-                out[i] = f"{type(exc).__name__}: {exc}"
-            bar.set_postfix_str(cases[i].name)
-            bar.update(1)
+            fut = service.submit(case.job)
+            futures[fut] = i
+            if fut.done():      # an in-process service evaluates at submit: count it now, not at the end
+                collect(fut)
+        for fut in as_completed(list(futures)):
+            collect(fut)
     finally:
         bar.close()
     return out
