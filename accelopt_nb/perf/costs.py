@@ -19,6 +19,7 @@ HALF_TYPES = frozenset({"bfloat16", "float16"})
 FP32_TYPES = frozenset({"float32"})
 ADD_MUL_SUB = frozenset({"add", "multiply", "subtract", "mul", "sub"})
 ADD_MAX = frozenset({"add", "max", "maximum"})
+_GATHER_T = 4   # local_gather's cost constant t (ISA26: "currently 4, subject to change")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +141,13 @@ def _gpsimd_cycles(ins: Instruction, hw: HWConfig) -> float:
     n = max(int(ins.free_elems), 1)
     if ins.op in ("tensor_copy_dynamic_src", "tensor_copy_dynamic_dst"):
         return max(hw.dynamic_copy_cycles, n)
+    a = ins.attrs
+    if ins.op == "local_gather" and "num_elem_per_idx" in a:
+        # ISA26 local_gather: 150 + (num_valid_indices * num_elem_per_idx) / C,
+        # C = ((28 + t e) / (t e)) / min(4 / dtype_size, e), t = 4 (the software's constant today)
+        e, valid, size = int(a["num_elem_per_idx"]), int(a["num_valid_indices"]), int(a["dtype_bytes"])
+        c = ((28 + _GATHER_T * e) / (_GATHER_T * e)) / min(4 / size, e)
+        return hw.gpsimd_fixed_cycles + valid * e / c
     per_elem = 4.0 if _alu(ins) == "rsqrt" else 1.0   # SHARED: GpSimd rsqrt ~4x slower than ScalarE
     return hw.gpsimd_fixed_cycles + per_elem * n
 

@@ -96,8 +96,9 @@ def _dst_leading(name: str, old: Callable) -> Callable:
     """An instruction that takes its ``dst`` in NKI 0.1 already: the same, with ``dst`` its first parameter."""
     params = [p for n, p in inspect.signature(old).parameters.items() if not n.startswith("_")]
     dst = next(p for p in params if p.name == "dst")
-    first = [p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD, default=inspect.Parameter.empty)
-             for p in [dst] + [p for p in params if p is not dst and p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]]
+    # dst loses its default; the positional parameters keep theirs (local_gather's num_elem_per_idx=1)
+    first = [dst.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD, default=inspect.Parameter.empty)] + [
+        p for p in params if p is not dst and p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
     rest = [p for p in params if p is not dst and p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD]
     signature = inspect.Signature(first + rest)
     extra = next((p.name for p in rest if p.kind is inspect.Parameter.VAR_KEYWORD), None)

@@ -85,6 +85,9 @@ MISSING_WHY: dict[str, str] = {
                                     "tensor_scalar_cumulative", "rand2")},
     **{f"isa.{n}": _LNC for n in ("core_barrier", "sendrecv")},
     **{f"isa.{n}": _RNG for n in ("rng", "rand_set_state", "rand_get_state", "set_rng_seed")},
+    "isa.topk": "the docs do not say where each of the K results lands in val_dst / idx_dst (their text says per "
+                "partition, the input is a 16-partition snake, and the NKI library's gpsimd_topk de-snakes the "
+                "outputs): a guessed layout would give silently wrong values",
 }
 
 # Documented parameter names the simulator's function spells differently (doc name -> simulator name),

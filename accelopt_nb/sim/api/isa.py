@@ -1359,6 +1359,143 @@ def nonzero_with_count(dst, src, *, index_offset=0, padding_val=-1, **kwargs) ->
             -(-rows // _GPSIMD_CORE_PARTITIONS), t, (_dt.name(x.dtype),), _dt.name(dv.dtype), attrs={"num_inputs": 1})
 
 
+# ---- GpSimd sequence and gather instructions ----------------------------------------------------------
+@_primitive(replay=_REBUILD)
+def _sequence_bounds(ids: np.ndarray, *, rows: int) -> np.ndarray:
+    """Per partition, for element ``i`` of a row of segment ids: ``[start, end)`` of the run of equal ids holding it
+    (``[n, -1]`` for an id of 0, padding), as ``[rows, 2, n]`` (the docs' NumPy equivalent, without its loops)."""
+    v = ids.reshape(rows, -1)
+    n = v.shape[1]
+    i = np.broadcast_to(np.arange(n, dtype=np.int64), v.shape)
+    first = np.ones(v.shape, bool)
+    first[:, 1:] = v[:, 1:] != v[:, :-1]
+    last = np.ones(v.shape, bool)
+    last[:, :-1] = v[:, :-1] != v[:, 1:]
+    start = np.maximum.accumulate(np.where(first, i, 0), axis=1)
+    end = np.minimum.accumulate(np.where(last, i + 1, n)[:, ::-1], axis=1)[:, ::-1]
+    pad = v == 0
+    return np.stack([np.where(pad, n, start), np.where(pad, -1, end)], axis=1)
+
+
+_SEQUENCE_DTYPES = ("float32", "int32")
+
+
+def sequence_bounds(*, segment_ids, dtype=None, dst=None, **kwargs) -> Tensor | None:
+    """GpSimd: for each element of a one-partition row of segment ids, the start and end (exclusive) of the run of
+    equal ids it belongs to; ids of 0 are padding and get ``[n, -1]``. The result is ``[1, 2, n]`` (starts, then
+    ends)."""
+    rt = current()
+    api = "nisa.sequence_bounds"
+    x = operand(segment_ids, api, allow_scalar=False)
+    dv = None if dst is None else as_view(dst)
+    _ops.check_engine_access(rt, api, "gpsimd", [x], None if dv is None else dv.tensor.buffer)
+    if x.shape[0] != 1:
+        raise rt.rule_error(api, f"segment_ids has {x.shape[0]} partitions", "sequence_bounds: the partition "
+                            "dimension must always be 1")
+    out_dtype = _dt.canonical(dtype) if dtype is not None else dv.tensor.dtype if dv is not None else x.dtype
+    for what, d in (("segment_ids", x.dtype), ("the output", out_dtype)):
+        if _dt.name(d) not in _SEQUENCE_DTYPES:
+            raise rt.rule_error(api, f"{what} is {_dt.name(d)}", "sequence_bounds reads and writes float32 or int32")
+    n = int(_prod(x.shape[1:])) if len(x.shape) > 1 else 1
+    shape = (1, 2, n)
+    data = None if x.data is None else _call(_sequence_bounds, x.data, rows=1)
+    written = None
+    if x.written is not None:   # every bound depends on the whole row
+        written = np.broadcast_to(np.all(x.written), shape).copy()
+    if dv is not None:
+        if int(_prod(dv.shape)) != 2 * n:
+            raise rt.rule_error(api, f"dst {dv.shape} for segment_ids {x.shape}", "sequence_bounds writes [1, 2, n] "
+                                "for [1, n] segment ids")
+        if dv.shape != shape:
+            data = None if data is None else data.reshape(dv.shape)
+            written = None if written is None else written.reshape(dv.shape)
+            shape = dv.shape
+    out = _ops.new_result(rt, api, shape, out_dtype, "sbuf", data, written, None)
+    _ops.emit_for(rt, out, "gpsimd", "sequence_bounds", api, [x], {"num_inputs": 1}, free=n)
+    return _result_into(api, dst, out)
+
+
+_GATHER_ELEMS = (1, 2, 4, 8, 16, 32)   # local_gather's num_elem_per_idx values
+_GATHER_MAX_INDICES = 4096             # indices per GpSimd core
+
+
+@_primitive(replay=_REBUILD)
+def _gathered_in_cores(src: np.ndarray, idx: np.ndarray, *, rows: int, valid: int, elems: int) -> np.ndarray:
+    """Per group of 16 partitions (one GpSimd core): the group's indices, partition first, the first ``valid`` of
+    them; every partition of the group reads ``elems`` elements from each index of its own flattened row."""
+    s = src.reshape(rows, -1)
+    ix = idx.reshape(rows, -1).astype(np.int64)
+    out = np.empty((rows, valid * elems), s.dtype)
+    span = np.arange(elems, dtype=np.int64)
+    for g in range(0, rows, _GPSIMD_CORE_PARTITIONS):
+        flat = ix[g:g + _GPSIMD_CORE_PARTITIONS].reshape(-1, order="F")[:valid]
+        cols = (flat[:, None] + span[None, :]).reshape(-1)
+        out[g:g + _GPSIMD_CORE_PARTITIONS] = s[g:g + _GPSIMD_CORE_PARTITIONS][:, cols]
+    return out
+
+
+def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None, dst=None,
+                 **kwargs) -> Tensor | None:
+    """GpSimd: each of the 8 cores gathers within its 16 partitions. A core's indices (its 16 partitions of
+    ``index``, flattened partition first, the first ``num_valid_indices``) are element offsets into each of its
+    partitions' flattened ``src_buffer`` row; each reads ``num_elem_per_idx`` contiguous elements. Partition ``p``
+    of the result holds ``num_valid_indices * num_elem_per_idx`` elements, in ``src_buffer``'s dtype."""
+    rt = current()
+    api = "nisa.local_gather"
+    # a gather moves bits (no casting): both read as stored
+    s = operand(src_buffer, api, allow_scalar=False, mask=_ops.mask_array(mask), compute=False)
+    ix = operand(index, api, allow_scalar=False, compute=False)
+    dv = None if dst is None else as_view(dst)
+    _ops.check_engine_access(rt, api, "gpsimd", [s, ix], None if dv is None else dv.tensor.buffer)
+    rows = s.shape[0]
+    if ix.shape[0] != rows or rows % _GPSIMD_CORE_PARTITIONS:
+        raise rt.rule_error(api, f"src_buffer has {rows} partitions and index {ix.shape[0]}", "local_gather: "
+                            "src_buffer and index have one partition count, a multiple of 16")
+    if _dt.name(ix.dtype) != "uint16":
+        raise rt.rule_error(api, f"index is {_dt.name(ix.dtype)}", "local_gather indices are uint16")
+    elems = int(num_elem_per_idx)
+    if elems not in _GATHER_ELEMS:
+        raise rt.rule_error(api, f"num_elem_per_idx {num_elem_per_idx!r}", "local_gather's num_elem_per_idx is one "
+                            "of 1, 2, 4, 8, 16, 32")
+    per_core = _GPSIMD_CORE_PARTITIONS * (int(_prod(ix.shape[1:])) if len(ix.shape) > 1 else 1)
+    valid = per_core if num_valid_indices is None else int(num_valid_indices)
+    if not 1 <= valid <= per_core:
+        raise rt.rule_error(api, f"num_valid_indices {valid} with {per_core} indices per core", "local_gather's "
+                            "num_valid_indices is at most the indices in a core's 16 partitions of index")
+    if valid > _GATHER_MAX_INDICES:
+        raise rt.rule_error(api, f"{valid} indices per core", "local_gather gathers at most 4096 indices per core")
+    row = int(_prod(s.shape[1:])) if len(s.shape) > 1 else 1
+    shape = (rows, valid, elems)
+    if dv is not None:
+        if dv.shape[0] != rows or int(_prod(dv.shape)) != rows * valid * elems:
+            raise rt.rule_error(api, f"dst {dv.shape} for {rows} partitions of {valid} x {elems} gathered elements",
+                                "local_gather's dst holds num_valid_indices * num_elem_per_idx elements per partition")
+        if dv.tensor.dtype != s.dtype:
+            raise rt.rule_error(api, f"dst is {_dt.name(dv.tensor.dtype)} but src_buffer is {_dt.name(s.dtype)}",
+                                "local_gather keeps src_buffer's dtype (no casting)")
+        shape = dv.shape
+    data = written = None
+    if ix.data is not None:
+        flat = np.concatenate([ix.data.reshape(rows, -1)[g:g + _GPSIMD_CORE_PARTITIONS].reshape(-1, order="F")[:valid]
+                               for g in range(0, rows, _GPSIMD_CORE_PARTITIONS)])
+        bad = flat.astype(np.int64) + elems > row
+        if bad.any():
+            raise rt.rule_error(api, f"index {int(flat[bad][0])} reads {elems} element(s) past the {row} elements of a "
+                                "partition of src_buffer", "local_gather: out-of-bounds indices are undefined behaviour")
+    if s.data is not None and ix.data is not None:
+        data = _call(_gathered_in_cores, s.data, ix.data, rows=rows, valid=valid, elems=elems).reshape(shape)
+    if s.written is not None or ix.written is not None:
+        sw = np.ones((rows, row), bool) if s.written is None else s.written.reshape(rows, row)
+        iw = np.ones((rows, 1), bool) if ix.written is None else ix.written.reshape(rows, -1)
+        core_ok = np.repeat(iw.reshape(-1, _GPSIMD_CORE_PARTITIONS * iw.shape[1]).all(axis=1),
+                            _GPSIMD_CORE_PARTITIONS)
+        written = _broadcast((sw.all(axis=1) & core_ok).reshape((rows,) + (1,) * (len(shape) - 1)), shape)
+    out = _ops.new_result(rt, api, shape, s.dtype, "sbuf", data, written, None)
+    _ops.emit_for(rt, out, "gpsimd", "local_gather", api, [s, ix], {"num_inputs": 2, "num_valid_indices": valid,
+                  "num_elem_per_idx": elems, "dtype_bytes": _dt.itemsize(s.dtype)}, free=valid * elems)
+    return _result_into(api, dst, out)
+
+
 # ---- cross-partition data movement -----------------------------------------------------------------------
 _QUADRANT = 32   # a stream shuffle moves partitions within each quadrant of 32, the same mask in every quadrant
 _UNMODIFIED = 255   # a shuffle_mask entry that leaves its destination partition as it is
