@@ -251,3 +251,62 @@ def kernel(x):
         _run(tmp_path, source, np.zeros((16, 3), np.float32))
     assert e.value.api == "nki.isa.topk" and "where each of the K results lands" in str(e.value)
     assert e.value.line is not None and "nisa.topk(" in source.splitlines()[e.value.line - 1]
+
+
+# ---- nisa.dma_transpose: the indirect (gathering) form and oob_mode=skip ------------------------------------------
+GATHER_TRANSPOSE = NKI_HEADER + """
+
+@nki.jit
+def kernel(table, indices):
+    P, F = indices.shape[0], table.shape[1]
+    out = nl.ndarray((F, P), dtype=table.dtype, buffer=nl.shared_hbm)
+    idx = nl.ndarray((P, 1), dtype=INDEX_DTYPE, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=indices)
+    dst = nl.ndarray((F, P), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=dst, value=-1.0)
+    rows = table.ap(pattern=[[F, P], [1, F]], vector_offset=idx, indirect_dim=0)
+    nisa.dma_transpose(dst=dst, src=rows, axes=(1, 0)OOB)
+    nisa.dma_copy(dst=out, src=dst)
+    return out
+"""
+
+
+def _gather_transpose(oob: str = "", index_dtype: str = "nl.uint32") -> str:
+    return GATHER_TRANSPOSE.replace("OOB", oob).replace("INDEX_DTYPE", index_dtype)
+
+
+def test_dma_transpose_gathers_rows_then_transposes(tmp_path, rng):
+    import ml_dtypes
+    table = rng.standard_normal((200, 64)).astype(ml_dtypes.bfloat16)
+    idx = rng.integers(0, 200, size=(128, 1)).astype(np.uint32)
+    res = _run(tmp_path, _gather_transpose(), table, idx)
+    np.testing.assert_array_equal(res.output, table[idx[:, 0]].T)      # the docs: dst = src[indices].T
+    ins = [i for i in res.trace.instructions if i.op == "dma_transpose"][0]
+    assert ins.attrs["indirect"] and ins.attrs["transpose"] and (ins.partitions, ins.free_elems) == (64, 128)
+    assert len(ins.reads) == 2          # the rows and the index tile
+
+
+def test_dma_transpose_oob_mode_skip_leaves_the_columns_of_out_of_bounds_rows(tmp_path, rng):
+    import ml_dtypes
+    table = rng.standard_normal((200, 64)).astype(ml_dtypes.bfloat16)
+    idx = rng.integers(0, 200, size=(128, 1)).astype(np.uint32)
+    idx[[5, 77]] = 4000
+    res = _run(tmp_path, _gather_transpose(", oob_mode=nisa.oob_mode.skip"), table, idx)
+    want = np.where((idx[:, 0] < 200)[None, :], table[np.minimum(idx[:, 0], 199)].T.astype(np.float32), -1.0)
+    np.testing.assert_array_equal(res.output.astype(np.float32), want)
+    with pytest.raises(KernelError, match="out of bounds"):     # without skip an out-of-bounds index is an error
+        _run(tmp_path, _gather_transpose(), table, idx, name="k2.py")
+
+
+def test_dma_transpose_indirect_rule_errors_name_file_line_api_and_rule(tmp_path, rng):
+    table = rng.standard_normal((200, 64)).astype(np.float32)       # 4-byte elements
+    idx = rng.integers(0, 200, size=(128, 1)).astype(np.uint32)
+    source = _gather_transpose()
+    with pytest.raises(NKIRuleError) as e:
+        _run(tmp_path, source, table, idx)
+    _rule_error(e.value, "dma_transpose", "src dtype is 2 bytes", "nisa.dma_transpose(", source)
+    import ml_dtypes
+    source = _gather_transpose(index_dtype="nl.int32")
+    with pytest.raises(NKIRuleError) as e:
+        _run(tmp_path, source, table.astype(ml_dtypes.bfloat16), idx.astype(np.int32), name="k2.py")
+    _rule_error(e.value, "dma_transpose", "indices are uint32", "nisa.dma_transpose(", source)

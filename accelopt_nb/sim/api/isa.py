@@ -1702,18 +1702,42 @@ def _permuted(x: np.ndarray, *, axes: tuple[int, ...]) -> np.ndarray:
     return np.ascontiguousarray(np.transpose(x, axes))
 
 
-def dma_transpose(*, src, axes=None, mask=None, dtype=None, dst=None, **kwargs) -> Tensor | None:
+def _indirect_transpose_rules(rt, api: str, sv: Any) -> None:
+    """The documented constraints of an indirect (gathering) DMA transpose (Software DGE ``dma_gather_transpose``)."""
+    rule = "dma_transpose indirect (Software DGE) constraints"
+    shape = sv.shape
+    if _dt.itemsize(sv.tensor.dtype) != 2:
+        raise rt.rule_error(api, f"src is {_dt.name(sv.tensor.dtype)}", rule + ": src dtype is 2 bytes")
+    if shape[-1] > 128:
+        raise rt.rule_error(api, f"src's last dimension is {shape[-1]}", rule + ": src.shape[-1] <= 128")
+    if shape[0] % 16:
+        raise rt.rule_error(api, f"src's first dimension is {shape[0]}", rule + ": src.shape[0] divisible by 16")
+    if len(shape) == 4 and shape[1] != 1 and shape[2] != 1:
+        raise rt.rule_error(api, f"4-D src {shape}", rule + ": a 4-D src has src.shape[1] or src.shape[2] of 1")
+    for t in sv.indirect:
+        rows = t.shape[0]
+        if not (16 <= rows <= 128 and rows % 16 == 0):
+            raise rt.rule_error(api, f"indices have {rows} partitions", rule + ": indices.shape[0] in [16, 128], "
+                                "divisible by 16")
+        if _dt.name(t.tensor.dtype) != "uint32":
+            raise rt.rule_error(api, f"indices are {_dt.name(t.tensor.dtype)}", rule + ": indices are uint32")
+
+
+def dma_transpose(*, src, axes=None, mask=None, dtype=None, dst=None, oob_mode=None, **kwargs) -> Tensor | None:
     """A transpose by the DMA engines: a 2-D tile's ``[1, 0]``, 3-D ``[2, 1, 0]``, 4-D ``[3, 1, 2, 0]``
-    (the only permutations the docs list), into ``dst`` or a new SBUF tile (NKI 0.1)."""
+    (the only permutations the docs list), into ``dst`` or a new SBUF tile (NKI 0.1). A ``src`` read through
+    per-partition indices (``.ap(vector_offset=...)``, ``hbm[idx_tile, ...]``) is the indirect form: its rows are
+    gathered, then transposed; ``oob_mode=skip`` leaves the destination of rows whose index is out of bounds as
+    it is."""
     rt = current()
     api = "nisa.dma_transpose"
+    skip = oob_mode is not None and int(oob_mode) == int(_OOB.skip)
     sv = as_view(src)
     if sv is None:
         raise rt.rule_error(api, f"src must be a tensor or a view of one, got {type(src).__name__}",
                             "dma_transpose moves tensor data")
     if sv.indirect:
-        raise rt.rule_error(api, "an indirect (gathering) DMA transpose is not simulated",
-                            "API not supported by the accelopt_nb simulator", UnsupportedAPIError)
+        _indirect_transpose_rules(rt, api, sv)
     perm = _DMA_TRANSPOSE_AXES.get(len(sv.shape))
     if perm is None:
         raise rt.rule_error(api, f"src has {len(sv.shape)} dimensions", "dma_transpose takes a 2-D, 3-D or 4-D src")
@@ -1728,29 +1752,36 @@ def dma_transpose(*, src, axes=None, mask=None, dtype=None, dst=None, **kwargs) 
     for v in (sv, dv):
         if v is not None and v.tensor.buffer == "psum":
             raise rt.rule_error(api, "DMA cannot access PSUM", "DMA moves data between HBM and SBUF")
-    data, written = read(sv, None, api)
+    keep = _in_bounds(sv) if skip else None          # per src element: its index lies inside the tensor
+    if keep is not None and dv is None:
+        raise rt.rule_error(api, "oob_mode=skip leaves skipped elements of dst as they were, so it needs a dst",
+                            "dma_transpose(dst=..., oob_mode=skip)")
+    data, written = read(sv, keep, api)
     if data is not None:
         data = _call(_permuted, data, axes=perm)
     if written is not None:
         written = np.transpose(written, perm)
+    m_dst = None if keep is None else np.transpose(keep, perm)
     if dv is None:
         out = _ops.new_result(rt, api, shape, _dt.canonical(dtype) if dtype is not None else sv.tensor.dtype, "sbuf",
                               data, written, _ops.mask_array(mask))
         target = out.full_view()
     else:
         out, target = None, dv
-        if data is not None and dv.shape != shape:
-            data = data.reshape(dv.shape)
+        if dv.shape != shape:
+            data = None if data is None else data.reshape(dv.shape)
             written = None if written is None else written.reshape(dv.shape)
-        write(dv, data, written, None, api)
+            m_dst = None if m_dst is None else m_dst.reshape(dv.shape)
+        write(dv, data, written, m_dst, api)
     p = shape[0]
     item = _dt.itemsize(sv.tensor.dtype)
     per_part = int(_prod(shape[1:])) * item if len(shape) > 1 else item
-    ins = rt.emit("dma", "dma_transpose", api, (sv.region(),), (target.region(),), p, per_part // item,
-                  (_dt.name(sv.tensor.dtype),), _dt.name(target.tensor.dtype),
+    index_reads = tuple(v.region() for v in sv.indirect)   # an indirect transpose reads its index tiles
+    ins = rt.emit("dma", "dma_transpose", api, (sv.region(keep),) + index_reads, (target.region(m_dst),), p,
+                  per_part // item, (_dt.name(sv.tensor.dtype),), _dt.name(target.tensor.dtype),
                   attrs={"bytes": p * per_part, "partitions": p, "bytes_per_partition": per_part,
                          "contiguous_bytes": item, "src": sv.tensor.buffer, "dst": target.tensor.buffer,
-                         "transpose": True, "indirect": False})
+                         "transpose": True, "indirect": bool(index_reads)})
     if out is not None:
         out._producer = ins
     return out
