@@ -310,3 +310,84 @@ def test_dma_transpose_indirect_rule_errors_name_file_line_api_and_rule(tmp_path
     with pytest.raises(NKIRuleError) as e:
         _run(tmp_path, source, table.astype(ml_dtypes.bfloat16), idx.astype(np.int32), name="k2.py")
     _rule_error(e.value, "dma_transpose", "indices are uint32", "nisa.dma_transpose(", source)
+
+
+# ---- nisa.dma_compute: the read-modify-write (scatter / gather) form ---------------------------------------------
+SCATTER_ADD = NKI_HEADER + """
+
+@nki.jit
+def kernel(table, data, indices):
+    N, F = table.shape
+    P = indices.shape[0]
+    out = nl.ndarray((N, F), dtype=table.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=table)
+    idx = nl.ndarray((P, 1), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=indices)
+    d = nl.ndarray((P, F), dtype=data.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=d, src=data)
+    rows = out.ap(pattern=[[F, P], [1, F]], vector_offset=idx, indirect_dim=0)
+    nisa.dma_compute(dst=rows, srcs=[rows, d], reduce_op=nl.add)
+    return out
+"""
+
+GATHER_ADD = NKI_HEADER + """
+
+@nki.jit
+def kernel(table, acc, indices):
+    F = table.shape[1]
+    P = indices.shape[0]
+    out = nl.ndarray((P, F), dtype=acc.dtype, buffer=nl.shared_hbm)
+    idx = nl.ndarray((P, 1), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=indices)
+    a = nl.ndarray((P, F), dtype=acc.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=acc)
+    rows = table.ap(pattern=[[F, P], [1, F]], vector_offset=idx, indirect_dim=0)
+    nisa.dma_compute(dst=a, srcs=[rows, a], reduce_op=nl.addEXTRA)
+    nisa.dma_copy(dst=out, src=a)
+    return out
+"""
+
+
+def test_dma_compute_scatter_adds_into_indexed_hbm_rows(tmp_path, rng):
+    table = rng.standard_normal((300, 64)).astype(np.float32)
+    data = rng.standard_normal((128, 64)).astype(np.float32)
+    idx = rng.permutation(300)[:128].astype(np.uint32)[:, None]
+    res = _run(tmp_path, SCATTER_ADD, table, data, idx)
+    want = table.copy()
+    want[idx[:, 0]] += data
+    np.testing.assert_array_equal(res.output, want)
+    ins = [i for i in res.trace.instructions if i.op == "dma_compute"][0]
+    assert ins.attrs["indirect"] and len(ins.reads) == 3      # the rows, the data, the index tile
+
+
+def test_dma_compute_gather_adds_indexed_hbm_rows_and_skips_out_of_bounds(tmp_path, rng):
+    table = rng.standard_normal((300, 64)).astype(np.float32)
+    acc = rng.standard_normal((128, 64)).astype(np.float32)
+    idx = rng.integers(0, 300, size=(128, 1)).astype(np.uint32)
+    res = _run(tmp_path, GATHER_ADD.replace("EXTRA", ""), table, acc, idx)
+    np.testing.assert_allclose(res.output, acc + table[idx[:, 0]], rtol=1e-6)
+    idx[[3, 90]] = 7000
+    res = _run(tmp_path, GATHER_ADD.replace("EXTRA", ", oob_mode=nisa.oob_mode.skip"), table, acc, idx, name="k2.py")
+    inside = (idx[:, 0] < 300)[:, None]
+    np.testing.assert_allclose(res.output, np.where(inside, acc + table[np.minimum(idx[:, 0], 299)], acc), rtol=1e-6)
+
+
+@pytest.mark.parametrize("change, rule", [
+    ("idx_dup", "unique_indices=True promises unique indices"),
+    (", unique_indices=False", "unique_indices must be True"),
+    ("three", "exactly 2 sources"),
+])
+def test_dma_compute_rmw_rule_errors_name_file_line_api_and_rule(tmp_path, rng, change, rule):
+    table = rng.standard_normal((300, 64)).astype(np.float32)
+    data = rng.standard_normal((128, 64)).astype(np.float32)
+    idx = rng.permutation(300)[:128].astype(np.uint32)[:, None]
+    source = SCATTER_ADD
+    if change == "idx_dup":
+        idx[5] = idx[6]
+    elif change == "three":
+        source = source.replace("srcs=[rows, d]", "srcs=[rows, d, d]")
+    else:
+        source = source.replace("reduce_op=nl.add)", f"reduce_op=nl.add{change})")
+    with pytest.raises(NKIRuleError) as e:
+        _run(tmp_path, source, table, data, idx)
+    _rule_error(e.value, "dma_compute", rule, "nisa.dma_compute(", source)

@@ -7,7 +7,6 @@ from typing import Any
 import numpy as np
 from math import prod as _prod
 
-from accelopt_nb.errors import UnsupportedAPIError
 from accelopt_nb.sim.api import ops as _ops
 from accelopt_nb.sim.core import dtypes as _dt
 from accelopt_nb.sim.core.functions import ACTIVATIONS, ALU, REDUCE, UNARY_ALU, op_name
@@ -1653,11 +1652,48 @@ def _summed(*xs: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return total
 
 
-def dma_compute(dst, srcs, reduce_op, *, scales=None, unique_indices: bool = True, **kwargs) -> None:
+def _rmw_rules(rt, api: str, dv: Any, views: list, unique_indices: bool) -> None:
+    """The read-modify-write (scatter / gather) form of dma_compute: two sources, one of them ``dst`` itself, the
+    other the data; scatter: dst in HBM read and written through its indices; gather: dst in SBUF, the data read
+    through its indices. ``unique_indices`` must be True (the docs: non-unique not yet supported) and a scatter's
+    indices then are ("whether scatter indices are unique")."""
+    rule = "dma_compute read-modify-write (scatter/gather)"
+    if len(views) != 2:
+        raise rt.rule_error(api, f"{len(views)} sources with a vector_offset", rule + ": exactly 2 sources")
+    same = [v for v in views if v.tensor is dv.tensor]
+    if len(same) != 1:
+        raise rt.rule_error(api, "no source is dst itself" if not same else "both sources are dst",
+                            rule + ": one source matches dst, the other is the data")
+    if not unique_indices:
+        raise rt.rule_error(api, "unique_indices=False with a vector_offset", rule + ": unique_indices must be True "
+                            "(non-unique indices are not yet supported)")
+    if dv.indirect:
+        if dv.tensor.on_chip or not same[0].indirect:
+            raise rt.rule_error(api, "a scatter's dst and its matching source are the same indexed HBM view",
+                                rule + ": scatter RMW dst(HBM)[indices] += src(SBUF)")
+        indexed = dv
+    else:
+        data = next(v for v in views if v is not same[0])
+        if not dv.tensor.on_chip or not data.indirect:
+            raise rt.rule_error(api, "a gather's dst is in SBUF and its data source is read through indices",
+                                rule + ": gather RMW dst(SBUF) += src(HBM)[indices]")
+        indexed = data
+    for key in (indexed.key if indexed is dv else ()):   # a gather may read one row twice; a scatter's rows are
+        if isinstance(key, np.ndarray):                     # read-modified-written once each
+            rows = np.unique(key.reshape(key.shape[0], -1), axis=0) if key.ndim > 1 else np.unique(key)
+            if len(rows) != (key.shape[0] if key.ndim else 1):
+                raise rt.rule_error(api, "an index repeats", rule + ": unique_indices=True promises unique indices")
+            break
+
+
+def dma_compute(dst, srcs, reduce_op, *, scales=None, unique_indices: bool = True, oob_mode=None, **kwargs) -> None:
     """The DMA engines' compute: ``dst = srcs[0] + srcs[1] + ...`` in fp32 (the docs allow only ``nl.add`` and
-    scales of 1.0). The read-modify-write scatter/gather form (a source with ``vector_offset``) is refused by name."""
+    scales of 1.0). With a source read through per-partition indices (``vector_offset``) it is a read-modify-write:
+    scatter ``dst(HBM)[indices] += src(SBUF)`` or gather ``dst(SBUF) += src(HBM)[indices]``; ``oob_mode=skip``
+    leaves the elements of out-of-bounds indices as they were."""
     rt = current()
     api = "nisa.dma_compute"
+    skip = oob_mode is not None and int(oob_mode) == int(_OOB.skip)
     dv = as_view(dst)
     views = [as_view(x) for x in (srcs if isinstance(srcs, (list, tuple)) else [srcs])]
     if dv is None or not views or any(v is None for v in views):
@@ -1666,31 +1702,44 @@ def dma_compute(dst, srcs, reduce_op, *, scales=None, unique_indices: bool = Tru
         raise rt.rule_error(api, f"reduce_op {reduce_op!r}", "dma_compute reduces with nl.add only")
     if scales is not None and any(float(x) != 1.0 for x in scales):
         raise rt.rule_error(api, f"scales {list(scales)!r}", "dma_compute scales are all 1.0 (or None)")
-    if dv.indirect or any(v.indirect for v in views):
-        raise rt.rule_error(api, "the read-modify-write form (a vector_offset source) is not simulated",
-                            "API not supported by the accelopt_nb simulator", UnsupportedAPIError)
+    if len(views) > 16:
+        raise rt.rule_error(api, f"{len(views)} sources", "dma_compute takes at most 16 sources")
+    rmw = bool(dv.indirect or any(v.indirect for v in views))
     for v in [dv] + views:
         if v.tensor.buffer == "psum":
             raise rt.rule_error(api, "DMA cannot access PSUM", "DMA moves data between HBM and SBUF")
         if int(_prod(v.shape)) != int(_prod(dv.shape)):
             raise rt.rule_error(api, f"src {v.shape} and dst {dv.shape} hold different element counts",
                                 "dma_compute combines tensors element by element")
-    reads = [read(v, None, api) for v in views]
+    if rmw:
+        _rmw_rules(rt, api, dv, views, bool(unique_indices))
+    keep = None
+    if skip:
+        for v in [dv] + views:
+            k = _in_bounds(v)
+            if k is not None:
+                k = k.reshape(dv.shape)
+                keep = k if keep is None else keep & k
+    reads = [read(v, None if keep is None else keep.reshape(v.shape), api) for v in views]
     total = None
     if all(d is not None for d, _ in reads):
         total = _call(_summed, *[d for d, _ in reads], shape=tuple(dv.shape))
     written = combine_written(*[None if w is None else w.reshape(dv.shape) for _, w in reads], shape=dv.shape)
     if not dv.tensor.on_chip:
-        _ops.check_output_valid(rt, api, written, dv.tensor.name)
-    write(dv, total, written, None, api)
+        _ops.check_output_valid(rt, api, written if keep is None or written is None else written | ~keep,
+                                dv.tensor.name)
+    write(dv, total, written, keep, api)
     shape = dv.shape
     p = shape[0] if shape else 1
     per_part = (int(_prod(shape[1:])) if len(shape) > 1 else 1) * _dt.itemsize(dv.tensor.dtype)
-    rt.emit("dma", "dma_compute", api, tuple(v.region() for v in views), (dv.region(),), p, per_part //
-            _dt.itemsize(dv.tensor.dtype), tuple(_dt.name(v.tensor.dtype) for v in views), _dt.name(dv.tensor.dtype),
+    index_reads = tuple(t.region() for t in {id(t): t for v in [dv] + views for t in v.indirect}.values())
+    rt.emit("dma", "dma_compute", api, tuple(v.region(None if keep is None else keep.reshape(v.shape))
+                                             for v in views) + index_reads,
+            (dv.region(keep),), p, per_part // _dt.itemsize(dv.tensor.dtype),
+            tuple(_dt.name(v.tensor.dtype) for v in views), _dt.name(dv.tensor.dtype),
             attrs={"bytes": p * per_part * len(views), "partitions": p, "bytes_per_partition": per_part * len(views),
                    "contiguous_bytes": min(v.contiguous_bytes() for v in [dv] + views), "src": views[0].tensor.buffer,
-                   "dst": dv.tensor.buffer, "transpose": False, "indirect": False})
+                   "dst": dv.tensor.buffer, "transpose": False, "indirect": rmw})
 
 
 # the permutations a DMA transpose performs, by rank (dma_transpose docs)
