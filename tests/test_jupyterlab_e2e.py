@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "11_magics_and_panel.ipynb"
 ARTIFACTS = ROOT / "test-artifacts" / "jupyterlab"
 RUN_TIMEOUT_MS = 180_000
+# One UI step (a click and its answer). Generous: a wait that succeeds returns at once, and on a busy 2-core
+# machine a step that takes 2 s idle has taken over 30 s.
+STEP_TIMEOUT_MS = 120_000
 
 
 def _chromium() -> str:
@@ -152,7 +155,7 @@ def _wait_for_a_connected_kernel(base: str, token: str, timeout_s: float = 300) 
 
 def _drive(page, base: str, token: str) -> None:
     _open(page, base, token, NOTEBOOK.name)
-    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(timeout=60_000)
+    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(timeout=STEP_TIMEOUT_MS)
     _wait_for_a_connected_kernel(base, token)
     started = page.locator(".jp-InputPrompt", has_text=re.compile(r"\[(\*|\d+)\]"))
     for _ in range(3):          # on a busy machine the first Run All can come before the kernel takes requests
@@ -187,11 +190,11 @@ def _drive(page, base: str, token: str) -> None:
     tab("play the planner")
     panel.locator("textarea").first.fill("Unroll the K loop by two.")
     button("submit plans").click()
-    panel.locator("text=/plan: \\d+ item/").wait_for(timeout=60_000)
+    panel.locator("text=/plan: \\d+ item/").wait_for(timeout=STEP_TIMEOUT_MS)
     tab("play the executor")
     button("submit kernel").click()
     error = panel.locator(".accelopt-error")
-    error.wait_for(timeout=30_000)
+    error.wait_for(timeout=STEP_TIMEOUT_MS)
     assert "choose a plan" in error.inner_text()
     panel.screenshot(path=str(ARTIFACTS / "panel_error_in_red.png"))
 
@@ -202,20 +205,20 @@ def _drive(page, base: str, token: str) -> None:
     panel.locator("textarea").nth(1).fill(kernel.replace("def kernel(lhs, rhs):", "def kernel(lhs, rhs)"))
     page.wait_for_timeout(2000)
     button("submit kernel").click()
-    panel.locator("text=/execute: \\d+ item/").wait_for(timeout=60_000)
+    panel.locator("text=/execute: \\d+ item/").wait_for(timeout=STEP_TIMEOUT_MS)
     button("evaluate").click()
     banner = panel.locator(".accelopt-failure", has_text="kernel build failed")
-    banner.wait_for(timeout=120_000)
+    banner.wait_for(timeout=STEP_TIMEOUT_MS)
     assert "LLM" not in banner.inner_text() and "kernels: 1 kernel build failed" in banner.inner_text()
     panel.screenshot(path=str(ARTIFACTS / "panel_kernel_failure_named.png"))
     for phase in ("select", "summarize"):
         button(phase).click()
-        panel.locator(f"text=/{phase}: /").first.wait_for(timeout=120_000)
+        panel.locator(f"text=/{phase}: /").first.wait_for(timeout=STEP_TIMEOUT_MS)
 
     # The agents take a whole iteration: the bar moves as answers arrive (1 s each); Stop mid-run keeps what
     # finished, and running the step again makes only the calls still missing.
     button("step").click()
-    panel.locator("text=running step").wait_for(timeout=30_000)
+    panel.locator("text=running step").wait_for(timeout=STEP_TIMEOUT_MS)
     bar_label = panel.locator(".widget-hbox .widget-html").first
     for _ in range(240):                                                      # some answers in, not all
         if re.search(r"(plan|execute|evaluate) [1-9]\d*/", bar_label.inner_text()):
@@ -224,7 +227,7 @@ def _drive(page, base: str, token: str) -> None:
     panel.screenshot(path=str(ARTIFACTS / "panel_mid_run_progress.png"))
     button("stop").click()
     stopped = panel.locator(".accelopt-stopped")
-    stopped.wait_for(timeout=120_000)
+    stopped.wait_for(timeout=STEP_TIMEOUT_MS)
     assert "not made" in stopped.inner_text()
     panel.screenshot(path=str(ARTIFACTS / "panel_stopped.png"))
     button("step").click()
