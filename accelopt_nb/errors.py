@@ -60,6 +60,13 @@ class NKIRuleError(KernelError):
     """A Trainium hardware or NKI language rule was violated (shape limits, buffers, engines)."""
 
 
+class TargetError(NKIRuleError):
+    """The kernel used an API (or a mode of one) that the docs give to other NeuronCore generations than the
+    simulated target's (``SimOptions.hw``)."""
+
+    rule = "an API documented for other NeuronCore generations than the target"
+
+
 class OpaqueTensorError(KernelError):
     """The kernel tried to read tensor data behind the NKI API (e.g. np.asarray on a tile)."""
 

@@ -8,7 +8,9 @@ or normal git directory holding the two commits below):
 
     python scripts/extract_nki_api.py --sdk-repo PATH/TO/aws-neuron-sdk
 
-Only names, signatures and the doc section are recorded: facts about the API, no docs text.
+Only names, signatures, the doc section and the first NeuronCore generation a docstring says an API is
+available on ("Available only on NeuronCore-v3 and newer": ``min_nc_version: 3``) are recorded: facts about
+the API, no docs text.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ FRONT_ENDS = {
 }
 MODULES = ("language", "isa")
 
+_AVAILABLE = re.compile(r"Available (?:only )?on NeuronCore-v(\d)(?: \([^)]*\))? (?:and|or) (?:newer|beyond|later)")
 _ENTRY = re.compile(r"^ {3}(\.\. )?([A-Za-z_][A-Za-z_0-9.]*)\s*(?::.*)?$")
 
 
@@ -81,6 +84,9 @@ def signatures(source: str) -> dict[str, dict]:
             if args.kwarg is not None:
                 args.kwarg.annotation = None
             found[node.name] = {"kind": "function", "signature": ast.unparse(args)}
+            available = _AVAILABLE.search(ast.get_docstring(node) or "")
+            if available:
+                found[node.name]["min_nc_version"] = int(available.group(1))
         elif isinstance(node, ast.ClassDef):
             enum = any(isinstance(b, ast.Name) and b.id.endswith("Enum") for b in node.bases)
             members = [t.id for s in node.body if isinstance(s, ast.Assign) for t in s.targets

@@ -9,7 +9,7 @@ import numpy as np
 from accelopt_nb.commands import emit_json
 from accelopt_nb.errors import KernelError
 from accelopt_nb.evaluation.job import PROFILE_SEED
-from accelopt_nb.sim import load_kernel, simulate
+from accelopt_nb.sim import SimOptions, load_kernel, simulate
 from accelopt_nb.taskfile import as_output_tuple, l2_relative_error, load_task
 from nkibench.problem import DEFAULT_TOLERANCE
 
@@ -26,20 +26,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"L2 relative error tolerance (default {DEFAULT_TOLERANCE:g})")
     p.add_argument("--name", default="kernel", help="kernel function name (default: kernel)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--hw", default=None, help="target hardware (trn1, trn2 or a hardware YAML): generation-specific "
+                   "semantics and API availability follow it (default: unknown target, every generation's APIs "
+                   "accepted)")
 
 
 def run_simulation(kernel_path: str, task_path: str, *, seed: int = PROFILE_SEED, rtol: float = DEFAULT_TOLERANCE,
-                   name: str = "kernel") -> dict:
+                   name: str = "kernel", hw: str | None = None) -> dict:
     """Simulate a kernel on a task's inputs; return a JSON-ready report (never raises KernelError)."""
     task = load_task(task_path)
-    report: dict = {"kernel": kernel_path, "task": task_path, "seed": seed, "rtol": rtol}
+    report: dict = {"kernel": kernel_path, "task": task_path, "seed": seed, "rtol": rtol, "hw": hw}
     inputs = task.get_inputs(seed)
     ref_raw = task.forward(*inputs)
     ref = as_output_tuple(ref_raw)
     t0 = time.perf_counter()
     try:
         kern = load_kernel(kernel_path, name=name)
-        result = simulate(kern, *task.to_nki(inputs))
+        result = simulate(kern, *task.to_nki(inputs), options=SimOptions(hw=hw))
     except KernelError as exc:
         report.update(status="error", error=exc.to_dict(), correct=False)
         return report
@@ -66,7 +69,7 @@ def run_simulation(kernel_path: str, task_path: str, *, seed: int = PROFILE_SEED
 
 
 def run(args: argparse.Namespace) -> int:
-    report = run_simulation(args.kernel, args.task, seed=args.seed, rtol=args.rtol, name=args.name)
+    report = run_simulation(args.kernel, args.task, seed=args.seed, rtol=args.rtol, name=args.name, hw=args.hw)
     if args.json:
         emit_json(report, indent=2, default=float)
     else:

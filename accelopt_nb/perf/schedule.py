@@ -13,6 +13,9 @@ Rules (documented in docs/perf_model.md):
   iteration's buffer, so it is single-buffered (a WAR/WAW wait on the previous instance). Nor does
   it reorder memory accesses: inside such a loop a DMA that reads HBM waits until the HBM writes
   issued before it in the loop have landed (``hw.sequential_hbm_order``).
+* ``no_reorder`` blocks (``Instruction.attrs["no_reorder"]``): the compiler puts a dependency edge between every
+  two instructions of the block, so each waits for the one before it in program order (on any engine or queue);
+  instructions outside the block are not held by it.
 * trn1 resource conflicts: VectorE and GpSimdE never access SBUF at the same time; VectorE and
   ScalarE never access PSUM at the same time.
 * Fixed overheads: tiny instructions (N < 128) pay ~100 cycles; an instruction that waits for
@@ -274,6 +277,7 @@ def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) 
     # sequential_hbm_order: per sequential loop instance, when its HBM writes issued so far have landed
     seq_loops = analysis.sequential_loops if hw.sequential_hbm_order else None
     hbm_written: dict[int, float] = {}
+    block_end: dict[tuple, float] = {}   # no_reorder block instance -> when its latest instruction finished
     spills_at, reloads_at, starts = plan.spills_at, plan.reloads_at, plan.starts
     access_ranges, ends = plan.access_ranges, plan.ends
     for i, ins in enumerate(instrs):
@@ -316,6 +320,12 @@ def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) 
                 if tid in alias_prev and tid not in first_touch_done:
                     first_touch_done.add(tid)
                     ready = max(ready, tensor_last_end.get(alias_prev[tid], 0.0))
+        block = ins.attrs.get("no_reorder")
+        if block is not None:        # (site, depth, entry) + the iterations of the loops around the `with`
+            block = (block, tuple((uid, it) for uid, _, it in ins.loops[:block[1]]))
+            t = block_end.get(block, NONE)
+            if t > raw:
+                raw = t              # a dependency edge: waited for like a result (dependent-issue overhead)
         if raw > ready:
             ready = raw
 
@@ -385,6 +395,8 @@ def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) 
             overhead[i] = over
         start[i] = s
         end[i] = e
+        if block is not None and block_end.get(block, NONE) < e:
+            block_end[block] = e
 
         # bookkeeping for later instructions
         for rg in reads:

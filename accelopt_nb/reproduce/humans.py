@@ -71,7 +71,7 @@ def mamba_progression(hw: str = "trn1", agent_source: str | None = None, *,
         args = batched_inputs(inputs) if needs_batch else check.to_nki(inputs)
         err = l2_relative_error(simulate(kern, *args).outputs[0].reshape(ref.shape), ref)
         trace = simulate(kern, *(batched_inputs(big_inputs) if needs_batch else big.to_nki(big_inputs)),
-                         options=SimOptions(trace_only=True)).trace
+                         options=SimOptions(trace_only=True, hw=hw)).trace
         prof = estimate(trace, hw=hw)
         low_ms, high_ms = prof.latency_interval
         pct = 100 * peak_ms / prof.latency

@@ -85,7 +85,7 @@ def _kernel(answer: Any, name: str | None = None):
 def _latency_ms(kernel: Any, args: list, hw: str = "trn1") -> float:
     from accelopt_nb.perf import estimate
     from accelopt_nb.sim import SimOptions, simulate
-    return float(estimate(simulate(kernel, *args, options=SimOptions(trace_only=True)).trace, hw=hw).latency)
+    return float(estimate(simulate(kernel, *args, options=SimOptions(trace_only=True, hw=hw)).trace, hw=hw).latency)
 
 
 # -------------------------------------------------------------------------------- 01 NKI basics
@@ -240,7 +240,7 @@ def _fused_gelu(kernel: Any, rows: int = 4096, cols: int = 2048, hw: str = "trn1
         return False, "wrong values: the kernel must return 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), x's shape"
     big = np.zeros((rows, cols), np.float32)
     base = profile("fusion", "gelu_unfused", big, hw=hw)
-    mine = estimate(simulate(kern, big, options=SimOptions(trace_only=True)).trace, hw=hw)
+    mine = estimate(simulate(kern, big, options=SimOptions(trace_only=True, hw=hw)).trace, hw=hw)
     speedup = base.latency / mine.latency
     if speedup < min_speedup:
         return False, (f"correct, but {speedup:.2f}x gelu_unfused's speed at ({rows}, {cols}); aim for {min_speedup}x: "

@@ -29,7 +29,7 @@ def profile(file: str, name: str, *args: Any, hw: str = "trn1", **kwargs: Any):
     """The performance model's profile of a course kernel on ``args`` (trace-only simulation)."""
     from accelopt_nb.perf import estimate
     from accelopt_nb.sim import SimOptions, simulate
-    res = simulate(kernel(file, name), *args, options=SimOptions(trace_only=True), **kwargs)
+    res = simulate(kernel(file, name), *args, options=SimOptions(trace_only=True, hw=hw), **kwargs)
     return estimate(res.trace, hw=hw)
 
 

@@ -280,7 +280,7 @@ class NeuronBackend:
         from accelopt_nb import sim
         assert self.kernel_path is not None
         kern = sim.load_kernel(str(self.kernel_path), name=self.kernel_name)
-        return sim.simulate(kern, *nki_inputs, options=sim.SimOptions(trace_only=True)).trace
+        return sim.simulate(kern, *nki_inputs, options=sim.SimOptions(trace_only=True, hw=self.hw)).trace
 
     def _profile_cmd(self, *args: str) -> str:
         proc = subprocess.run([self.tool.neuron_profile, *args], cwd=self.dir, env=self.env(),

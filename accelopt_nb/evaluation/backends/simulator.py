@@ -20,7 +20,7 @@ def trace_profile(kernel: Any, nki_inputs: list[np.ndarray], hw: str = "trn1") -
     from accelopt_nb.perf import estimate
     from accelopt_nb.sim import SimOptions, simulate
 
-    return estimate(simulate(kernel, *nki_inputs, options=SimOptions(trace_only=True)).trace, hw=hw)
+    return estimate(simulate(kernel, *nki_inputs, options=SimOptions(trace_only=True, hw=hw)).trace, hw=hw)
 
 
 def raw_profile(profile: "Profile") -> dict[str, Any]:
@@ -82,7 +82,7 @@ class SimulatorBackend:
 
     def run(self, nki_inputs: list[np.ndarray]) -> RunOutput:
         t0 = time.perf_counter()
-        res = self._sim.simulate(self.kernel, *nki_inputs)
+        res = self._sim.simulate(self.kernel, *nki_inputs, options=self._sim.SimOptions(hw=self.hw))
         seconds = time.perf_counter() - t0
         return RunOutput(outputs=tuple(np.asarray(o) for o in res.outputs), trace=res.trace,
                          log=list(getattr(res, "log", []) or []), seconds=seconds)
@@ -103,7 +103,8 @@ class SimulatorBackend:
         (the judge may already hold the profile of that stream)."""
         from accelopt_nb.sim import SimOptions
 
-        self._kept = self._sim.simulate(self.kernel, *nki_inputs, options=SimOptions(trace_only=True)).trace
+        options = SimOptions(trace_only=True, hw=self.hw)
+        self._kept = self._sim.simulate(self.kernel, *nki_inputs, options=options).trace
         return trace_fingerprint(self._kept)
 
     def estimate_trace(self) -> dict[str, Any] | None:

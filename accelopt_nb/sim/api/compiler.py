@@ -12,7 +12,6 @@ latency estimate as ``kernel.benchmark_result``; ``profile`` writes the estimate
 """
 from __future__ import annotations
 
-import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any, Callable
 from accelopt_nb.errors import UnsupportedAPIError
 from accelopt_nb.sim.api.kernel import Kernel
 from accelopt_nb.sim.core.limits import PSUM_BANK_BYTES, PSUM_BANKS
+from accelopt_nb.sim.core.runtime import NoReorder as _NoReorder
 
 
 @dataclass(frozen=True)
@@ -131,9 +131,10 @@ enable_stack_allocator = _directive("enable_stack_allocator")
 force_auto_alloc = _directive("force_auto_alloc", mark="_nki_force_auto_alloc")
 
 
-def no_reorder():
-    """``with nki.compiler.no_reorder():`` - the simulator already runs instructions in program order."""
-    return contextlib.nullcontext()
+def no_reorder() -> _NoReorder:
+    """``with nki.compiler.no_reorder():``, or ``sequential_range(..., directives=no_reorder())``: the block (the
+    loop) keeps program order; the performance model chains its instructions."""
+    return _NoReorder()
 
 
 # ---- hardware launchers ------------------------------------------------------------------------

@@ -109,6 +109,9 @@ def collect() -> list[Coverage]:
                              + (f": {why}" if why else "")]
             elif entry.get("kind") == "function":
                 row.status, row.notes = _function_status(module.__dict__[name], entry)
+                if entry.get("min_nc_version"):
+                    row.notes.append(f"NeuronCore-v{entry['min_nc_version']} and newer: refused (TargetError) when "
+                                     "the target is older")
             else:
                 row.status, row.notes = _value_status(module.__dict__[name], entry)
             rows.append(row)
@@ -130,6 +133,39 @@ def extras(front_end: str, kind: str) -> list[str]:
     return sorted(out)
 
 
+# How the simulated target's generation (SimOptions.hw) changes what runs: the rules are in the code named here.
+TARGET_NOTES = [
+    "## The target generation",
+    "",
+    "A simulation has a target (`SimOptions(hw=...)`; `--hw trn1|trn2` of the CLI, the evaluation service, the MCP "
+    "tool and the magics, which simulate for the hardware they time on). Its NeuronCore generation is the hardware "
+    "registry's `nc_version` (`accelopt_nb/perf/hw/<name>.yaml`: trn1 = NeuronCore-v2, trn2 = NeuronCore-v3). "
+    "What follows it (`accelopt_nb/sim/api/generations.py`):",
+    "",
+    "- **APIs documented for newer generations only** (the API reference's \"Available only on NeuronCore-vN and "
+    "newer\", extracted into `nki_api.yaml` as `min_nc_version`; noted per API below) raise `TargetError` on an "
+    "older target, naming the API with its front end and the target.",
+    "- **Modes of an API**: `nc_matmul(perf_mode=double_row)` (the reference: performance mode is not supported on "
+    "NeuronCore-v2) and PE tiles of 32 (`tile_size` 32: NeuronCore-v3 and newer, the 2.26 reference) raise "
+    "`TargetError` on trn1.",
+    "- **`nc_matmul(is_transpose=True)`**: NeuronCore-v3 has a TensorE transpose mode (bit-accurate; fp16/bf16 in, "
+    "fp16/bf16 out in PSUM: Trainium2 architecture guide, \"Built-in Transpose Support\"), so on trn2 a 2-byte "
+    "float input gives a 2-byte result. NeuronCore-v2 has no transpose mode: the flag only labels the instruction "
+    "for the profiler (nc_matmul reference, \"Transpose mode\"), and on trn1 it is the plain fp32 matmul. That is "
+    "what autocomp's trn1 attention kernels, which pass a non-identity operand with `is_transpose=True`, computed "
+    "on the hardware. With a non-identity operand on NeuronCore-v3 the docs say nothing; the simulator gives the "
+    "matmul rounded to the 2-byte type.",
+    "- `nisa.get_nc_version()` returns the target's generation.",
+    "",
+    "**Unknown target** (`hw=None`, the default of `simulate()` and of `accelopt simulate` without `--hw`): "
+    "permissive. Every generation's APIs and modes are accepted (no `TargetError`), `is_transpose` keeps the "
+    "NeuronCore-v3 reading (2-byte results) and `get_nc_version()` returns `gen2`. Not gated on any target, "
+    "because the references disagree and refusing a kernel that compiles is a false rejection: `tensor_copy` on "
+    "ScalarE (the 2.26 reference describes how NeuronCore-v2 ScalarE copies, through fp32; the newer one says "
+    "NeuronCore-v2 has none).",
+]
+
+
 def render(rows: list[Coverage] | None = None) -> str:
     rows = collect() if rows is None else rows
     raw = api_guard.documented()
@@ -143,7 +179,7 @@ def render(rows: list[Coverage] | None = None) -> str:
            "always raises `UnsupportedAPIError` naming the API and the argument, never runs with a changed "
            "meaning. The documented API list is data: `accelopt_nb/sim/api/nki_api.yaml`, extracted from the AWS "
            "Neuron docs sources by `scripts/extract_nki_api.py`; the checks are in `accelopt_nb/sim/api/guard.py`.",
-           "", "| front end | module | supported | partial | refused |", "|---|---|---:|---:|---:|"]
+           "", *TARGET_NOTES, "", "| front end | module | supported | partial | refused |", "|---|---|---:|---:|---:|"]
     for fe, mods in raw.items():
         for kind in mods:
             sub = [r for r in rows if r.front_end == fe and r.module == kind]

@@ -32,6 +32,7 @@ import numpy as np
 import yaml
 
 from accelopt_nb.errors import UnsupportedAPIError
+from accelopt_nb.sim.api import generations as _generations
 from accelopt_nb.sim.api import isa as _isa
 from accelopt_nb.sim.core import dtypes as _dt
 from accelopt_nb.sim.core.context import active
@@ -66,7 +67,6 @@ NO_EFFECT: dict[str, str] = {
 NO_EFFECT_FOR: dict[str, dict[str, str]] = {
     "isa.dma_copy": {"engine": "which engine's DMA queue issues the copy (scheduling only)"},
     "language.affine_range": {"precise_schedule": "a compiler scheduling hint"},
-    "language.sequential_range": {"directives": "compiler scheduling directives (e.g. no_reorder)"},
 }
 
 
@@ -284,6 +284,7 @@ class Spec:
     by_position: tuple[str, ...]            # documented names the simulator takes through *args only
     positional_names: tuple[str, ...]       # documented names of the direct positionals
     positional_args: tuple[Arg | None, ...]  # the Arg of each direct positional (for checks and limits)
+    min_nc_version: int | None = None       # the docs' first NeuronCore generation of the API (generations.py)
 
 
 def build_spec(api: str, key: str, impl: inspect.Signature, doc: inspect.Signature | None,
@@ -367,8 +368,16 @@ def guarded(fn: Callable, spec: Spec) -> Callable:
     checked_positions = tuple((i, spec.positional_names[i], a) for i, a in enumerate(spec.positional_args)
                               if a is not None and (a.limit is not None or a.check is not None))
 
+    min_nc = spec.min_nc_version
+
     @functools.wraps(fn)
     def api(*args, **kwargs):
+        if min_nc is not None:
+            rt = active()
+            if rt is not None and rt.target is not None and rt.target.nc_version < min_nc:
+                err = _generations.refusal(spec.api, "this API", min_nc, rt.target,
+                                           f"its API reference: 'Available only on NeuronCore-v{min_nc} and newer'")
+                raise err.locate(*rt.location())
         if direct is not None and len(args) > direct:
             extra = args[direct:]
             if len(extra) > len(remapped):
@@ -442,6 +451,7 @@ def guard_module(module: types.ModuleType, front_end: str, kind: str) -> None:
             continue
         spec = build_spec(f"{prefix}.{name}", f"{kind}.{name}", inspect.signature(obj),
                           doc_signature(docs.get(name)), namespace, _unread(obj))
+        spec.min_nc_version = (docs.get(name) or {}).get("min_nc_version")
         setattr(module, name, guarded(obj, spec))
     missing = frozenset(n for n in docs if n not in module.__dict__)
 

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 from math import prod as _prod
 
+from accelopt_nb.sim.api import generations as _generations
 from accelopt_nb.sim.api import ops as _ops
 from accelopt_nb.sim.core import dtypes as _dt
 from accelopt_nb.sim.core.functions import ACTIVATIONS, ALU, REDUCE, UNARY_ALU, op_name
@@ -25,6 +26,7 @@ from accelopt_nb.sim.core.prims import lane_axes as _lane_axes
 from accelopt_nb.sim.core.prims import primitive as _primitive
 from accelopt_nb.sim.core.prims import reduces_over_axes as _reduces_over_axes
 from accelopt_nb.sim.core.limits import GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, PMAX
+from accelopt_nb.sim.core.context import active as _active
 from accelopt_nb.sim.core.runtime import current
 from accelopt_nb.sim.core.tensor import Tensor
 
@@ -55,7 +57,11 @@ class nc_version(enum.IntEnum):  # noqa: N801
 
 
 def get_nc_version() -> nc_version:
-    return nc_version.gen2
+    """The simulated target's generation (``SimOptions.hw``); ``gen2`` when the target is unknown or the call
+    comes outside a launch (a kernel module's top level)."""
+    rt = _active()
+    target = None if rt is None else rt.target
+    return nc_version.gen2 if target is None else nc_version(target.nc_version)
 
 
 class reduce_cmd(enum.IntEnum):  # noqa: N801 (NKI's name)
@@ -151,6 +157,8 @@ def _perf_mode(rt, api: str, perf_mode: Any, st: Operand, mv: Operand, tile_posi
         raise rt.rule_error(api, f"unknown perf_mode {perf_mode!r} (nisa.matmul_perf_mode.none or .double_row)",
                             "nc_matmul perf_mode is none or double_row")
     if name == "double_row":
+        _generations.require(rt, api, "perf_mode=double_row", 3, "nc_matmul reference, 'Performance mode': "
+                             "not supported on NeuronCore-v2")
         bad = [o for o in (st, mv) if _dt.name(o.dtype) not in ("float8_e4m3", "float8_e5m2", "float8_e4m3fn")]
         if bad:
             raise rt.rule_error(api, f"perf_mode=double_row needs fp8 operands, got {_dt.name(bad[0].dtype)}",
@@ -206,8 +214,11 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
     for v in tuple(tile_position) + tuple(tile_size):
         if int(v) % 32:
             raise rt.rule_error(_api, f"tile_position/tile_size {v} is not a multiple of 32", "PE tiling in multiples of 32")
+    if any(int(v) == 32 for v in tuple(tile_size)):
+        _generations.require(rt, _api, "PE tiling with a 32-wide tile (tile_size 32)", 3,
+                             "nc_matmul reference: 32-row/column tiles are NeuronCore-v3 or newer")
     out_dtype = _dt.float32
-    if is_transpose and _dt.is_float(st.dtype) and _dt.itemsize(st.dtype) == 2:
+    if is_transpose and _transpose_mode(rt) and _dt.is_float(st.dtype) and _dt.itemsize(st.dtype) == 2:
         out_dtype = st.dtype  # PE transpose mode passes 2-byte types through (NC-v3)
     data = thunk = None
     if st.data is not None and rows == 1 and _ops.deferrable((np.matmul,), (st.data, mv.data), out_dtype, (m, n)):
@@ -230,6 +241,14 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
                    "moving_onezero": bool(is_moving_onezero), "perf_mode": mode, "rows": rows},
                   partitions=m, free=n)
     return out
+
+
+def _transpose_mode(rt) -> bool:
+    """Whether ``is_transpose=True`` switches TensorE into transpose mode. NeuronCore-v3 and later have one
+    (bit-accurate, 2-byte results for 2-byte inputs); NeuronCore-v2 does not, the flag only labels the
+    instruction for the profiler and it runs as the plain fp32 matmul (nc_matmul docs, "Transpose mode";
+    Trainium2 architecture guide, "Built-in Transpose Support"). An unknown target keeps the NC-v3 reading."""
+    return rt.target is None or rt.target.nc_version >= 3
 
 
 @_primitive(replay=_REBUILD, lane=_Lane())

@@ -47,6 +47,7 @@ from accelopt_nb.sim.core.prims import lane_axes as _lane_axes
 from accelopt_nb.sim.core.prims import primitive as _primitive
 from accelopt_nb.sim.core.prims import reduces_over_axes as _reduces_over_axes
 from accelopt_nb.sim.core.runtime import LoopIndex as _LoopIndex
+from accelopt_nb.sim.core.runtime import NoReorder as _NoReorder
 from accelopt_nb.sim.core.runtime import (ParDim, current, hbm, par_dim, private_hbm, psum, sbuf,  # noqa: F401
                                           shared_hbm)
 from accelopt_nb.sim.core.tensor import Tensor
@@ -240,8 +241,9 @@ def affine_range(*args, **kwargs):
     return current().loop("affine", _range_args(args))
 
 
-def sequential_range(*args, **kwargs):
-    return current().loop("sequential", _range_args(args))
+def sequential_range(*args, directives=None, **kwargs):
+    # directives=nki.compiler.no_reorder(): the whole loop is one no_reorder block
+    return current().loop("sequential", _range_args(args), no_reorder=isinstance(directives, _NoReorder))
 
 
 def static_range(*args, **kwargs):

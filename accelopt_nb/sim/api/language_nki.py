@@ -15,6 +15,7 @@ from accelopt_nb.sim.core import dtypes as _dt
 from accelopt_nb.sim.core.context import current as _current
 from accelopt_nb.sim.core.limits import PMAX as _PMAX
 from accelopt_nb.sim.core.runtime import Buffer as _Buffer
+from accelopt_nb.sim.core.runtime import NoReorder as _NoReorder
 from accelopt_nb.sim.core.tensor import Tensor as _Tensor
 from accelopt_nb.sim.core.views import View as _View
 
@@ -140,23 +141,8 @@ gelu_apprx_sigmoid_dx = _nl._unary("gelu_apprx_sigmoid_dx")   # also an activati
 
 
 # ---- scheduling -------------------------------------------------------------------------------------------
-class _NoReorder:
-    """``with nl.no_reorder():`` the compiler's scheduler keeps the block in program order. Values do not depend
-    on it (the simulator computes in program order); the performance model still overlaps independent engines as
-    everywhere. Checked: the documented restriction, no register-bounded loop inside (``api/registers.py``)."""
-
-    def __enter__(self) -> "_NoReorder":
-        rt = _current()
-        rt.no_reorder_depth = getattr(rt, "no_reorder_depth", 0) + 1
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        rt = _current()
-        rt.no_reorder_depth = getattr(rt, "no_reorder_depth", 1) - 1
-
-
 def no_reorder() -> _NoReorder:
-    """Keep the operations of a ``with`` block in program order."""
+    """Keep the operations of a ``with`` block in program order (a dependency edge between every two of them)."""
     return _NoReorder()
 
 

@@ -10,6 +10,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from accelopt_nb import hwfiles
 from accelopt_nb.errors import KernelError, NKIRuleError
 from accelopt_nb.sim.core import onchip
 from accelopt_nb.sim.core.context import active, current, running
@@ -36,6 +37,10 @@ class SimOptions:
         same trace (``accelopt_nb.sim.replay.loops``) and, with values, the same memory
         (``accelopt_nb.sim.replay.values``);
         ``False`` runs every iteration.
+    hw: the target hardware (``"trn1"``, ``"trn2"``, a hardware YAML path or config; its home is the hardware
+        registry, ``accelopt_nb/perf/hw``). Semantics that differ by NeuronCore generation (``nc_matmul``'s
+        transpose mode) and API availability (calls documented for one generation only) follow it. ``None``
+        (the default): an unknown target, every generation's calls are accepted (docs/nki_coverage.md).
     """
 
     trace_only: bool = False
@@ -44,10 +49,17 @@ class SimOptions:
     record_trace: bool = True
     fast_indexing: bool = True
     loop_replay: bool = True
+    hw: Any = None
 
     def __post_init__(self) -> None:
         if self.affine_write_conflicts not in ("error", "warn", "ignore"):
             raise ValueError("affine_write_conflicts must be 'error', 'warn' or 'ignore'")
+        hwfiles.target(self.hw)    # an unknown name fails here, not inside the kernel
+
+    @property
+    def target(self) -> hwfiles.Target | None:
+        """The target's name and NeuronCore generation (None: unknown)."""
+        return hwfiles.target(self.hw)
 
 
 @dataclass
@@ -73,6 +85,7 @@ class Runtime:
 
     def __init__(self, options: SimOptions, kernel_name: str, kernel_files: set[str]) -> None:
         self.options = options
+        self.target = options.target         # the hardware generation simulated (None: unknown, permissive)
         self.kernel_files = kernel_files
         self.trace = Trace(kernel_name=kernel_name, trace_only=options.trace_only)
         self.loops: list[LoopFrame] = []
@@ -97,6 +110,12 @@ class Runtime:
         self.engine_regs: dict[str, Any] = {}   # an engine's 128 accumulation registers (reduce_cmd), by engine
         self.hidden: dict[int, TensorInfo] = {}     # result tiles taken out of the trace (hide_result), by id
         self.onchip = onchip.Launch()        # the on-chip buffers' memory, kept for the next launch
+        # nl.no_reorder blocks (enter_no_reorder): nesting depth, the open block's identity, and the books that
+        # number them (sites in order of first entry; entries per site within one loop iteration)
+        self.no_reorder_depth = 0
+        self.no_reorder: tuple[int, int, int] | None = None
+        self.no_reorder_sites: dict[tuple, int] = {}
+        self.no_reorder_entries: dict[tuple, int] = {}
         self.tensors_unsorted = False               # a hidden tile came back: trace.tensors leaves id order
         # the observer of the launch (the replay wing, when loops replay), and the same while it watches every
         # access (a loop probes) or also records every primitive call (probing with values): see core.hooks
@@ -137,7 +156,11 @@ class Runtime:
         warnings.warn(text, stacklevel=3)
 
     # ---- loops -------------------------------------------------------------------
-    def loop(self, kind: str, values: range) -> Iterator[int]:
+    def loop(self, kind: str, values: range, no_reorder: bool = False) -> Iterator[int]:
+        """A kernel loop over ``values``; ``no_reorder``: the whole loop is one no_reorder block (the NKI 0.1
+        form ``sequential_range(..., directives=nki.compiler.no_reorder())``)."""
+        if no_reorder:
+            self.enter_no_reorder()
         frame = LoopFrame(uid=self.new_uid(), kind=kind, start=values[0] if len(values) else 0, step=values.step,
                           count=len(values))
         self.loops.append(frame)
@@ -159,6 +182,8 @@ class Runtime:
             self._refresh_loop_key()
             if self.recording is not None:
                 self.recording.record(loop_end, (frame,), {}, None)
+            if no_reorder:
+                self.exit_no_reorder()
 
     def iterate(self, frame: LoopFrame, i: int, index: type[LoopIndex] | None = None) -> LoopIndex:
         """``enter_iteration``, recorded for value replay by the enclosing probing loops."""
@@ -181,6 +206,26 @@ class Runtime:
 
     def _refresh_loop_key(self) -> None:
         self.loop_key = tuple((f.uid, f.kind, f.iteration) for f in self.loops)
+
+    # ---- no_reorder blocks ---------------------------------------------------------
+    def enter_no_reorder(self) -> None:
+        """Open a ``no_reorder`` block. It is dynamically scoped (a nested block adds nothing): every instruction
+        until the outermost block closes carries ``attrs["no_reorder"] = (site, depth, entry)``: the ``with``
+        statement's ordinal, how many loops enclose the ``with`` (the block instance is also told apart by those
+        loops' iterations, ``Instruction.loops[:depth]``) and which entry of that site within that iteration.
+        None of it is a source line or a counter across iterations, so loop replay sees equal iterations."""
+        self.no_reorder_depth += 1
+        if self.no_reorder_depth == 1:
+            site = self.no_reorder_sites.setdefault(self.location(), len(self.no_reorder_sites))
+            key = (site, self.loop_key)
+            entry = self.no_reorder_entries.get(key, 0)
+            self.no_reorder_entries[key] = entry + 1
+            self.no_reorder = (site, len(self.loop_key), entry)
+
+    def exit_no_reorder(self) -> None:
+        self.no_reorder_depth = max(self.no_reorder_depth - 1, 0)
+        if self.no_reorder_depth == 0:
+            self.no_reorder = None
 
     def affine_frames(self) -> list[LoopFrame]:
         return [f for f in self.loops if f.kind == "affine" and f.iteration >= 0]
@@ -221,6 +266,8 @@ class Runtime:
                           reads=reads, writes=writes, partitions=partitions, free_elems=free_elems,
                           in_dtypes=in_dtypes, out_dtype=out_dtype, accumulate=accumulate,
                           attrs=attrs or {}, loops=self.loop_key, file=file, line=line)
+        if self.no_reorder is not None:
+            ins.attrs = {**ins.attrs, "no_reorder": self.no_reorder}   # a fresh dict: attrs may be shared
         self.trace.instructions.append(ins)
         return ins
 
@@ -280,3 +327,17 @@ shared_hbm = Buffer("shared_hbm", False)
 
 __all__ = ["SimOptions", "Runtime", "LoopFrame", "LoopIndex", "current", "active", "running", "par_dim", "ParDim", "Buffer",
            "sbuf", "psum", "hbm", "private_hbm", "shared_hbm", "field"]
+
+
+class NoReorder:
+    """``with nl.no_reorder():`` / ``with nki.compiler.no_reorder():`` (also a loop directive): the compiler adds a
+    dependency edge between every two instructions of the block (Neuron docs, "How to use the NKI scheduling
+    APIs"), so they run one after another in program order. Values do not depend on it (the simulator computes in
+    program order); the performance model chains the block's instructions (``perf/schedule.py``)."""
+
+    def __enter__(self) -> "NoReorder":
+        current().enter_no_reorder()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        current().exit_no_reorder()
