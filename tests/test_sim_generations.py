@@ -156,3 +156,57 @@ def test_the_evaluation_backend_simulates_for_its_hardware(tmp_path, rng):
         outputs[hw] = backend.run([q, k]).outputs[0]
     np.testing.assert_allclose(outputs["trn1"], exact, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(outputs["trn2"], exact.astype(BF16).astype(np.float32))
+
+
+NAN_TRANSPOSE = '''
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((2, 64, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    a = nisa.nc_transpose(t, engine=nisa.tensor_engine)
+    eye = nl.load(nl.shared_constant(np.identity(128, dtype=np.float32), dtype=nl.float32))
+    b = nisa.nc_matmul(stationary=t, moving=eye, is_transpose=True)
+    nl.store(out[0], value=nl.copy(a, dtype=nl.float32))
+    nl.store(out[1], value=nl.copy(b, dtype=nl.float32))
+    return out
+'''
+
+
+def test_nc_v2_transposes_spread_nan_and_inf_and_nc_v3_transposes_bit_accurately(rng):
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    x[5, 7] = np.nan
+    x[9, 20] = np.inf
+    for hw in ("trn2", None):     # transpose mode: every element where it belongs
+        out = run(OLD + NAN_TRANSPOSE, x, hw=hw).output
+        np.testing.assert_array_equal(out[0], x.T)
+        np.testing.assert_array_equal(out[1], x.T)
+    out = run(OLD + NAN_TRANSPOSE, x, hw="trn1").output    # a matmul against an identity: 0 x NaN, 0 x Inf = NaN
+    for o in out:
+        finite_rows = np.ones(64, bool)
+        finite_rows[[7, 20]] = False
+        np.testing.assert_array_equal(o[finite_rows], x.T[finite_rows])
+        assert np.isnan(o[7]).all()
+        assert np.isnan(np.delete(o[20], 9)).all() and o[20, 9] == np.inf
+
+
+def test_generation_transposes_in_a_replayed_loop_equal_running_every_iteration(rng):
+    body = '''
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((6, 2, 64, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+    eye = nl.load(nl.shared_constant(np.identity(128, dtype=np.float32), dtype=nl.float32))
+    for i in nl.affine_range(6):
+        t = nl.load(x[i])
+        a = nisa.nc_transpose(t, engine=nisa.tensor_engine)
+        b = nisa.nc_matmul(stationary=t, moving=eye, is_transpose=True)
+        nl.store(out[i, 0], value=nl.copy(a, dtype=nl.float32))
+        nl.store(out[i, 1], value=nl.copy(b, dtype=nl.float32))
+    return out
+'''
+    x = rng.standard_normal((6, 128, 64)).astype(np.float32)
+    x[4, 3, 2] = np.nan
+    for hw in ("trn1", "trn2"):
+        replayed = run(OLD + body, x, hw=hw).output
+        np.testing.assert_array_equal(replayed, run(OLD + body, x, hw=hw, loop_replay=False).output)
+        np.testing.assert_array_equal(replayed[:4], np.stack([x[:4].transpose(0, 2, 1)] * 2, axis=1))
+        assert np.isnan(replayed[4, :, 2]).all() == (hw == "trn1")

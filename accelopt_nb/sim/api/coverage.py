@@ -154,7 +154,11 @@ TARGET_NOTES = [
     "for the profiler (nc_matmul reference, \"Transpose mode\"), and on trn1 it is the plain fp32 matmul. That is "
     "what autocomp's trn1 attention kernels, which pass a non-identity operand with `is_transpose=True`, computed "
     "on the hardware. With a non-identity operand on NeuronCore-v3 the docs say nothing; the simulator gives the "
-    "matmul rounded to the 2-byte type.",
+    "matmul rounded to the 2-byte type. Transpose mode on fp8 input (16-bit PSUM elements, the fp8 bits low) is "
+    "not modelled: fp32 results.",
+    "- **NaN and Inf in a TensorE transpose** (`nc_transpose(engine=tensor)`, or `is_transpose=True` against an "
+    "identity): bit-accurate on trn2; on trn1 the transpose is a matmul against an identity, so a NaN or Inf "
+    "spreads along its output row (0 × Inf = NaN), as the nc_transpose reference warns.",
     "- `nisa.get_nc_version()` returns the target's generation.",
     "",
     "**Unknown target** (`hw=None`, the default of `simulate()` and of `accelopt simulate` without `--hw`): "

@@ -221,7 +221,9 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
     if is_transpose and _transpose_mode(rt) and _dt.is_float(st.dtype) and _dt.itemsize(st.dtype) == 2:
         out_dtype = st.dtype  # PE transpose mode passes 2-byte types through (NC-v3)
     data = thunk = None
-    if st.data is not None and rows == 1 and _ops.deferrable((np.matmul,), (st.data, mv.data), out_dtype, (m, n)):
+    if st.data is not None and is_transpose and rows == 1 and _transpose_mode(rt):
+        data = _call(_pe_transpose_mode, st.data, mv.data)
+    elif st.data is not None and rows == 1 and _ops.deferrable((np.matmul,), (st.data, mv.data), out_dtype, (m, n)):
         thunk = _Thunk(_ops.ufunc_into, (st.data.T, mv.data), {"ufunc": np.matmul})   # maybe into its destination
     elif st.data is not None:
         data = _call(_pe_matmul, st.data, mv.data, rows=rows)
@@ -249,6 +251,35 @@ def _transpose_mode(rt) -> bool:
     instruction for the profiler and it runs as the plain fp32 matmul (nc_matmul docs, "Transpose mode";
     Trainium2 architecture guide, "Built-in Transpose Support"). An unknown target keeps the NC-v3 reading."""
     return rt.target is None or rt.target.nc_version >= 3
+
+
+@_primitive(replay=_REBUILD, lane=_Lane())
+def _pe_transpose_mode(st: np.ndarray, mv: np.ndarray) -> np.ndarray:
+    """TensorE transpose mode (NeuronCore-v3): against an identity moving operand, the stationary's exact
+    transpose (NaN and Inf stay where they were); against anything else, which the docs leave undescribed, the
+    fp32 matmul. Over any leading axes (lanes), tile by tile."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = np.matmul(np.swapaxes(st.astype(np.float32, copy=False), -1, -2), mv.astype(np.float32, copy=False))
+    k, n = mv.shape[-2:]
+    if k != n:
+        return out
+    identity = np.all(mv.astype(np.float32, copy=False) == np.eye(k, dtype=np.float32), axis=(-2, -1))
+    if not np.any(identity):
+        return out
+    exact = np.broadcast_to(np.swapaxes(st, -1, -2).astype(np.float32), out.shape)
+    return np.where(np.asarray(identity)[..., None, None], exact, out)
+
+
+@_primitive(replay=_REBUILD, lane=_Lane())
+def _pe_transposed_nc2(x: np.ndarray) -> np.ndarray:
+    """NeuronCore-v2's TensorE transpose: a matmul against an identity (no transpose mode), so a NaN or Inf
+    spreads along its output row (0 x Inf = NaN, nc_transpose docs); finite values come out exact."""
+    t = np.swapaxes(x, -1, -2).copy()
+    if not _dt.is_float(x.dtype) or np.all(np.isfinite(x)):
+        return t
+    eye = np.eye(x.shape[-2], dtype=np.float32)
+    with np.errstate(invalid="ignore"):
+        return np.matmul(t.astype(np.float32), eye).astype(x.dtype)
 
 
 @_primitive(replay=_REBUILD, lane=_Lane())
@@ -288,7 +319,8 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=None, _api: str = "nisa.
     # candidates, output checked): simulated as the compiler splitting it into 32x32 blocks
     blocks = (-(-p // 32)) * (-(-f // 32)) if eng == "vector" else 1
     _ops.check_engine_access(rt, _api, eng, [op], None)
-    out_data = None if op.data is None else _call(_transposed, op.data)
+    nc2 = eng == "tensor" and rt.target is not None and rt.target.nc_version == 2
+    out_data = None if op.data is None else _call(_pe_transposed_nc2 if nc2 else _transposed, op.data)
     written = None if op.written is None else op.written.T.copy()
     buffer = "psum" if eng == "tensor" else "sbuf"
     out_dtype = _dt.canonical(dtype) if dtype is not None else (_dt.float32 if eng == "tensor" else op.dtype)
