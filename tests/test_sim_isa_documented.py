@@ -391,3 +391,93 @@ def test_dma_compute_rmw_rule_errors_name_file_line_api_and_rule(tmp_path, rng, 
     with pytest.raises(NKIRuleError) as e:
         _run(tmp_path, source, table, data, idx)
     _rule_error(e.value, "dma_compute", rule, "nisa.dma_compute(", source)
+
+
+# ---- nisa.tensor_copy_dynamic_src / _dst (neuronxcc.nki only: NKI 0.4 removed them) ------------------------------
+DYNAMIC_SRC = """
+@nki.jit
+def kernel(src, offsets):
+    n = offsets.shape[1]
+    out = nl.ndarray((128, n), dtype=src.dtype, buffer=nl.shared_hbm)
+    out3 = nl.ndarray((128, n, 4), dtype=src.dtype, buffer=nl.shared_hbm)
+    s = nl.load(src)
+    s3 = nl.load(src.reshape((128, 128, 4)))
+    o = nl.load(offsets)
+    t = nl.ndarray((128, n), dtype=src.dtype, buffer=nl.sbuf)
+    t3 = nl.ndarray((128, n, 4), dtype=src.dtype, buffer=nl.sbuf)
+    ix, iy = nl.mgrid[0:128, 0:1]
+    jx, _, jz = nl.mgrid[0:128, 0:1, 0:4]
+    for i in nl.affine_range(n):
+        t[ix, i] = nisa.tensor_copy_dynamic_src(s[ix, o[0, i] + iy])
+        t3[jx, i, jz] = nisa.tensor_copy_dynamic_src(s3[jx, o[0, i], jz], engine=nisa.gpsimd_engine)
+    nl.store(out, value=t)
+    nl.store(out3, value=t3)
+    return out, out3
+"""
+
+
+def test_tensor_copy_dynamic_src_reads_at_offsets_read_from_sbuf(run_kernel, rng):
+    src = rng.standard_normal((128, 512)).astype(np.float32)
+    offsets = rng.integers(0, 128, size=(1, 24)).astype(np.int32)     # data-dependent: no constant step
+    res = run_kernel(DYNAMIC_SRC, src, offsets)
+    np.testing.assert_array_equal(res.outputs[0], src[:, offsets[0]])
+    np.testing.assert_array_equal(res.outputs[1], src.reshape(128, 128, 4)[:, offsets[0], :])
+    ins = [i for i in res.trace.instructions if i.op == "tensor_copy_dynamic_src"]
+    assert len(ins) == 48 and {i.engine for i in ins} == {"vector", "gpsimd"}
+    assert all(len(i.reads) == 2 for i in ins)          # the tile and the offset
+    # the loop is not replayed from probes (its offsets come from memory): the same with replay off
+    full = run_kernel(DYNAMIC_SRC, src, offsets, loop_replay=False)
+    np.testing.assert_array_equal(full.outputs[0], res.outputs[0])
+    from accelopt_nb.perf import load_hw
+    from accelopt_nb.perf.costs import compute_cost
+    hw = load_hw("trn1")      # max(MIN_II_DYNAMIC ~ 600, N) cycles (ISA26)
+    assert compute_cost(ins[0], hw).busy_s == pytest.approx(hw.dynamic_copy_cycles / hw.clock("vector"))
+
+
+def test_tensor_copy_dynamic_dst_writes_at_offsets_read_from_sbuf(run_kernel, rng):
+    body = """
+@nki.jit
+def kernel(src, offsets):
+    n = offsets.shape[1]
+    out = nl.ndarray((128, 64), dtype=src.dtype, buffer=nl.shared_hbm)
+    s = nl.load(src)
+    o = nl.load(offsets)
+    t = nl.zeros((128, 64), dtype=src.dtype)
+    ix, iy = nl.mgrid[0:128, 0:1]
+    for i in nl.affine_range(n):
+        nisa.tensor_copy_dynamic_dst(dst=t[ix, o[0, i] + iy], src=s[ix, i])
+    nl.store(out, value=t)
+    return out
+"""
+    src = rng.standard_normal((128, 16)).astype(np.float32)
+    offsets = rng.permutation(64)[:16].astype(np.int32)[None]
+    res = run_kernel(body, src, offsets)
+    want = np.zeros((128, 64), np.float32)
+    want[:, offsets[0]] = src
+    np.testing.assert_array_equal(res.output, want)
+    assert sum(i.op == "tensor_copy_dynamic_dst" for i in res.trace.instructions) == 16
+
+
+@pytest.mark.parametrize("offset, words", [
+    ("f[0, 0] + iy", "float32 () tile in SBUF cannot index on-chip tensor"),
+    ("o[0:2, 0]", "int32 (2, 1) tile in SBUF cannot index on-chip tensor"),
+])
+def test_a_dynamic_offset_is_one_integer_in_sbuf(run_kernel, offset, words):
+    from conftest import HEADER
+    body = f"""
+@nki.jit
+def kernel(src, offsets):
+    out = nl.ndarray((128, 1), dtype=src.dtype, buffer=nl.shared_hbm)
+    s = nl.load(src)
+    o = nl.load(offsets)
+    f = nl.zeros((1, 1), dtype=nl.float32)
+    ix, iy = nl.mgrid[0:128, 0:1]
+    t = nisa.tensor_copy_dynamic_src(s[ix, {offset}])
+    nl.store(out, value=t)
+    return out
+"""
+    import re
+    with pytest.raises(NKIRuleError, match=re.escape(words)) as e:
+        run_kernel(body, np.zeros((128, 8), np.float32), np.zeros((2, 4), np.int32))
+    assert "scalar value resided in SBUF" in e.value.rule
+    assert "tensor_copy_dynamic_src(" in (HEADER + body).splitlines()[e.value.line - 1]

@@ -119,11 +119,11 @@ def test_documented_but_missing_api_is_refused_where_it_is_used():
     assert e.value.api == "neuronxcc.nki.language.atomic_rmw" and "does not implement" in e.value.message
     assert e.value.line == line_of(src, "atomic_rmw")
     # imported by name at load time: the import line is blamed
-    src = HEADER_01 + "from neuronxcc.nki.isa import tensor_copy_dynamic_src\n" + kernel_with("r = t\n")
+    src = HEADER_01 + "from neuronxcc.nki.language import all_reduce\n" + kernel_with("r = t\n")
     with pytest.raises(UnsupportedAPIError) as e:
         load_kernel(source=src, filename="k.py")
-    assert e.value.api == "neuronxcc.nki.isa.tensor_copy_dynamic_src"
-    assert e.value.line == line_of(src, "import tensor_copy_dynamic_src")
+    assert e.value.api == "neuronxcc.nki.language.all_reduce"
+    assert e.value.line == line_of(src, "import all_reduce")
 
 
 def test_wrong_arity_is_the_kernels_error_not_a_simulator_bug():

@@ -115,13 +115,17 @@ def _dst_leading(name: str, old: Callable) -> Callable:
     return instruction
 
 
+# NKI 0.1 instructions that NKI 0.4 removed (today: tensor_copy of an access pattern with scalar_offset=)
+_NKI01_ONLY = frozenset({"tensor_copy_dynamic_src", "tensor_copy_dynamic_dst"})
+
+
 def _build_isa() -> types.ModuleType:
     attrs: dict[str, Any] = {k: getattr(_isa, k) for k in _isa.__all__ if not callable(getattr(_isa, k))
                              or isinstance(getattr(_isa, k), type)}
     # an instruction whose NKI 0.1 form takes dst already needs no listing: dst moves to the front
     attrs.update({n: _dst_leading(n, getattr(_isa, n)) for n in _isa.__all__
                   if inspect.isfunction(getattr(_isa, n)) and getattr(_isa, n).__module__ == _isa.__name__
-                  and "dst" in inspect.signature(getattr(_isa, n)).parameters})
+                  and "dst" in inspect.signature(getattr(_isa, n)).parameters and n not in _NKI01_ONLY})
     attrs.update({n: _with_dst(n, getattr(_isa, n)) for n in _DST_FIRST})
     attrs.update(nc_matmul=nc_matmul, memset=memset, dma_copy=dma_copy, scalar_tensor_tensor=_scalar_tensor_tensor,
                  get_nc_version=_isa.get_nc_version)

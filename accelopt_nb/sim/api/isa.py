@@ -870,6 +870,45 @@ def tensor_copy(src, *, dtype=None, mask=None, engine=None, **kwargs) -> Tensor:
                             attrs={"compiler_engine": engine in (None, unknown_engine)})
 
 
+def _dynamic_copy(api: str, op: str, src: Any, dtype: Any, mask: Any, engine_: Any) -> Tensor:
+    """A tensor_copy whose instruction is ``op`` (costed max(MIN_II_DYNAMIC, N)) and reads the offset tiles of
+    its dynamically indexed views too."""
+    eng = _engine(engine_, "vector", ("vector", "scalar", "gpsimd"), api)
+    out = _ops.elementwise(api, eng, op, _ops.identity, [src], dtype=dtype, mask=mask,
+                           attrs={"compiler_engine": engine_ in (None, unknown_engine)})
+    sv = as_view(src)
+    ins = out._producer
+    if ins is not None and sv is not None and sv.indirect:
+        ins.reads = ins.reads + tuple(t.region() for t in sv.indirect)
+    return out
+
+
+def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=None, **kwargs) -> Tensor:
+    """A copy of ``src``, an on-chip tile indexed at a dynamic offset (``sbuf[ix, offsets[0, i] + iy]``, the
+    offset a one-element SBUF tile read when the instruction runs), into a new tile (NKI 0.1 only)."""
+    return _dynamic_copy("nisa.tensor_copy_dynamic_src", "tensor_copy_dynamic_src", src, dtype, mask, engine)
+
+
+def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=None, **kwargs) -> None:
+    """A copy of ``src`` into ``dst``, an on-chip tile indexed at a dynamic offset (NKI 0.1 only)."""
+    rt = current()
+    api = "nisa.tensor_copy_dynamic_dst"
+    dv = as_view(dst)
+    if dv is None or not dv.tensor.on_chip:
+        raise rt.rule_error(api, f"dst must be an on-chip tile, got {type(dst).__name__}",
+                            "tensor_copy_dynamic_dst writes a tile in SBUF or PSUM")
+    sv = as_view(src)
+    if sv is not None and (sv.shape[0] != dv.shape[0] or int(_prod(sv.shape)) != int(_prod(dv.shape))):
+        raise rt.rule_error(api, f"src {sv.shape} and dst {dv.shape}", "tensor_copy_dynamic_dst: src and dst have "
+                            "the same partitions and elements per partition")
+    out = _dynamic_copy(api, "tensor_copy_dynamic_dst", src, dtype if dtype is not None else dv.tensor.dtype, mask,
+                        engine)
+    _ops.copy_into(dv, out, api)
+    ins = out._producer
+    if ins is not None and dv.indirect:
+        ins.reads = ins.reads + tuple(t.region() for t in dv.indirect)
+
+
 def bn_stats(data, *, dtype=None, mask=None, **kwargs) -> Tensor:
     """Per partition: (count, mean, var*count) of the even elements, then of the odd elements."""
     rt = current()

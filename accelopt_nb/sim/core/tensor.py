@@ -20,7 +20,8 @@ from accelopt_nb.sim.core.context import active, current
 from accelopt_nb.sim.core.memory import Thunk, boxed_into, copy_of, defer, materialize
 from accelopt_nb.sim.core.prims import REBUILD, call, fail, primitive
 from accelopt_nb.sim.core.runtime import Runtime
-from accelopt_nb.sim.core.views import API, View, _compiler_view, _indirect_view, _Opaque, _region, normalize_key
+from accelopt_nb.sim.core.views import (API, DynamicIndex, View, _compiler_view, _dynamic_view, _indirect_view,
+                                         _Opaque, _region, normalize_key)
 from accelopt_nb.sim.trace import Region, TensorInfo
 
 
@@ -180,7 +181,11 @@ class Tensor(_Opaque):
             view = _compiler_view(self, key)
             if view is not None:
                 return view
-        if isinstance(key, _Opaque) or (isinstance(key, tuple) and any(isinstance(k, _Opaque) for k in key)):
+        keys = key if isinstance(key, tuple) else (key,)
+        if any(isinstance(k, DynamicIndex) for k in keys) or (
+                self.on_chip and any(isinstance(k, _Opaque) for k in keys)):
+            return _dynamic_view(self, key)
+        if any(isinstance(k, _Opaque) for k in keys):
             return _indirect_view(self, key)
         affs: dict[int, Any] = {}
         return View(self, normalize_key(self, key, affs), affs)

@@ -18,6 +18,7 @@ from accelopt_nb.sim.core.context import active, current
 from accelopt_nb.sim.core.indexing import IndexExpr, basic_key, broadcast_shapes, compact, mask_count, plain
 from accelopt_nb.sim.core.memory import read
 from accelopt_nb.sim.core.limits import PMAX
+from accelopt_nb.sim.core.prims import fail as _fail_recording
 from accelopt_nb.sim.trace import Region
 
 
@@ -82,6 +83,8 @@ class _Opaque:
 
     # arithmetic operators map to nl element-wise ops (the API wing binds them: API.language)
     def _binop(self, other, name, reverse=False):
+        if name == "add" and isinstance(other, IndexExpr):   # sbuf[ix, offsets[0, i] + iy]: a dynamic offset
+            return DynamicIndex(self, other)
         nl = API.language
         other_shape = getattr(other, "shape", None)
         if other_shape is not None and len(other_shape) >= 1 and len(self.shape) >= 1 and \
@@ -370,6 +373,58 @@ def _selects_first(k: Any) -> bool:
     if isinstance(k, IndexExpr):
         return bool(k.values.size) and not k.values.any()
     return False
+
+
+class DynamicIndex:
+    """``tile + expr`` (NKI 0.1, ``t[ix, offsets[0, i] + iy]``): an index of an on-chip tensor whose value is read
+    from a one-element SBUF tile when the view is made (the dynamic offset of ``tensor_copy_dynamic_src/_dst``)."""
+
+    __slots__ = ("tile", "expr")
+
+    def __init__(self, tile: Any, expr: Any = None) -> None:
+        self.tile, self.expr = tile, expr
+
+    def __add__(self, o: Any) -> "DynamicIndex":
+        if isinstance(o, (IndexExpr, int, np.integer)) and not isinstance(o, bool):
+            return DynamicIndex(self.tile, o if self.expr is None else self.expr + o)
+        return NotImplemented
+
+    __radd__ = __add__
+
+
+def _dynamic_view(t: Any, key: Any) -> "View":
+    """``sbuf[ix, offsets[0, i] + iy]``: each one-element tile in the key (alone or plus an index expression) is
+    read now, as the engine reads its dynamic offset, and its value added; the view remembers the offset tiles for
+    the trace. A loop whose offsets come from memory is not replayed (they need not move by a constant step)."""
+    rt = current()
+    key = key if isinstance(key, tuple) else (key,)
+    resolved, tiles = [], []
+    for k in key:
+        tile, expr = (k.tile, k.expr) if isinstance(k, DynamicIndex) else (k, None) if isinstance(k, _Opaque) \
+            else (None, None)
+        if tile is None:
+            resolved.append(k)
+            continue
+        v = tile if isinstance(tile, View) else tile.full_view()
+        if v.tensor.buffer != "sbuf" or dt.is_float(v.tensor.dtype) or int(_prod(v.shape)) != 1:
+            raise rt.rule_error("indexing", f"a {dt.name(v.tensor.dtype)} {v.shape} tile in {v.tensor.buffer.upper()} "
+                                f"cannot index on-chip tensor '{t.name}': a dynamic offset into an on-chip tensor is "
+                                "one integer in SBUF; tile-valued (indirect) indices address HBM tensors in "
+                                "nl.load/nl.store/dma_copy", "a dynamic offset is a scalar value resided in SBUF "
+                                "(tensor_copy_dynamic_src/_dst); indirect indexing is a DMA feature")
+        data, written = read(v, None, "dynamic offset")
+        if written is not None and rt.options.check_uninitialized and not written.all():
+            raise rt.rule_error("indexing", f"dynamic offset tile '{v.tensor.name}' was never written",
+                                UninitializedReadError.rule, UninitializedReadError)
+        value = 0 if data is None else int(np.asarray(data).reshape(-1)[0])
+        resolved.append(value if expr is None else expr + value)
+        tiles.append(v)
+    if rt.watching is not None:
+        rt.watching.fail("a dynamic offset read from memory moves an index")
+    _fail_recording("a dynamic offset read from memory moves an index")
+    view = View(t, normalize_key(t, tuple(resolved)))
+    view.indirect = tuple(tiles)
+    return view
 
 
 def _indirect_view(t: Any, key: Any) -> "View":
