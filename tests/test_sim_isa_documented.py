@@ -286,6 +286,19 @@ def test_dma_transpose_gathers_rows_then_transposes(tmp_path, rng):
     assert len(ins.reads) == 2          # the rows and the index tile
 
 
+def test_dma_transpose_indirect_is_trn2_and_newer(tmp_path, rng):
+    import ml_dtypes
+
+    from accelopt_nb.errors import TargetError
+    table = rng.standard_normal((200, 64)).astype(ml_dtypes.bfloat16)
+    idx = rng.integers(0, 200, size=(128, 1)).astype(np.uint32)
+    np.testing.assert_array_equal(_run(tmp_path, _gather_transpose(), table, idx, hw="trn2").output,
+                                  table[idx[:, 0]].T)
+    with pytest.raises(TargetError, match="indirect") as e:      # the docs: TRN2+ only
+        _run(tmp_path, _gather_transpose(), table, idx, name="k2.py", hw="trn1")
+    assert e.value.api.endswith("dma_transpose") and e.value.line is not None
+
+
 def test_dma_transpose_oob_mode_skip_leaves_the_columns_of_out_of_bounds_rows(tmp_path, rng):
     import ml_dtypes
     table = rng.standard_normal((200, 64)).astype(ml_dtypes.bfloat16)

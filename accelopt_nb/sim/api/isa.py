@@ -1844,6 +1844,8 @@ def _permuted(x: np.ndarray, *, axes: tuple[int, ...]) -> np.ndarray:
 def _indirect_transpose_rules(rt, api: str, sv: Any) -> None:
     """The documented constraints of an indirect (gathering) DMA transpose (Software DGE ``dma_gather_transpose``)."""
     rule = "dma_transpose indirect (Software DGE) constraints"
+    _generations.require(rt, api, "the indirect (gathering) dma_transpose", 3, "dma_transpose reference, 'DMA "
+                         "Indirect Transpose Constraints': TRN2+ only")
     shape = sv.shape
     if _dt.itemsize(sv.tensor.dtype) != 2:
         raise rt.rule_error(api, f"src is {_dt.name(sv.tensor.dtype)}", rule + ": src dtype is 2 bytes")
