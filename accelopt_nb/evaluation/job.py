@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 import accelopt_nb
 
 # Bump when a change to the evaluator can change a verdict; it is part of every cache key.
-EVALUATOR_VERSION = "2"
+EVALUATOR_VERSION = "3"   # 3: the simulator simulates for the job's hw (trn1 is_transpose, TargetError)
 
 # How thoroughly a job is checked (docs/evaluation.md, "Fidelity levels"):
 # full: every seed and adversarial input at the job's shape preset, profiled there;
