@@ -88,6 +88,8 @@ MISSING_WHY: dict[str, str] = {
     "isa.topk": "the docs do not say where each of the K results lands in val_dst / idx_dst (their text says per "
                 "partition, the input is a 16-partition snake, and the NKI library's gpsimd_topk de-snakes the "
                 "outputs): a guessed layout would give silently wrong values",
+    "isa.NkiInstruction": "instruction handles (.depends_on scheduling edges) are not modelled: the simulator's "
+                          "nki.isa calls return None",
 }
 
 # Documented parameter names the simulator's function spells differently (doc name -> simulator name),
