@@ -40,7 +40,7 @@ import yaml
 
 from accelopt_nb.kernels import KERNELS_DIR as KERNELS
 from accelopt_nb.perf import estimate, load_hw
-from accelopt_nb.perf.calibrate import (FREE_PARAMETERS, HeldOut, documented_overrides, error_stats, fit, leave_one_out, rms_log_error,
+from accelopt_nb.perf.calibrate import (FREE_PARAMETERS, HeldOut, LatencyCache, documented_overrides, error_stats, fit, leave_one_out, rms_log_error,
                                         spearman)
 from accelopt_nb.perf.uncertainty import COVERAGE, DATA as UNCERTAINTY, RESIDUALS, table_entry
 from accelopt_nb.sim import SimOptions, load_kernel, simulate
@@ -50,12 +50,12 @@ TRACE_ONLY = SimOptions(trace_only=True)
 # the model before v2: documented free parameters, every load moves data
 BEFORE = {**documented_overrides(), "elide_redundant_work": False, "compiler_engine_placement": False,
           "sequential_hbm_order": False, "launch_overhead_s": 0.0, "dma_issue_s": 0.0,
-          "affine_hides_issue_overhead": False, "dma_packet_overhead_s": 0.0}
+          "dma_packet_overhead_s": 0.0}
 PAPER_MAMBA_PCT = (28.36, 52.7)        # the paper, trn1: NKIBench baseline (= mamba_v1) and the human best (v3)
-# the grid of every fit here (--refit, --loo): what trn1.yaml ships, and what leave-one-out validates
-# v3: the dependent-issue overhead is no longer fitted (documented 100 cycles; since affine bodies hide it,
-# it applies only where PERF Opt#5a measured it); `accelopt calibrate` still frees all four for users.
-FIT_GRID = dict(passes=2, steps=7, params=tuple(p for p in FREE_PARAMETERS if p.key != "dependent_overhead_cycles"))
+# the grid of every fit here (--refit, --loo): what trn1.yaml ships, and what leave-one-out validates.
+# All four free parameters: v3 ships the affine rule off and dependent_overhead_cycles at its fitted 38
+# (perf_model.md §2b, §8), so the procedure behind the shipped numbers is the four-parameter fit.
+FIT_GRID = dict(passes=2, steps=7, params=FREE_PARAMETERS)
 
 
 # ---- suite 1: tutorial progressions (published numbers, nki_hw_facts.md §5) ---------------------
@@ -82,6 +82,12 @@ POINTS = [
 ]
 STEPS = [(0, 1), (1, 2), (2, 3), (4, 5), (6, 7)]      # consecutive points that are a published step
 STEP_TOLERANCE = 0.15
+# Published steps the model is not held to, and why. The tutorial's matmul latencies come from an older
+# compiler: Autocomp measured the identical tiled kernel at the same shape in 20.99 ms (51.80 published), the
+# model (v3, per-packet DMA cost) 23.1 ms. Its DMA-bound steps (tiled, hoisted, blocked free: 1 KiB-per-
+# partition loads) all run ~2.2x slower than today's DMA, the TensorE-bound blocked M/N/K (6.97 ms) does not, so
+# the last step's 3.17x mixes the two toolchains (docs/perf_model.md §3, §7.1). Printed, not counted.
+STEPS_NOT_HELD = {(2, 3): "older compiler: DMA-bound start (22.07 ms) vs TensorE-bound end (6.97 ms)"}
 
 
 def tutorial_inputs(p: Point) -> list[np.ndarray]:
@@ -114,8 +120,9 @@ def run_tutorials(configs: dict[str, Any]) -> dict:
         for name in configs:
             step[name] = ra[f"{name}_ms"] / rb[f"{name}_ms"]
         step["within"] = abs(step["after"] / pub - 1) <= STEP_TOLERANCE
+        step["not_held"] = STEPS_NOT_HELD.get((a, b), "")
         steps.append(step)
-    return dict(points=rows, steps=steps, all_within=all(s["within"] for s in steps))
+    return dict(points=rows, steps=steps, all_within=all(s["within"] for s in steps if not s["not_held"]))
 
 
 # ---- suite 2: the paper's 14 NKIBench baselines ---------------------------------------------
@@ -203,17 +210,24 @@ def run_nkibench(traces: dict[str, Any], configs: dict[str, Any]) -> dict:
     return out
 
 
-def run_loo(traces: dict[str, Any], hw: str) -> HeldOut:
+LOO_FIRST = ("adamw", "rope_single_freq_apply", "silu", "mamba")
+LOO_VERSION = {"before": "v2.2", "after": "v3"}     # the model a leave-one-out record's residuals come from
+
+
+def run_loo(traces: dict[str, Any], hw: str, rules: dict[str, Any] | None = None,
+            folds: list[int] | None = None, cache: Any = None) -> HeldOut:
     """Leave-one-out over all 14: each kernel timed with the free parameters fitted on the other 13.
 
     Every fit starts from the documented values, as --refit does; the traces are simulated once
-    and each fit only re-times them (calibrate.LatencyCache).
+    and each fit only re-times them (calibrate.LatencyCache). ``rules``: hardware keys of the model
+    fitted (V22 for the model before issue 37; none for the shipped one); the free parameters are refitted.
     """
     meas = measured_table()
     names = sorted(traces)
     t0 = time.process_time()
     held = leave_one_out([traces[p] for p in names], [meas[p]["latency_ms"] / 1e3 for p in names], names=names,
-                         base=load_hw(hw, documented_overrides()), **FIT_GRID,
+                         base=load_hw(hw, {**(rules or {}), **documented_overrides()}), folds=folds, cache=cache,
+                         **FIT_GRID,
                          progress=lambda m: print(f"  loo: {m} ({time.process_time() - t0:.0f} s CPU)", flush=True))
     return held
 
@@ -286,10 +300,27 @@ def print_trn2(res: dict) -> None:
 # ---- the measured corpus: per-source held-out numbers and variant ranking -----------------------
 # The model as it stood before issue 37 (v2.2: the shipped trn1.yaml of 2026-12-01): the "before" of
 # every corpus table. Each rule added since is a hardware key; these values switch it off.
-V22: dict[str, Any] = {"launch_overhead_s": 0.0, "dma_issue_s": 0.0, "affine_hides_issue_overhead": False,
-                       "dma_packet_overhead_s": 0.0,
+V22: dict[str, Any] = {"launch_overhead_s": 0.0, "dma_issue_s": 0.0, "dma_packet_overhead_s": 0.0,
                        "tensor_tensor_cycles_per_elem": 1.39, "reciprocal_cycles_per_elem": 4.64,
                        "matmul_fp32_factor": 4.58, "dependent_overhead_cycles": 38}
+
+
+# the rules of each model whose leave-one-out is run (--only loo); the free parameters are refitted each time
+LOO_RULES: dict[str, dict[str, Any]] = {
+    "before": {k: v for k, v in V22.items() if k not in {p.key for p in FREE_PARAMETERS}}, "after": {}}
+
+
+def loo_record(held: HeldOut, model: str, classes: dict[str, str], cpu_s: float) -> dict[str, Any]:
+    """A leave-one-out run as benchmarks/data/loo_nkibench_*.json keeps it (what --loo-record reads)."""
+    what = {"before": "v2.2 rules (main before issue 37: no launch, no DMA issue slots, no packet rule)",
+            "after": "v3 as shipped (trn1.yaml rules)"}[model]
+    return {"what": "leave-one-out over the paper's 14 NKIBench trn1 baselines: model / measured latency of each "
+                    "kernel timed with the free parameters fitted on the other 13 (FIT_GRID: 2 passes x 7 steps, "
+                    "all four free parameters, from the documented values), and the kernel class the model gave it",
+            "model": f"{model}: {what}", "note": f"rerun {time.strftime('%Y-%m-%d')}, {cpu_s:.0f} s CPU",
+            "ratios": {n: round(r, 4) for n, r in zip(held.names, held.ratios)},
+            "median_error": round(held.median_error, 4), "worst_error": round(held.worst_error, 4),
+            "spearman": None if held.spearman is None else round(held.spearman, 4), "classes": classes}
 
 
 def corpus_configs(hw_after: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -550,8 +581,8 @@ def _command_line(argv: list[str]) -> str:
     return " ".join(f"'{a}'" if any(ch in a for ch in "|()* ") else a for a in out)
 
 
-def markdown_tables(res: dict, names: tuple[str, ...], command: str, loo: "HeldOut | None" = None,
-                    loo_note: str = "") -> str:
+def markdown_tables(res: dict, names: tuple[str, ...], command: str,
+                    looks: "dict[str, tuple[HeldOut, dict[str, Any]]] | None" = None) -> str:
     """The corpus results as markdown (docs/perf_heldout.md): per class, per source, variant ranking, per model."""
     rows = res["rows"]
     n_hw = {hw: len(g) for (hw,), g in _groups(rows, ("hw",)).items()}
@@ -586,10 +617,23 @@ def markdown_tables(res: dict, names: tuple[str, ...], command: str, loo: "HeldO
     for r in rows:
         out.append(f"| {r['hw']} | {r['source']} | {r['role']} | {r['family']} | {r['variant']} | {r['measured_ms']:.4g} | "
                    + " | ".join(f"{r[f'{n}_ratio']:.2f}" for n in names) + f" | {r.get('after_class', '')} |")
-    if loo is not None:
+    if looks:
         out += ["", "## Leave-one-out over the paper's 14 (fit source)", "",
-                "Each kernel timed with the free parameters fitted on the other 13" + (f"; {loo_note}" if loo_note else "")
-                + ".", "", "```", loo.format(), "```"]
+                "Each kernel timed with the free parameters fitted on the other 13 (`--only loo`; all four free "
+                "parameters, 2 passes x 7 steps from the documented values). Ratio = model / measured.", ""]
+        out += [f"- `{label}`: {rec['model']} ({rec.get('note', '')})" for label, (_, rec) in looks.items()]
+        first = next(iter(looks.values()))[0]
+        out += ["", "| left out | measured ms | " + " | ".join(f"{label} ×" for label in looks) + " |",
+                "|---|---:|" + "---:|" * len(looks)]
+        for k, (n, m) in enumerate(zip(first.names, first.measured_s)):
+            out.append(f"| {n} | {m * 1e3:.4g} | " + " | ".join(
+                f"{dict(zip(h.names, h.ratios)).get(n, float('nan')):.3f}" for h, _ in looks.values()) + " |")
+        for what, get in (("median of max(r, 1/r)", lambda h: f"×{h.median_error:.3f}"),
+                          ("90th percentile", lambda h: f"×{float(np.percentile(h.errors, 90)):.3f}"),
+                          ("worst", lambda h: f"×{h.worst_error:.3f} ({h.names[int(np.argmax(h.errors))]})"),
+                          ("Spearman ρ", lambda h: _x(h.spearman)),
+                          ("geomean ratio", lambda h: f"{float(np.exp(np.mean(np.log(h.ratios)))):.3f}")):
+            out.append(f"| **{what}** | | " + " | ".join(get(h) for h, _ in looks.values()) + " |")
     if res.get("untimed"):
         out += ["", "## Not in the recorded run (not timed: CPU budget of the run)", ""]
         out += [f"- {f['hw']} {f['source']} ({f['role']}) {f['family']}:{f['variant']}" for f in res["untimed"]]
@@ -679,10 +723,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="also time the corpus with the shipped model under these overrides, side by side "
                          "(e.g. no-packet:dma_packet_overhead_s=0)")
     ap.add_argument("--max-instructions", type=int, help="corpus: list, do not time, longer instruction streams")
-    ap.add_argument("--loo-record", type=Path,
-                    help="take the fit source's leave-one-out from this record (benchmarks/data/loo_nkibench_v22.json: "
-                         "ratios and classes of an earlier run) instead of rerunning it; its model is named in the "
-                         "residuals' basis")
+    ap.add_argument("--loo-record", type=Path, action="append", default=[], metavar="[LABEL=]RECORD.json",
+                    help="take the fit source's leave-one-out from this record (benchmarks/data/loo_nkibench_*.json, "
+                         "written by --only loo --loo-out) instead of rerunning it; repeat it for before and after "
+                         "side by side (labelled LABEL); the last one is the shipped model's, whose residuals feed "
+                         "the error bars (its model is named in their basis)")
+    ap.add_argument("--loo-models", default="after",
+                    help="--only loo: which models' leave-one-out: before (v2.2 rules), after (shipped); comma list")
+    ap.add_argument("--loo-folds", help="--only loo: leave out only kernels A-B (indices in name order, e.g. 0-4), "
+                                         "so one leave-one-out can run as several processes; --loo-merge joins them")
+    ap.add_argument("--loo-merge", type=Path, nargs="+", help="--only loo: join these partial records into --loo-out")
+    ap.add_argument("--loo-out", type=Path, help="--only loo: write each leave-one-out record here (MODEL in the "
+                                                   "path is replaced by the model's name)")
     ap.add_argument("--rows", type=Path, help="corpus: take every row from a previous run's OUT.rows.jsonl (time "
                                                "nothing; regenerate the tables and error bars from it)")
     ap.add_argument("--tables", type=Path, help="corpus: also write the tables as markdown (docs/perf_heldout.md)")
@@ -698,7 +750,55 @@ def main(argv: list[str] | None = None) -> int:
     if args.autocomp is not None and not (args.autocomp / "examples").is_dir():
         print(f"error: {args.autocomp} has no examples/ directory (is it a checkout of ucb-bar/autocomp?)")
         return 2
-    if args.only in (None, "corpus", "loo"):
+    if args.only == "loo" and args.loo_merge:
+        parts = [json.loads(p.read_text()) for p in args.loo_merge]
+        meas = measured_table()
+        ratios = {n: r for rec in parts for n, r in rec["ratios"].items()}
+        names = sorted(ratios)
+        held = HeldOut(tuple(names), tuple(ratios[n] for n in names), tuple(meas[n]["latency_ms"] / 1e3 for n in names))
+        rec = dict(parts[0], ratios=ratios, median_error=round(held.median_error, 4),
+                   worst_error=round(held.worst_error, 4), spearman=None if held.spearman is None else round(held.spearman, 4),
+                   note=f"{parts[0]['note'].split(',')[0]}, {len(parts)} processes, "
+                        f"{sum(float(p['note'].split(', ')[-1].split(' ')[0]) for p in parts):.0f} s CPU")
+        args.loo_out.write_text(json.dumps(rec, indent=1) + "\n")
+        print("\n".join("  " + line for line in held.format().splitlines()))
+        print(f"wrote {args.loo_out}")
+        return 0
+    if args.only == "loo":
+        if repo is None:
+            print("\n--only loo needs --accelopt-repo DIR (a checkout of github.com/zhang677/AccelOpt)")
+            return 2
+        from perf_corpus import load_cases
+        cases = [c for c in load_cases(accelopt=repo) if c.source == "accelopt-nkibench-trn1"]
+        traces14 = {c.family.split("/", 1)[1]: c.trace(args.trace_cache) for c in cases}
+        out["leave_one_out"] = {}
+        for model in args.loo_models.split(","):
+            rules = LOO_RULES[model]
+            print(f"\nleave-one-out over the paper's 14, model {model} (each timed with the free parameters "
+                  f"fitted on the other 13)")
+            t0 = time.process_time()
+            folds = None
+            if args.loo_folds:
+                lo, _, hi = args.loo_folds.partition("-")
+                folds = list(range(int(lo), int(hi or lo) + 1))
+            hw = load_hw("trn1", rules)
+            classes = {p: estimate(t, hw).kernel_class for p, t in traces14.items()}
+            names = sorted(traces14)
+            # the kernels whose left-out error was largest in v2.2 first: a run cut short keeps the telling folds
+            order = sorted(folds if folds is not None else range(len(names)),
+                           key=lambda k: LOO_FIRST.index(names[k]) if names[k] in LOO_FIRST else len(LOO_FIRST) + k)
+            cache = LatencyCache(FIT_GRID["params"])
+            done: list[HeldOut] = []
+            for k in order:     # fold by fold, one shared cache; the record is rewritten after each fold
+                done.append(run_loo(traces14, "trn1", rules, [k], cache))
+                held = HeldOut(tuple(h.names[0] for h in done), tuple(h.ratios[0] for h in done),
+                               tuple(h.measured_s[0] for h in done))
+                rec = loo_record(held, model, classes, time.process_time() - t0)
+                if args.loo_out:
+                    Path(str(args.loo_out).replace("MODEL", model)).write_text(json.dumps(rec, indent=1) + "\n")
+            out["leave_one_out"][model] = rec
+            print("\n".join("  " + line for line in held.format().splitlines()))
+    if args.only in (None, "corpus"):
         from perf_corpus import load_cases
         skipped: list[str] = []
         cases = load_cases(autocomp=args.autocomp, accelopt=repo, skipped=skipped)
@@ -745,18 +845,24 @@ def main(argv: list[str] | None = None) -> int:
                                         worst_error=held.worst_error, spearman=held.spearman)
             print("\n".join("  " + line for line in held.format().splitlines()))
         loo_basis, loo_classes = "leave-one-out", None
+        looks: dict[str, tuple[HeldOut, dict[str, Any]]] = {}
         if held is None and args.loo_record:
-            rec = json.loads(args.loo_record.read_text())
             meas = measured_table()
-            loo_names = sorted(rec["ratios"])
-            held = HeldOut(tuple(loo_names), tuple(rec["ratios"][n] for n in loo_names),
-                           tuple(meas[n]["latency_ms"] / 1e3 for n in loo_names))
-            loo_basis, loo_classes = f"leave-one-out {rec['model'].split(' ')[0]}", rec["classes"]
-            print(f"\nleave-one-out over the paper's 14 from {args.loo_record.name} ({rec['model']})")
+            for spec in args.loo_record:
+                label, _, path = str(spec).rpartition("=")
+                rec = json.loads(Path(path).read_text())
+                loo_names = sorted(rec["ratios"])
+                held = HeldOut(tuple(loo_names), tuple(rec["ratios"][n] for n in loo_names),
+                               tuple(meas[n]["latency_ms"] / 1e3 for n in loo_names))
+                label = label or rec["model"].split(":")[0].split(" ")[0]
+                looks[label] = (held, rec)
+                loo_basis, loo_classes = f"leave-one-out {LOO_VERSION.get(label, label)}", rec["classes"]
+                print(f"\nleave-one-out over the paper's 14 from {Path(path).name} ({rec['model']})")
+        elif held is not None:
+            looks["after"] = (held, {"model": "after: the shipped model", "note": "rerun in this run"})
         if args.tables:
             cmd = "python benchmarks/perf_fidelity.py " + _command_line(argv if argv is not None else sys.argv[1:])
-            note = "" if args.loo_record is None or held is None else f"recorded, not rerun: {rec['model']}; {rec['note']}"
-            args.tables.write_text(markdown_tables(res, names, cmd, held, note))
+            args.tables.write_text(markdown_tables(res, names, cmd, looks))
             print(f"wrote {args.tables}")
         if args.write_uncertainty:
             classes = loo_classes or {r["family"].split("/", 1)[1]: r["after_class"] for r in res["rows"]
@@ -772,7 +878,8 @@ def main(argv: list[str] | None = None) -> int:
         out["tutorials"] = run_tutorials(configs)
         for s in out["tutorials"]["steps"]:
             print(f"  {s['step']:48s} published {s['published']:5.2f}x before {s['before']:5.2f}x "
-                  f"after {s['after']:5.2f}x  {'ok' if s['within'] else 'OFF'}")
+                  f"after {s['after']:5.2f}x  {'ok' if s['within'] else 'OFF'}"
+                  + (f"  (not held: {s['not_held']})" if s["not_held"] else ""))
         ok &= out["tutorials"]["all_within"]
     traces: dict[str, Any] = {}
     after = load_hw(args.hw)

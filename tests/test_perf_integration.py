@@ -159,7 +159,8 @@ def test_cli_profile_names_a_missing_task(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_fidelity_benchmark_meets_its_targets():
-    """Every published tutorial step within 15% of its published speedup (benchmarks/perf_fidelity.py)."""
+    """Every published tutorial step within 15% of its published speedup (benchmarks/perf_fidelity.py), but the
+    matmul tutorial's last step, whose two ends were measured under an older compiler's DMA (STEPS_NOT_HELD)."""
     import importlib.util
     import sys
     spec = importlib.util.spec_from_file_location("perf_fidelity", ROOT / "benchmarks" / "perf_fidelity.py")
@@ -172,6 +173,7 @@ def test_fidelity_benchmark_meets_its_targets():
     from accelopt_nb.perf import load_hw
     out = mod.run_tutorials({"before": load_hw("trn1", mod.BEFORE), "after": load_hw("trn1")})
     assert out["all_within"], out["steps"]
+    assert [s["not_held"] != "" for s in out["steps"]] == [False, False, True, False, False]
     assert all(s["after"] > 1 for s in out["steps"])          # every step is a speedup, as published
 
 

@@ -279,11 +279,12 @@ def test_dma_engines_start_one_transfer_per_issue_slot_across_all_queues():
     assert estimate(big, hw).total_time == pytest.approx(estimate(big, SHIPPED1).total_time, rel=0.01)
 
 
-PACKET = {"dma_packet_overhead_s": 10e-9}     # the v3 packet rule switched on (shipped off, perf_model.md §3)
+PACKET = {"dma_packet_overhead_s": 10e-9}     # the v3 packet rule (shipped on since 2026-12-02, perf_model.md §3)
 
 
 def test_packet_efficiency_matches_the_dmaov_curve_where_one_transfer_amortizes_its_latency():
     hw = load_hw("trn1", PACKET)
+    assert load_hw("trn1").dma_packet_overhead_s == load_hw("trn2").dma_packet_overhead_s == 10e-9   # shipped on
     for b, eff in ((4096, 0.96), (8192, 0.98), (16384, 0.99)):       # DMAOV's large end: ~10 ns per packet
         assert hw.dma_packet_efficiency(b) == pytest.approx(eff, abs=0.005)
     # below 2 KiB the curve is one transfer's fixed latency, charged on its own: many in flight move faster
@@ -304,29 +305,3 @@ def test_issue_slots_are_taken_by_readiness_not_program_order():
     assert slots.take(0.0) == 0.0             # does not hold back one that is ready earlier
     assert slots.take(0.5) == 1.0             # the slot at 0 is taken: next free one
     assert slots.take(10.0) == 11.0
-
-
-def _tiny_pairs(kind):
-    """conv1d-like: per iteration a 3-element multiply and a reduce of its result (VectorE)."""
-    b = TraceBuilder()
-    img, w = b.tensor("img", (128, 64)), b.tensor("w", (128, 3))
-    out = b.tensor("out", (128, 32))
-    for i in range(32):
-        b.loops = ((1, kind, i),)
-        prod = b.tensor(f"p{i}", (128, 3))
-        b.vector("tensor_tensor", [b.region(img, (0, i), (128, i + 3)), b.region(w)], [b.region(prod)], 3,
-                 alu="multiply")
-        b.vector("tensor_reduce", [b.region(prod)], [b.region(out, (0, i), (128, i + 1))], 3, alu="add")
-    return b.trace
-
-
-def test_affine_iterations_hide_the_tiny_and_dependent_issue_overheads():
-    hw = load_hw("trn1", {**NO_FIXED, "affine_hides_issue_overhead": True})      # the v3 rule (shipped off)
-    mn = hw.min_ii_cycles / hw.vector_clock_hz
-    affine = estimate(_tiny_pairs("affine"), hw)
-    assert affine.total_time == pytest.approx(64 * mn)                # MIN_II per instruction, nothing more
-    seq = estimate(_tiny_pairs("sequential"), hw)                      # no interleaving: both overheads paid
-    over = (hw.tiny_overhead_cycles + hw.dependent_overhead_cycles / 2) / hw.vector_clock_hz
-    assert seq.total_time == pytest.approx(64 * (mn + over), rel=1e-6)
-    off = estimate(_tiny_pairs("affine"), hw.replace(affine_hides_issue_overhead=False))
-    assert off.total_time == pytest.approx(seq.total_time)

@@ -221,20 +221,28 @@ class HeldOut:
 
 def leave_one_out(traces: Sequence[Trace], measured_s: Sequence[float], *, names: Sequence[str] | None = None,
                   base: "str | Path | HWConfig" = "trn1", progress: Callable[[str], None] | None = None,
-                  **fit_kw: Any) -> HeldOut:
-    """Fit on all kernels but one and time the one left out, for each kernel (one shared latency cache)."""
+                  folds: Sequence[int] | None = None, cache: "LatencyCache | None" = None, **fit_kw: Any) -> HeldOut:
+    """Fit on all kernels but one and time the one left out, for each kernel (one shared latency cache).
+
+    ``folds``: only these kernels are left out, in this order (indices; each still fitted on all the others);
+    the result holds those kernels only. ``cache``: a :class:`LatencyCache` shared with earlier calls (one
+    leave-one-out run fold by fold, keeping each result as it comes).
+    """
     names = tuple(names) if names is not None else tuple(f"kernel {k + 1}" for k in range(len(traces)))
     if len(names) != len(traces):
         raise ConfigError(f"leave_one_out: {len(names)} names for {len(traces)} kernels")
-    cache = LatencyCache(fit_kw.get("params", FREE_PARAMETERS))
+    ks = list(range(len(traces))) if folds is None else list(folds)
+    if any(not 0 <= k < len(traces) for k in ks):
+        raise ConfigError(f"leave_one_out: folds {ks} outside 0..{len(traces) - 1}")
+    cache = cache if cache is not None else LatencyCache(fit_kw.get("params", FREE_PARAMETERS))
     out = []
-    for k in range(len(traces)):
+    for k in ks:
         rest = [i for i in range(len(traces)) if i != k]
         cal = fit([traces[i] for i in rest], [measured_s[i] for i in rest], base=base, cache=cache, **fit_kw)
         out.append(cache.latency(traces[k], cal.hw()) / measured_s[k])
         if progress:
             progress(f"left out {names[k]} ({k + 1}/{len(traces)}): model/measured {out[-1]:.3f}")
-    return HeldOut(names, tuple(out), tuple(float(m) for m in measured_s))
+    return HeldOut(tuple(names[k] for k in ks), tuple(out), tuple(float(measured_s[k]) for k in ks))
 
 
 def leave_one_source_out(traces: Sequence[Trace], measured_s: Sequence[float], sources: Sequence[str], *,

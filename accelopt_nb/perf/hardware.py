@@ -79,8 +79,6 @@ class HWConfig:
     # fixed costs at small granularity (v3, perf_model.md §2b)
     launch_overhead_s: float         # per kernel launch: start to first instruction plus the end notification
     dma_issue_s: float               # the DMA engines start a new transfer at most this often (all queues together)
-    affine_hides_issue_overhead: bool  # in an affine_range body the compiler interleaves iterations, hiding the
-                                       # tiny/dependent-issue overheads (schedule.py)
     # engine conflicts
     vector_gpsimd_share_sbuf_port: bool
     vector_scalar_share_psum: bool

@@ -19,9 +19,8 @@ Rules (documented in docs/perf_model.md):
 * trn1 resource conflicts: VectorE and GpSimdE never access SBUF at the same time; VectorE and
   ScalarE never access PSUM at the same time.
 * Fixed overheads: tiny instructions (N < 128) pay ~100 cycles; an instruction that waits for
-  a result (back-to-back dependent, or a semaphore wait on another engine) pays ~100 cycles;
-  inside an affine_range body both are hidden behind the next iteration's work
-  (``hw.affine_hides_issue_overhead``). An end-to-end timer adds ``hw.launch_overhead_s`` per launch; the DMA
+  a result (back-to-back dependent, or a semaphore wait on another engine) pays
+  ``hw.dependent_overhead_cycles`` (documented ~100, fitted). An end-to-end timer adds ``hw.launch_overhead_s`` per launch; the DMA
   engines start one transfer at a time, at most every ``hw.dma_issue_s`` (all queues together).
 * Spills from :func:`plan_memory` become DMA traffic on the spill queue: the save waits for the
   victim's last use and frees its space, the reload waits for space and delays the next use.
@@ -179,7 +178,6 @@ class TraceAnalysis:
     reused: dict[int, int]
     reads_that_matter: set[int]
     sequential_loops: list[tuple[int, ...]]
-    interleaved: np.ndarray            # per instruction: innermost loop is an affine_range of >= 2 iterations
 
 
 def analyse(trace: Trace, hw: HWConfig) -> TraceAnalysis:
@@ -190,24 +188,7 @@ def analyse(trace: Trace, hw: HWConfig) -> TraceAnalysis:
     plan = plan_memory(trace, hw)
     reused = redundant_instructions(trace, hw, plan.peak_demand["sbuf"]) if hw.elide_redundant_work else {}
     return TraceAnalysis(_analysis_key(hw), plan, _alias_map(trace), _folded_psum_zeroing(trace), reused,
-                         _reads_that_matter(trace), _sequential_loops(trace), _interleaved(trace))
-
-
-def _interleaved(trace: Trace) -> np.ndarray:
-    """Instructions whose innermost loop is an ``affine_range`` of at least two iterations.
-
-    LANG26: the compiler may reorder and pipeline affine iterations, so an instruction there has the
-    next iteration's independent work to issue behind it; static_range "gets no loop optimizations"
-    and sequential_range keeps order.
-    """
-    seen: dict[int, int] = {}
-    for ins in trace.instructions:
-        if ins.loops:
-            uid, kind, it = ins.loops[-1]
-            if kind == "affine" and it > seen.get(uid, 0):
-                seen[uid] = it
-    return np.array([bool(ins.loops) and ins.loops[-1][1] == "affine" and seen.get(ins.loops[-1][0], 0) >= 1
-                     for ins in trace.instructions], dtype=bool)
+                         _reads_that_matter(trace), _sequential_loops(trace))
 
 
 def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) -> Schedule:
@@ -273,7 +254,6 @@ def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) 
     alias_sources = set(alias_prev.values())
     folded, reused = analysis.folded, analysis.reused
     place = hw.compiler_engine_placement
-    hidden = analysis.interleaved if hw.affine_hides_issue_overhead else None
     # sequential_hbm_order: per sequential loop instance, when its HBM writes issued so far have landed
     seq_loops = analysis.sequential_loops if hw.sequential_hbm_order else None
     hbm_written: dict[int, float] = {}
@@ -374,12 +354,9 @@ def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) 
                     uses_psum = any(rg.buffer == "psum" for rg in reads) or any(rg.buffer == "psum" for rg in writes)
                     if uses_psum and psum_port > s:
                         s = psum_port
-                if hidden is not None and hidden[i]:
-                    over = 0.0          # interleaved with the next affine iteration's independent work
-                else:
-                    over = cost.overhead_s
-                    if k and raw > NONE and raw >= engine_free[k] - _EPS:
-                        over += dep_over[engine]
+                over = cost.overhead_s
+                if k and raw > NONE and raw >= engine_free[k] - _EPS:
+                    over += dep_over[engine]
                 e = s + cost.busy_s + over
                 # the compiler's choice: the engine that finishes it first (the default on a tie)
                 if best is None or e < best[1] - _EPS:
