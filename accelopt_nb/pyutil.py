@@ -10,17 +10,20 @@ extension and the LLM worker thread install it).
 
 ``gc_paused``: the cyclic garbage collector paused around work that allocates many acyclic objects (a simulation's
 trace, a performance-model estimate).
+
+``free_port``: a loopback TCP port nobody listens on now (bound, then released), for a local server to take.
 """
 from __future__ import annotations
 
 import ast
 import contextlib
 import gc
+import socket
 import sys
 import threading
 from typing import Any, Iterator
 
-__all__ = ["PARSE_LOCK", "gc_paused", "guard_ipython", "parse"]
+__all__ = ["PARSE_LOCK", "free_port", "gc_paused", "guard_ipython", "parse"]
 
 PARSE_LOCK = threading.Lock()
 
@@ -96,3 +99,10 @@ def gc_paused(pause: bool = True, keeps: bool = False) -> Iterator[None]:
                 gc.freeze()
                 gc.unfreeze()
             gc.enable()
+
+
+def free_port() -> int:
+    """A loopback TCP port that nothing listens on now (bound, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

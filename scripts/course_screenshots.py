@@ -10,16 +10,13 @@ shows the notebook's main idea, and saves a screenshot. Needs the ``notebook`` e
 from __future__ import annotations
 
 import argparse
-import os
-import secrets
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
+
+from accelopt_nb.notebook.lab import chromium, jupyterlab, lab_env
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -36,12 +33,6 @@ FOCUS = {
     "07_trn2": "timed = {label",                                      # the kernels on trn1 and trn2
     "08_model_limits": "mamba = mamba_progression(",                # Mamba: measured against the model
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def execute(names: list[str], work: Path) -> list[Path]:
@@ -65,47 +56,29 @@ def execute(names: list[str], work: Path) -> list[Path]:
 
 
 def shoot(notebooks: list[Path], root: Path, out: Path) -> None:
+    import nbformat
     from playwright.sync_api import sync_playwright
-    chromium = os.environ.get("ACCELOPT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(root / ".cfg"), "JUPYTER_DATA_DIR": str(root / ".data"),
-           "JUPYTER_RUNTIME_DIR": str(root / ".rt")}
+    browser_path = chromium()
+    if not browser_path:
+        raise SystemExit("no chromium on PATH (Debian: apt-get install -y chromium); set ACCELOPT_CHROMIUM to its path")
+    state = root / ".lab"
     for nb in notebooks:     # trusted: their HTML outputs (claims, side-by-side code) render unsanitised
-        subprocess.run([sys.executable, "-m", "jupyter", "trust", str(nb)], env=env, check=True, capture_output=True)
-    settings = root / ".settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    tracker = root / ".settings" / "@jupyterlab" / "notebook-extension"
-    tracker.mkdir(parents=True)
-    (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')   # every cell in the page
-    port, token = _free_port(), secrets.token_hex(16)
-    log = open(root / "lab.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-                             f"--ServerApp.port={port}", f"--IdentityProvider.token={token}",
-                             f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={root / '.settings'}",
-                             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--allow-root"],
-                            cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(240):
-            try:
-                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.5)
+        subprocess.run([sys.executable, "-m", "jupyter", "trust", str(nb)], env=lab_env(state), check=True,
+                       capture_output=True)
+    with jupyterlab(root, state) as lab:
         out.mkdir(parents=True, exist_ok=True)
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+            browser = p.chromium.launch(executable_path=browser_path, args=["--no-sandbox"])
             page = browser.new_page(viewport={"width": 1600, "height": 1100})
             sidebar_open = True
             for nb in notebooks:
-                page.goto(f"{base}/lab/tree/{nb.name}?token={token}")
+                page.goto(lab.url(nb.name))
                 page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
                 page.wait_for_timeout(6000)
                 if sidebar_open:                  # the file browser off: the notebook gets the width
                     page.keyboard.press("Control+b")
                     sidebar_open = False
                     page.wait_for_timeout(1000)
-                import nbformat
                 sources = [c.source for c in nbformat.read(nb, as_version=4).cells]
                 hits = [i for i, src in enumerate(sources) if FOCUS.get(nb.stem, "\0") in src]
                 if hits:
@@ -119,13 +92,6 @@ def shoot(notebooks: list[Path], root: Path, out: Path) -> None:
                 page.screenshot(path=str(path))
                 print(f"wrote {path}", flush=True)
             browser.close()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,22 +21,7 @@ from mcp import Client, StdioServerParameters
 
 from accelopt_nb.kernels import kernel_path
 
-BAD = '''"""silu staging two row blocks at once."""
-import neuronxcc.nki as nki
-import neuronxcc.nki.language as nl
-import neuronxcc.nki.isa as nisa
-
-
-@nki.jit
-def kernel(x):
-    P, J, N = x.shape
-    out = nl.ndarray((P, J, N), dtype=x.dtype, buffer=nl.shared_hbm)
-    both = nl.ndarray((2 * P, N), dtype=x.dtype, buffer=nl.sbuf)
-    for j in nl.affine_range(J):
-        t = nl.load(x[:, j, :])
-        nl.store(out[:, j, :], value=nisa.activation(op=nl.silu, data=t))
-    return out
-'''
+BAD = kernel_path("silu_staged_256").read_text()   # breaks the 128-partition rule on line 11
 PLAN = ("Replace the exp, add and divide (one ScalarE and two VectorE instructions per tile) by one fused "
         "nisa.activation(op=nl.silu), and move 2048 columns per DMA instead of 512.")
 LESSON = ("**Fuse an element-wise chain into one activation**\n"

@@ -11,17 +11,14 @@ import contextlib
 import json
 import os
 import re
-import secrets
 import shutil
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Iterator
 
 import pytest
+
+from accelopt_nb.notebook.lab import Lab, chromium, jupyterlab
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "11_magics_and_panel.ipynb"
@@ -33,59 +30,15 @@ STEP_TIMEOUT_MS = 120_000
 
 
 def _chromium() -> str:
-    path = os.environ.get("ACCELOPT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    path = chromium()
     if not path:
         pytest.skip("no chromium on PATH (Debian: apt-get install -y chromium); set ACCELOPT_CHROMIUM to its path")
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def _jupyterlab(tmp_path: Path, root: Path) -> Iterator[tuple[str, str]]:
-    """JupyterLab on loopback, a random port and token, serving ``root``; yields (base URL, token)."""
-    news = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
-    news.mkdir(parents=True, exist_ok=True)
-    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    tracker = tmp_path / "settings" / "@jupyterlab" / "notebook-extension"
-    tracker.mkdir(parents=True, exist_ok=True)          # every cell in the DOM, not only those in view,
-    # and the notebook's kernel started without the kernel dialog (on a busy machine it came after the test
-    # had stopped looking for it, and hid the Run menu)
-    (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none", "autoStartDefaultKernel": true}')
-    port, token = _free_port(), secrets.token_hex(16)
-    env = {**os.environ, "ACCELOPT_CACHE_DIR": str(tmp_path / "cache"), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
-           "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt")}
-    log = open(tmp_path / "lab.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-                             f"--ServerApp.port={port}", f"--IdentityProvider.token={token}",
-                             f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
-                             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--allow-root"],
-                            cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300                # a busy 2-core machine takes minutes to start it
-        while True:
-            try:
-                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    pytest.fail(f"jupyterlab exited: {(tmp_path / 'lab.log').read_text()[-2000:]}")
-                if time.monotonic() > deadline:
-                    pytest.fail(f"jupyterlab did not answer in 300 s: {(tmp_path / 'lab.log').read_text()[-2000:]}")
-                time.sleep(0.5)
-        yield base, token
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+def _jupyterlab(tmp_path: Path, root: Path) -> contextlib.AbstractContextManager[Lab]:
+    return jupyterlab(root, tmp_path / "state", env={"ACCELOPT_CACHE_DIR": str(tmp_path / "cache")},
+                      auto_start_kernel=True)
 
 
 @pytest.fixture
@@ -101,8 +54,8 @@ def lab(tmp_path):
     panel_cell = next(i for i, c in enumerate(nb.cells) if c.source.strip() == "%accelopt panel")
     nb.cells.insert(panel_cell, nbformat.v4.new_code_cell("%accelopt fake-model --latency 1"))
     nbformat.write(nb, root / NOTEBOOK.name)
-    with _jupyterlab(tmp_path, root) as (base, token):
-        yield base, token, root
+    with _jupyterlab(tmp_path, root) as running:
+        yield running.base, running.token, root
 
 
 @pytest.mark.slow
@@ -254,7 +207,8 @@ def test_reproduction_figures_in_jupyterlab(tmp_path):
     shots = ARTIFACTS / "figures"
     shutil.rmtree(shots, ignore_errors=True)
     shots.mkdir(parents=True)
-    with _jupyterlab(tmp_path, root) as (base, token), sync_api.sync_playwright() as pw:
+    with _jupyterlab(tmp_path, root) as running, sync_api.sync_playwright() as pw:
+        base, token = running.base, running.token
         browser = pw.chromium.launch(executable_path=_chromium(), headless=True, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         try:

@@ -1,23 +1,15 @@
 """`accelopt llm check` against the fake server."""
 from __future__ import annotations
 
-import socket
-
 from fakes.fake_openai_server import Fail, Reply, fake_openai_fixture
 
 from accelopt_nb.cli import main
 from accelopt_nb.llm import ModelConfig
 from accelopt_nb.llm.check import check_endpoint_sync
+from accelopt_nb.pyutil import free_port
 
 MODEL = "openai/gpt-oss-120b"
 server = fake_openai_fixture([MODEL, "other-model"])
-
-
-def closed_port() -> int:
-    """A loopback port nobody listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_check_passes_and_reports_tokens_per_second(server):
@@ -49,7 +41,7 @@ def test_cli_check_exit_codes(server, capsys):
     assert main(["llm", "check", "--base-url", server.url, "--model", MODEL]) == 0
     out = capsys.readouterr().out
     assert "[ok  ] reachable" in out and "tokens/s" in out
-    assert main(["llm", "check", "--base-url", f"http://127.0.0.1:{closed_port()}/v1", "--model", MODEL,
+    assert main(["llm", "check", "--base-url", f"http://127.0.0.1:{free_port()}/v1", "--model", MODEL,
                  "--timeout", "2"]) == 1
     assert "connection error" in capsys.readouterr().out
 

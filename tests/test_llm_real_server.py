@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -34,22 +33,17 @@ from fakes.fake_nki_llm import write_axpb_problem  # noqa: E402
 from accelopt_nb.errors import StepFailedError  # noqa: E402
 from accelopt_nb.llm import ModelConfig  # noqa: E402
 from accelopt_nb.llm.serving import start_server, wait_until_serving  # noqa: E402
+from accelopt_nb.pyutil import free_port  # noqa: E402
 from accelopt_nb.search.launch import LaunchSpec, open_session  # noqa: E402
 from accelopt_nb.search.report import build_report  # noqa: E402
 
 MAX_TOKENS = 160  # short answers: some end at the limit (finish_reason=length), which must never be used
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def real_model(tmp_path_factory):
     """The smollm2-135m preset's server (llama.cpp) on a free loopback port; stopped after the module."""
-    config = ModelConfig.from_preset("smollm2-135m", base_url=f"http://127.0.0.1:{_free_port()}/v1")
+    config = ModelConfig.from_preset("smollm2-135m", base_url=f"http://127.0.0.1:{free_port()}/v1")
     log = (tmp_path_factory.mktemp("llama_server") / "server.log").open("w")
     proc = start_server(config, n_ctx=8192, popen={"stdout": log, "stderr": log})
     try:

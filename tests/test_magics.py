@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import pytest
@@ -18,6 +17,7 @@ import nkibench  # noqa: E402
 from accelopt_nb.notebook.magics import MagicUsageError  # noqa: E402
 from accelopt_nb.notebook.stepcell import StepSettings  # noqa: E402
 from accelopt_nb.errors import ConfigError  # noqa: E402
+from accelopt_nb.pyutil import free_port  # noqa: E402
 from pg_fixtures import pg_server, pg_url  # noqa: E402,F401
 
 
@@ -41,12 +41,6 @@ def _magics(ip):
 def _open(ip, url, run_dir, extra=""):
     return ip.run_line_magic("accelopt", f"open matmul --preset smoke --shapes small --base-url {url} "
                                          f"--model fake-nki --price gpt-oss-120b@groq --run-dir {run_dir} {extra}")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---- without a session ------------------------------------------------------------------------------
@@ -190,7 +184,7 @@ def test_fake_model_in_one_line_then_open_show_best_close(ip, tmp_path):
         assert "from %config AccelOptMagics" in opened.text and session.clients["planner"].config.model == "fake-nki"
         # a failed open (a typo in the URL) keeps the session you were working in
         with pytest.raises(UsageError, match="cannot reach the LLM endpoint"):
-            _open(ip, f"http://127.0.0.1:{_free_port()}/v1", tmp_path / "b")
+            _open(ip, f"http://127.0.0.1:{free_port()}/v1", tmp_path / "b")
         assert ip.user_ns["accelopt_session"] is session and _magics(ip).session is session
         assert ip.run_line_magic("accelopt", "status").value is session
         base = ip.run_line_magic("accelopt", "show baseline")
@@ -302,7 +296,7 @@ def test_endpoint_default_from_config_magic_and_environment(ip, monkeypatch):
 def test_open_against_a_dead_endpoint_fails_in_seconds(ip, tmp_path):
     start = time.monotonic()
     with pytest.raises(UsageError, match="EndpointUnreachableError: cannot reach the LLM endpoint"):
-        _open(ip, f"http://127.0.0.1:{_free_port()}/v1", tmp_path / "run")
+        _open(ip, f"http://127.0.0.1:{free_port()}/v1", tmp_path / "run")
     assert time.monotonic() - start < 15
     assert not (tmp_path / "run").exists()       # nothing was started
 
@@ -398,7 +392,7 @@ def test_drive_a_session_step_by_step_with_human_input(ip, tmp_path):
 def test_experiment_arms_check_their_endpoint_before_any_run(tmp_path):
     from accelopt_nb.experiments import run_arms
 
-    dead = {"base_url": f"http://127.0.0.1:{_free_port()}/v1", "model": "m", "price": "gpt-oss-120b@groq"}
+    dead = {"base_url": f"http://127.0.0.1:{free_port()}/v1", "model": "m", "price": "gpt-oss-120b@groq"}
     start = time.monotonic()
     with pytest.raises(Exception, match="cannot reach the LLM endpoint"):
         run_arms([{"name": "beam"}], ["matmul"], tmp_path / "exp", default_model=dead, progress=False)
@@ -413,5 +407,5 @@ def test_papermill_run_without_a_model_fails_with_the_reason(tmp_path):
     with pytest.raises(papermill.PapermillExecutionError, match="cannot reach the LLM endpoint"):
         papermill.execute_notebook(str(notebooks / "10_search_experiments.ipynb"), str(tmp_path / "out.ipynb"),
                                    cwd=str(tmp_path), kernel_name="python3", progress_bar=False,
-                                   parameters={"base_url": f"http://127.0.0.1:{_free_port()}/v1",
+                                   parameters={"base_url": f"http://127.0.0.1:{free_port()}/v1",
                                                "root": str(tmp_path / "runs"), "out_dir": str(tmp_path / "fig")})

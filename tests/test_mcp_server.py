@@ -23,25 +23,11 @@ from mcp import Client, StdioServerParameters  # noqa: E402
 
 from accelopt_nb.kernels import kernel_path  # noqa: E402
 from accelopt_nb.mcp.server import TOOL_NAMES  # noqa: E402
+from accelopt_nb.pyutil import free_port  # noqa: E402
 from pg_fixtures import pg_server, pg_url  # noqa: E402,F401  (fixtures)
 
 # Stages two row blocks on 256 partitions: the NKI tile limit is 128 (line 11).
-BAD_SILU = '''"""silu staging two row blocks at once."""
-import neuronxcc.nki as nki
-import neuronxcc.nki.language as nl
-import neuronxcc.nki.isa as nisa
-
-
-@nki.jit
-def kernel(x):
-    P, J, N = x.shape
-    out = nl.ndarray((P, J, N), dtype=x.dtype, buffer=nl.shared_hbm)
-    both = nl.ndarray((2 * P, N), dtype=x.dtype, buffer=nl.sbuf)
-    for j in nl.affine_range(J):
-        t = nl.load(x[:, j, :])
-        nl.store(out[:, j, :], value=nisa.activation(op=nl.silu, data=t))
-    return out
-'''
+BAD_SILU = kernel_path("silu_staged_256").read_text()
 
 
 def _server(run_dir: Path, *extra: str) -> StdioServerParameters:
@@ -171,15 +157,9 @@ def test_stdio_agent_session_profile_improve_and_a_rule_violation(tmp_path):
     assert (run_dir / ".accelopt_cache" / "eval").is_dir()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_streamable_http_on_loopback_with_a_postgres_store(tmp_path, pg_url):
-    port = _free_port()
+    port = free_port()
     log = (tmp_path / "server.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "accelopt_nb.cli", "mcp", "--transport", "http", "--port",
                              str(port), "--run-dir", str(tmp_path / "run"), "--store", pg_url, "--session", "web"],

@@ -23,10 +23,9 @@ def parse_kernel(text: str) -> ExtractedCode:
     return got
 
 
-class Executor:
-    """Builds executor prompts and turns answers into kernel sources."""
-
-    role = ROLE
+class KernelAuthor:
+    """What the agents that write a whole kernel (executor, fixer) are told about the task, and how their
+    answers are read."""
 
     def __init__(self, prompts: PromptSet | None = None, *, hw: str = "trn1", dtypes: str = "float32",
                  tolerance: float = DEFAULT_TOLERANCE, n_seeds: int = 5, adversarial: bool = False,
@@ -39,6 +38,16 @@ class Executor:
         self.adversarial = adversarial  # mention the adversarial-input check (off: it is the judge's business)
         self.prompt_set = prompt_set
 
+    @staticmethod
+    def validate(text: str) -> ExtractedCode:
+        return parse_kernel(text)
+
+
+class Executor(KernelAuthor):
+    """Builds executor prompts and turns answers into kernel sources."""
+
+    role = ROLE
+
     def messages(self, *, problem_name: str, reference_source: str, kernel_source: str,
                  plan: str) -> list[Mapping[str, str]]:
         system, user = self.prompts.executor(problem_name=problem_name, reference_source=reference_source,
@@ -46,7 +55,3 @@ class Executor:
                                              hw=self.hw, dtypes=self.dtypes, n_seeds=self.n_seeds,
                                              adversarial=self.adversarial, prompt_set=self.prompt_set)
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
-
-    @staticmethod
-    def validate(text: str) -> ExtractedCode:
-        return parse_kernel(text)

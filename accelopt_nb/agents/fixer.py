@@ -16,10 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from accelopt_nb.agents.executor import parse_kernel
-from accelopt_nb.agents.extract import ExtractedCode
-from accelopt_nb.agents.prompts import PromptSet
-from nkibench.problem import DEFAULT_TOLERANCE
+from accelopt_nb.agents.executor import KernelAuthor
 
 __all__ = ["FIXABLE", "Fixer", "failure_report", "is_fixable"]
 
@@ -93,21 +90,10 @@ def _source_line(source: str, line: Any) -> str | None:
     return rows[line - 1] if line <= len(rows) else None
 
 
-class Fixer:
+class Fixer(KernelAuthor):
     """Builds fixer prompts and turns answers into repaired kernel sources."""
 
     role = ROLE
-
-    def __init__(self, prompts: PromptSet | None = None, *, hw: str = "trn1", dtypes: str = "float32",
-                 tolerance: float = DEFAULT_TOLERANCE, n_seeds: int = 5, adversarial: bool = False,
-                 prompt_set: str = "extended") -> None:
-        self.prompts = prompts or PromptSet()
-        self.hw = hw
-        self.dtypes = dtypes
-        self.tolerance = tolerance
-        self.n_seeds = n_seeds
-        self.adversarial = adversarial
-        self.prompt_set = prompt_set
 
     def messages(self, *, problem_name: str, reference_source: str, kernel_source: str, report: str,
                  plan: str | None = None, attempt: int = 1) -> Sequence[Mapping[str, str]]:
@@ -117,7 +103,3 @@ class Fixer:
                                           dtypes=self.dtypes, n_seeds=self.n_seeds, adversarial=self.adversarial,
                                           prompt_set=self.prompt_set)
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
-
-    @staticmethod
-    def validate(text: str) -> ExtractedCode:
-        return parse_kernel(text)

@@ -8,6 +8,8 @@ to import:
 * ``mamba_tutorial.py`` -- the NKI Mamba tutorial's human-expert steps v1, v2, v3;
 * ``silu_fused.py`` -- SiLU as one fused ScalarE activation per tile on wide tiles (notebook 04's SiLU
   comparison, notebook 05's reference kernel);
+* ``silu_staged_256.py`` -- a SiLU that stages two row blocks on 256 partitions, past the 128-partition limit
+  (line 11): the kernel error an MCP client gets back (``scripts/mcp_transcript.py``, ``tests/test_mcp_server.py``);
 * the teaching course's demonstrations (notebooks 01-08), each file one concept, the ``*_nki.py`` file
   beside it the same kernels in today's standalone ``nki`` style: ``basics.py`` / ``basics_nki.py`` (a
   first kernel), ``dma.py`` (DMA transfer size), ``tensor_engine.py`` / ``tensor_engine_nki.py``

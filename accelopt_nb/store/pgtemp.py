@@ -19,12 +19,12 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 
 from accelopt_nb.errors import StoreError
+from accelopt_nb.pyutil import free_port
 
 __all__ = ["TempPostgres", "find_pg_bin", "unavailable_reason"]
 
@@ -85,12 +85,6 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class TempPostgres:
     """One PostgreSQL cluster in a fresh temporary directory, listening on loopback only."""
 
@@ -131,7 +125,7 @@ class TempPostgres:
         assert self._bin is not None
         self._run(str(self._bin / "initdb"), "-D", str(data), "-U", DB_USER, "-A", "trust", "-E", "UTF8",
                   "--no-instructions")
-        self.port = _free_port()
+        self.port = free_port()
         # No fsync: a throwaway cluster trades durability for speed. Unix socket inside root only.
         options = f"-h 127.0.0.1 -p {self.port} -k {self.root} -F"
         self._run(str(self._bin / "pg_ctl"), "-D", str(data), "-o", options, "-l",

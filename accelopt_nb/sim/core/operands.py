@@ -2,6 +2,7 @@
 validity and its trace region), read through :mod:`accelopt_nb.sim.core.memory`."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,20 +17,17 @@ from accelopt_nb.sim.core.views import View
 from accelopt_nb.sim.trace import Region
 
 
+@dataclass(slots=True, eq=False, repr=False)  # identity semantics, and no arrays in a repr
 class Operand:
     """An API argument resolved to data (fp32/int compute type), validity, and trace region."""
 
-    __slots__ = ("view", "data", "written", "dtype", "shape", "scalar", "mask")
-
-    def __init__(self, view: View | None, data: Any, written: np.ndarray | None, dtype: Any,
-                 shape: tuple[int, ...], scalar: bool = False, mask: np.ndarray | None = None) -> None:
-        self.mask = mask
-        self.view = view
-        self.data = data
-        self.written = written
-        self.dtype = dtype
-        self.shape = shape
-        self.scalar = scalar
+    view: View | None
+    data: Any
+    written: np.ndarray | None
+    dtype: Any
+    shape: tuple[int, ...]
+    scalar: bool = False
+    mask: np.ndarray | None = None
 
     @property
     def buffer(self) -> str | None:
