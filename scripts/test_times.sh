@@ -22,7 +22,7 @@ start=$(date +%s)
 /usr/bin/time -o "$out.time" -f "%U %S" "$python" -m pytest -q "${select[@]}" -p no:cacheprovider \
     --durations="$n" --cpu-durations="$n" "${@:3}" > "$out" 2>&1 || status=$?
 wall=$(( $(date +%s) - start ))
-read -r user sys < "$out.time"
+read -r user sys < <(tail -n 1 "$out.time")    # GNU time writes "Command exited with ..." first on failure
 rm -f "$out.time"
 grep -A "$n" "slowest $n durations" "$out" | grep -v "^(" || true
 grep -A "$n" "CPU seconds per test" "$out" || true

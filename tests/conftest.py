@@ -41,6 +41,17 @@ def rng():
     return np.random.default_rng(0)
 
 
+@pytest.fixture(scope="session")
+def eval_pool():
+    """One pool of warm evaluation workers for every test that runs a search: starting a pool per session (2
+    workers, each importing the simulator and the performance model) was most of those tests' CPU. Jobs stay
+    independent (each runs in its own forked runner) and every session keeps its own result cache."""
+    from accelopt_nb.evaluation import LocalPoolEvaluator
+
+    with LocalPoolEvaluator(workers=2) as pool:
+        yield pool
+
+
 # --cpu-durations N: the N tests that used the most CPU (user + system, this process and the child processes
 # it reaped while the test ran). On a shared machine CPU time moves far less with load than wall time.
 def pytest_addoption(parser):

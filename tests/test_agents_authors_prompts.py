@@ -92,7 +92,7 @@ def test_half_a_role_or_no_placeholders_is_an_error(tmp_path):
     assert PromptSet(tmp_path / "mine").authors is None
 
 
-def test_a_run_sends_the_authors_prompts_and_keeps_them_on_resume(tmp_path):
+def test_a_run_sends_the_authors_prompts_and_keeps_them_on_resume(tmp_path, eval_pool):
     """open_session(prompts_dir=...) over real HTTP: what the server receives is the fixture's text."""
     import re
 
@@ -117,7 +117,7 @@ def test_a_run_sends_the_authors_prompts_and_keeps_them_on_resume(tmp_path):
     def spec(**kw):
         return LaunchSpec("axpb", run_dir=tmp_path / "run", task=task, kernel=kernel, preset="smoke",
                           overrides={"iterations": 2, "plans_per_kernel": 1, "evaluation.shape_preset": "task"},
-                          eval_cache=tmp_path / "cache", check_endpoint=False,
+                          eval_cache=tmp_path / "cache", eval_executor=eval_pool, check_endpoint=False,
                           model={"base_url": srv.url, "model": "fake", "price": "gpt-oss-120b@groq"}, **kw)
 
     with FakeOpenAIServer(models=["fake"], responder=responder) as srv:

@@ -28,6 +28,7 @@ class _Finalized:
         time.sleep(0)
 
 
+@pytest.mark.slow     # a stress test: 2000 parses on 8 threads with a 1 µs switch interval
 def test_thousands_of_concurrent_static_checks_never_fail():
     source = GOOD + "\n".join(f"def f{i}(a):\n    return [[a + {i} for _ in range(3)] for _ in "
                               f"range(2)]" for i in range(4))

@@ -28,16 +28,22 @@ def test_published_numbers_are_the_papers():
     assert facts["cost"]["times_cheaper"] == 26 and facts["mamba_human_experts"]["accelopt"] == 54.6
 
 
+def _parameters_cell(path: Path) -> str:
+    """The source of a notebook's cell tagged ``parameters`` (read as JSON: nbformat's schema validation of every
+    notebook, twice, was most of this test's time)."""
+    cells = json.loads(path.read_text())["cells"]
+    cell = next(c for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
 def test_every_notebook_has_a_smoke_and_a_paper_config_whose_keys_are_its_parameters():
-    import nbformat
     checkout = find_checkout()
     for mode in ("smoke", "paper"):
         jobs = plan(mode, checkout=checkout)
         assert [j.spec.file for j in jobs] == [s.file for s in NOTEBOOKS if mode in s.modes]
         for job in jobs:
-            nb = nbformat.read(checkout / "notebooks" / job.spec.file, as_version=4)
-            cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
-            names = {line.split("=")[0].strip() for line in cell.source.splitlines() if "=" in line and not line.startswith(" ")}
+            source = _parameters_cell(checkout / "notebooks" / job.spec.file)
+            names = {line.split("=")[0].strip() for line in source.splitlines() if "=" in line and not line.startswith(" ")}
             assert set(job.params) <= names, (job.config.name, set(job.params) - names)
             assert {"out_dir", "runs_dir"} <= names
 
@@ -168,6 +174,7 @@ def test_reach_table_counts_iterations_and_cost_to_the_matched_improvement():
     assert reach.loc["memory", "cost_to_target_usd"] == 2.0
 
 
+@pytest.mark.slow     # runs the notebook in a fresh kernel (papermill)
 def test_a_failing_notebook_fails_the_run_naming_notebook_and_cell(tmp_path, capsys):
     pytest.importorskip("papermill")
     cfg = tmp_path / "broken.yaml"
@@ -259,6 +266,7 @@ def _cost_config(tmp_path):
     return cfg
 
 
+@pytest.mark.slow     # runs the notebook in a fresh kernel (papermill)
 def test_a_cost_experiment_refuses_an_unpriced_model_before_anything_runs(tmp_path, capsys):
     pytest.importorskip("papermill")
     out = tmp_path / "out"

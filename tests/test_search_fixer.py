@@ -31,13 +31,20 @@ def problem(tmp_path):
     return SearchProblem.from_files(task, kern, name="axpb")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _shared_pool(eval_pool):
+    """The warm evaluation workers every search test shares (conftest's ``eval_pool``)."""
+    global POOL
+    POOL = eval_pool
+
+
 def run(problem, tmp_path, model, cfg, *, name="run", url=None, cassette=None):
     with FakeOpenAIServer(models=[MODEL], responder=model.responder) as srv:
         store = RunStore.open(tmp_path / name)
         client = LLMClient(ModelConfig(model=MODEL, base_url=url or srv.url, price="fake-price"),
                            Ledger.for_store(store, name, prices=PRICES), cassette, concurrency=4)
         s = Session.create(problem, run_dir=tmp_path / name, config=cfg, llm=client, run_id=name,
-                           eval_cache=tmp_path / "cache")
+                           eval_cache=tmp_path / "cache", eval_executor=POOL)
         try:
             report = s.run()
             return s, report, store.llm_calls_df(name), srv.chat_requests
@@ -109,7 +116,7 @@ def test_a_repair_owed_when_the_run_stops_is_asked_on_resume(problem, tmp_path):
         client = LLMClient(ModelConfig(model=MODEL, base_url=srv.url, price="fake-price"),
                            Ledger.for_store(store, "r", prices=PRICES), concurrency=4)
         s = Session.create(problem, run_dir=tmp_path / "run", config=config(attempts=1), llm=client, run_id="r",
-                           eval_cache=tmp_path / "cache")
+                           eval_cache=tmp_path / "cache", eval_executor=POOL)
         holder = {"stopped": False}
 
         def progress(event):  # stop the moment the broken kernel's screening is recorded

@@ -18,10 +18,18 @@ def files(tmp_path):
     return write_axpb_problem(tmp_path / "problem")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _shared_pool(eval_pool):
+    """The warm evaluation workers every search test shares (conftest's ``eval_pool``)."""
+    global POOL
+    POOL = eval_pool
+
+
 def spec(tmp_path, files, url, **kw) -> LaunchSpec:
     task, kernel = files
     base = dict(run_dir=tmp_path / "run", task=task, kernel=kernel, preset="smoke",
                 overrides={"iterations": 2, "evaluation.shape_preset": "task"}, eval_cache=tmp_path / "cache",
+                eval_executor=POOL,
                 model={"base_url": url, "model": MODEL, "price": "gpt-oss-120b@groq"})
     base.update(kw)
     return LaunchSpec("axpb", **base)

@@ -37,6 +37,13 @@ def down_at_second_executor_call(srv, model, seconds):
     return responder, calls
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _shared_pool(eval_pool):
+    """The warm evaluation workers every search test shares (conftest's ``eval_pool``)."""
+    global POOL
+    POOL = eval_pool
+
+
 def session(problem, tmp_path, srv, **runtime):
     store = RunStore.open(tmp_path / "run")
     client = LLMClient(ModelConfig(model=MODEL, base_url=srv.url, retry=SHORT_RETRY, max_unusable_retries=0),
@@ -45,7 +52,7 @@ def session(problem, tmp_path, srv, **runtime):
                                       **{"evaluation.shape_preset": "task", "sampling.unusable_retries": 0,
                                          **{f"runtime.{k}": v for k, v in runtime.items()}})
     s = Session.create(problem, run_dir=tmp_path / "run", config=config, llm=client, run_id="r1",
-                       eval_cache=tmp_path / "cache", store=store)
+                       eval_cache=tmp_path / "cache", store=store, eval_executor=POOL)
     return s, client
 
 

@@ -41,15 +41,10 @@ def make_client(server, run_dir, run_id="r1"):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def eval_pool():
-    """One pool of warm evaluation workers for the whole file: starting one per session (2 workers, each
-    importing the simulator and the model) was most of these tests' CPU. Jobs stay independent: each
-    runs in its own forked runner, and every session keeps its own result cache."""
-    from accelopt_nb.evaluation import LocalPoolEvaluator
-
+def _shared_pool(eval_pool):
+    """The warm evaluation workers every search test shares (conftest's ``eval_pool``)."""
     global POOL
-    with LocalPoolEvaluator(workers=2) as POOL:
-        yield POOL
+    POOL = eval_pool
 
 
 def new_session(problem, tmp_path, server=None, config=None, run_id="r1", **kw):
