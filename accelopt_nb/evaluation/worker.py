@@ -25,18 +25,19 @@ PROTOCOL_FD: int | None = None
 
 def _limit_resources(memory_mb: int | None, file_size_mb: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if memory_mb:
-        limit = int(memory_mb) * MIB
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        if hard != resource.RLIM_INFINITY:
-            limit = min(limit, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    if file_size_mb:
-        limit = int(file_size_mb) * MIB
-        _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-        if hard != resource.RLIM_INFINITY:
-            limit = min(limit, hard)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    _lower_soft_limit(resource.RLIMIT_AS, memory_mb)
+    _lower_soft_limit(resource.RLIMIT_FSIZE, file_size_mb)
+
+
+def _lower_soft_limit(kind: int, mb: int | None) -> None:
+    """Set the soft limit to ``mb`` MiB (never above the hard limit, which stays); nothing for None or 0."""
+    if not mb:
+        return
+    limit = int(mb) * MIB
+    _, hard = resource.getrlimit(kind)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(kind, (limit, hard))
 
 
 def is_memory_error(exc: BaseException) -> bool:
