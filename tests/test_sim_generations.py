@@ -210,3 +210,22 @@ def kernel(x):
         np.testing.assert_array_equal(replayed, run(OLD + body, x, hw=hw, loop_replay=False).output)
         np.testing.assert_array_equal(replayed[:4], np.stack([x[:4].transpose(0, 2, 1)] * 2, axis=1))
         assert np.isnan(replayed[4, :, 2]).all() == (hw == "trn1")
+
+
+def test_accelopt_simulate_hw_reaches_the_simulator(tmp_path):
+    from accelopt_nb.commands.simulate import run_simulation
+
+    (tmp_path / "task.py").write_text(
+        "import numpy as np\n\n"
+        "def get_inputs():\n    return [np.random.normal(0, 1, (64, 32)).astype(np.float32)]\n\n"
+        "def forward(x):\n    return np.where((np.arange(32) >= 4) & (np.arange(32) < 20), x, -1e30)\n\n"
+        "def transform_to_nki_inputs(inputs):\n"
+        "    return [inputs[0], np.full((64, 1), 4.0, np.float32), np.full((64, 1), 20.0, np.float32)]\n\n"
+        "def transform_nki_outputs(k_res, ref):\n    return (np.asarray(k_res),)\n")
+    (tmp_path / "kernel.py").write_text(NEW + RANGE_SELECT)
+    paths = str(tmp_path / "kernel.py"), str(tmp_path / "task.py")
+    refused = run_simulation(*paths, hw="trn1")
+    assert refused["status"] == "error" and refused["error"]["type"] == "TargetError"
+    assert refused["error"]["api"] == "nki.isa.range_select" and "trn1" in refused["error"]["message"]
+    assert run_simulation(*paths, hw="trn2")["status"] == "correct"
+    assert run_simulation(*paths)["status"] == "correct"      # no --hw: unknown target, permissive
