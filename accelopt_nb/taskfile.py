@@ -99,8 +99,8 @@ def l2_relative_error(actual: np.ndarray, expected: np.ndarray, chunk: int = 1 <
     a, e = np.ravel(actual), np.ravel(expected)
     num = den = 0.0
     for i in range(0, max(a.size, 1), chunk):
-        ea = e[i:i + chunk].astype(np.float64)
-        d = a[i:i + chunk].astype(np.float64) - ea
+        ea = e[i:i + chunk].astype(np.float64, copy=False)   # a float64 reference is read in place
+        d = np.subtract(a[i:i + chunk], ea, dtype=np.float64)  # the kernel's chunk cast as it is read
         num += float(np.dot(d, d))
         den += float(np.dot(ea, ea))
     if not np.isfinite(num):
