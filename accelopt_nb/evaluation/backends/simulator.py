@@ -65,11 +65,10 @@ def trace_fingerprint(trace: Any) -> str:
 
     def put(record: tuple) -> None:
         try:
-            data = dumps(record, 2)
-        except ValueError:          # a type marshal cannot encode (a NumPy scalar in attrs, say)
-            data = b"r" + repr(record).encode()
-        update(len(data).to_bytes(8, "little"))   # a length prefix: records never run into each other
-        update(data)
+            update(dumps(record, 2))   # self-delimiting: a marshalled tuple carries its length
+        except ValueError:             # a type marshal cannot encode (a NumPy scalar in attrs, say)
+            text = repr(record).encode()
+            update(b"r" + len(text).to_bytes(8, "little") + text)   # never a marshalled tuple's first byte
 
     put((trace.kernel_name, tuple(trace.grid), trace.num_cores, tuple(sorted(trace.program_cores.items())),
          len(trace.instructions), len(trace.tensors)))
@@ -79,9 +78,12 @@ def trace_fingerprint(trace: Any) -> str:
              None if t.allocation is None else repr(t.allocation)))
     for ins in trace.instructions:
         file_line = where(ins)
-        put((fields(ins), tuple(map(region, ins.reads)), tuple(map(region, ins.writes)),
-             tuple(ins.attrs.items()),
-             None if file_line[1] is None else ordinal(file_line, len(statements))))
+        record = (fields(ins), tuple(map(region, ins.reads)), tuple(map(region, ins.writes)),
+                  tuple(ins.attrs.items()), None if file_line[1] is None else ordinal(file_line, len(statements)))
+        try:   # put(record) inlined: this loop runs once per instruction
+            update(dumps(record, 2))
+        except ValueError:
+            put(record)
     return digest.hexdigest()
 
 
