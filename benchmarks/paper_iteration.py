@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/paper_iteration.py [--problems silu matmul] [--candidates 144]
         [--arms old new-full new-multi] [--workers 2] [--llm-latency 0] [--fake tiles|variants]
-        [--no-unit] [--json out.json]
+        [--no-unit] [--json out.json] [--trees before=DIR after=DIR] [--fixer-smoke]
 
 Against a local FAKE model (an OpenAI-compatible server on loopback) that answers at once (or
 after ``--llm-latency`` seconds) with distinct, valid kernels: the problem's baseline with a
@@ -31,6 +31,14 @@ confirmations run in the evaluation stream once no screen waits for a worker. Wi
 ``--candidates`` below 144 the 144-candidate time is **extrapolated** (printed as such): the
 measured time plus the missing candidates' evaluations (the mean evaluation time of the measured
 candidates, spread over the workers); confirmations do not grow with the candidates.
+
+``--trees LABEL=DIR ...`` compares checkouts (say main before a change and after it) in one run:
+for each problem, each tree's own ``benchmarks/paper_iteration.py`` runs in turn in a child process
+importing that tree (same options), and the table at the end has, per problem and tree, the unit,
+the iteration's evaluation CPU and their ratio. ``--fixer-smoke`` adds the fixer arm on a smoke
+run: one iteration of matmul at the small shape with the offline FAKE model of ``accelopt
+reproduce --smoke`` (one of its rewrites has a wrong accumulation the fixer repairs), the arms
+"beam + memory" and "beam + memory + fixer" (``fixer.attempts: 1``) side by side.
 """
 from __future__ import annotations
 
@@ -176,6 +184,59 @@ def measure(problem: str, arm: str, candidates: int, workers: int, latency_s: fl
     return out
 
 
+def fixer_smoke(root: Path, workers: int) -> list[dict]:
+    """The fixer arm on a smoke run (see the module docstring): per arm, wall time, the evaluation
+    CPU of its workers, candidates by status, repairs made and correct, kernels confirmed."""
+    from accelopt_nb.reproduce.offline import FAKE_MODELS, fake_responder
+
+    rows = []
+    for arm, overrides in (("beam + memory", {}), ("beam + memory + fixer", {"fixer.attempts": 1})):
+        cpu0 = children_cpu_s()
+        with FakeOpenAIServer(models=list(FAKE_MODELS), responder=fake_responder()) as srv:
+            spec = LaunchSpec("matmul", run_dir=root / "fixer-smoke" / arm.replace(" ", ""), preset="smoke",
+                              overrides={"iterations": 1, "evaluation.shape_preset": "small", **overrides},
+                              model={"base_url": srv.url, "model": "fake-gpt-oss-120b",
+                                     "price": "gpt-oss-120b@self-hosted"},
+                              eval_workers=workers, eval_cache=root / "cache-fixer-smoke" / arm.replace(" ", ""))
+            with open_session(spec) as s:
+                t0 = time.perf_counter()
+                report = s.run()
+                wall = time.perf_counter() - t0
+                statuses: dict[str, int] = {}
+                for k in s.iteration_kernels(0):
+                    statuses[k.status or "none"] = statuses.get(k.status or "none", 0) + 1
+                rows.append({"arm": arm, "wall_s": wall, "statuses": statuses, "repairs": report.repairs,
+                             "repairs_correct": report.repairs_correct, "llm_calls": srv.chat_requests,
+                             "confirmed": sum(1 for k in s.iteration_kernels(0) if k.confirmed),
+                             "speedup": report.speedup})
+        rows[-1]["eval_cpu_s"] = children_cpu_s() - cpu0
+    return rows
+
+
+def compare_trees(trees: list[tuple[str, Path]], args: argparse.Namespace, tmp: Path) -> list[dict]:
+    """Each tree's own benchmark, problem by problem (the trees take turns), in child processes."""
+    import os
+    import subprocess
+
+    rows = []
+    for problem in args.problems:
+        for label, tree in trees:
+            out = tmp / f"{label}-{problem}.json"
+            cmd = [sys.executable, str(tree / "benchmarks" / "paper_iteration.py"), "--problems", problem,
+                   "--arms", *args.arms, "--candidates", str(args.candidates), "--workers", str(args.workers),
+                   "--llm-latency", str(args.llm_latency), "--json", str(out)]
+            if args.fake != "tiles":
+                cmd += ["--fake", args.fake]
+            env = dict(os.environ, PYTHONPATH=str(tree))
+            print(f"== {label} ({tree}): {problem}", flush=True)
+            cpu0 = children_cpu_s()
+            subprocess.run(cmd, cwd=tree, env=env, check=True)
+            for r in json.loads(out.read_text()):
+                r["tree"], r["tree_cpu_s"] = label, children_cpu_s() - cpu0
+                rows.append(r)
+    return rows
+
+
 def _seconds(row: dict) -> float:
     from datetime import datetime
     if not (row.get("started_at") and row.get("finished_at")):
@@ -194,12 +255,23 @@ def main() -> int:
                     help="tiles: candidates with a mix of tile widths (TILE_MIX); variants: the baseline's stream")
     ap.add_argument("--no-unit", action="store_true", help="skip the unit (a full evaluation of the baseline)")
     ap.add_argument("--json", type=Path, help="write the measurements here")
+    ap.add_argument("--trees", nargs="+", metavar="LABEL=DIR", default=[],
+                    help="compare checkouts: each tree's own benchmark in turn, per problem")
+    ap.add_argument("--fixer-smoke", action="store_true",
+                    help="also the fixer arm on a smoke run (matmul, small shape, the offline fake model)")
     args = ap.parse_args()
     if args.candidates < 2 or args.candidates % 2:
         ap.error("--candidates must be an even number >= 2 (K = 2 samples per plan)")
+    if any("=" not in t for t in args.trees):
+        ap.error("--trees takes LABEL=DIR pairs")
+    if args.trees:
+        return main_trees([(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in args.trees], args)
     results = []
     units = {}
     with tempfile.TemporaryDirectory(prefix="accelopt-paper-iteration-") as tmp:
+        if args.fixer_smoke:
+            smoke = fixer_smoke(Path(tmp), args.workers)
+            _print_fixer_smoke(smoke)
         for problem in args.problems:
             if not args.no_unit:
                 units[problem] = unit = full_evaluation(problem)
@@ -237,7 +309,35 @@ def main() -> int:
                 print(f"  {problem}: old / {arm} = {base['wall_s'] / r['wall_s']:.2f}x measured, "
                       f"{at_144(base) / at_144(r):.2f}x at 144 candidates")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        args.json.write_text(json.dumps(results + (smoke if args.fixer_smoke else []), indent=2))
+    return 0
+
+
+def _print_fixer_smoke(rows: list[dict]) -> None:
+    print("fixer arm, smoke run (matmul, small shape, offline FAKE model, 1 iteration):")
+    for r in rows:
+        print(f"  {r['arm']:<24} wall {r['wall_s']:6.1f} s  evaluation CPU {r['eval_cpu_s']:6.1f} s  "
+              f"kernels {r['statuses']}  repairs {r['repairs']} ({r['repairs_correct']} correct)  "
+              f"confirmed {r['confirmed']}  LLM calls {r['llm_calls']}  speedup {r['speedup']:.3f}x", flush=True)
+
+
+def main_trees(trees: list[tuple[str, Path]], args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="accelopt-paper-iteration-trees-") as tmp:
+        smoke = fixer_smoke(Path(tmp), args.workers) if args.fixer_smoke else []
+        rows = compare_trees(trees, args, Path(tmp))
+    print("\ntrees side by side (CPU s; the ratio: the iteration's evaluation CPU at 144 over the workers "
+          "against the unit's CPU, i.e. on an idle machine):")
+    print(f"  {'problem':<8} {'tree':<10} {'arm':<10} {'unit CPU':>9} {'iteration eval CPU':>19} {'wall':>8} "
+          f"{'confirmed':>9} {'ratio':>6}")
+    for r in rows:
+        unit = r.get("unit", {}).get("cpu_s")
+        print(f"  {r['problem']:<8} {r['tree']:<10} {r['arm']:<10} {unit if unit is None else f'{unit:.1f}':>9} "
+              f"{r['eval_cpu_144_s']:>19.1f} {r['wall_s']:>8.1f} {r['confirmed']:>9} "
+              f"{r.get('x_unit_idle', float('nan')):>5.1f}x")
+    if smoke:
+        _print_fixer_smoke(smoke)
+    if args.json:
+        args.json.write_text(json.dumps(rows + smoke, indent=2))
     return 0
 
 
