@@ -15,7 +15,7 @@ def _count(mode: str) -> float:
                            "--shape", "200x600", "--runs", "1", "--warmup", "1"],
                           capture_output=True, text=True, cwd=ROOT, timeout=270)   # two calls: within the 600 s limit
     assert done.returncode == 0, done.stderr
-    found = re.search(r"this tree\s+([\d.]+) M", done.stdout)
+    found = re.search(r"\| arange_mask \S+ \| \S+ \| ([\d.]+) \|", done.stdout)
     assert found, done.stdout
     return float(found.group(1))
 
