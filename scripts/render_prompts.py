@@ -5,7 +5,7 @@ The baseline is evaluated (simulator by default) so the planner prompt shows its
 Give ``--fast KERNEL.py`` to render the summarizer prompt for a real pair (the speedup is
 measured); without it the baseline is paired with itself.
 
-    python scripts/render_prompts.py matmul --shapes small --fast accelopt_nb/fake_model/kernels/matmul_resident_rhs.py
+    python scripts/render_prompts.py matmul --shapes small --fast accelopt_nb/fake_model/kernels/matmul_column_outer.py
     python scripts/render_prompts.py silu --out prompts_silu/     # one .md file per role
 """
 from __future__ import annotations

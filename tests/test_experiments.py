@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from fakes.fake_nki_llm import FakeNKIModel, matmul_resident_rhs
+from fakes.fake_nki_llm import FakeNKIModel, matmul_column_outer
 from fakes.fake_openai_server import FakeOpenAIServer
 
 from accelopt_nb.experiments import Arm, collect_curves, geomean_by_iteration, summary_table
@@ -15,7 +15,7 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
 def _model():
-    return FakeNKIModel(plans=["Keep B resident in SBUF: RESIDENT."], rewrites=[("RESIDENT", matmul_resident_rhs)])
+    return FakeNKIModel(plans=["Column blocks outside row blocks, each block of B loaded once: COLUMN BLOCKS OUTER."], rewrites=[("COLUMN BLOCKS OUTER", matmul_column_outer)])
 
 
 def test_geomean_keeps_the_last_value_of_a_finished_problem():

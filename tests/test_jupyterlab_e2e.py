@@ -153,7 +153,7 @@ def _drive(page, base: str, token: str) -> None:
 
     # ... writes a kernel that does not build (no executor calls for the other plans) and evaluates it:
     # the banner names a kernel failure as such, not as an LLM failure.
-    kernel = (ROOT / "accelopt_nb" / "fake_model" / "kernels" / "matmul_resident_rhs.py").read_text()
+    kernel = (ROOT / "accelopt_nb" / "fake_model" / "kernels" / "matmul_column_outer.py").read_text()
     panel.locator("input[type=checkbox]").first.check()  # first, so it reaches the kernel before the click does
     panel.locator("textarea").nth(1).fill(kernel.replace("def kernel(lhs, rhs):", "def kernel(lhs, rhs)"))
     page.wait_for_timeout(2000)

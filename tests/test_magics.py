@@ -7,7 +7,7 @@ import time
 import pytest
 
 IPython = pytest.importorskip("IPython")
-from fakes.fake_nki_llm import FakeNKIModel, matmul_resident_rhs  # noqa: E402
+from fakes.fake_nki_llm import FakeNKIModel, matmul_column_outer  # noqa: E402
 from fakes.fake_openai_server import Fail, FakeOpenAIServer, Reply  # noqa: E402
 from IPython.core.error import UsageError  # noqa: E402
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
@@ -346,20 +346,20 @@ def test_kernel_failures_are_named_as_kernel_failures_not_llm_ones(ip, tmp_path)
 # ---- a whole session by hand ---------------------------------------------------------------------------
 @pytest.mark.slow
 def test_drive_a_session_step_by_step_with_human_input(ip, tmp_path):
-    model = FakeNKIModel(plans=["Keep B resident in SBUF: RESIDENT."], rewrites=[("RESIDENT", matmul_resident_rhs)])
+    model = FakeNKIModel(plans=["Column blocks outside row blocks, each block of B loaded once: COLUMN BLOCKS OUTER."], rewrites=[("COLUMN BLOCKS OUTER", matmul_column_outer)])
     with FakeOpenAIServer(models=["fake-nki"], responder=model.responder) as srv:
         shown = _open(ip, srv.url, tmp_path / "run")
         session = ip.user_ns["accelopt_session"]
         assert shown.value is session and "baseline" in shown.text
         # the person plays the planner for iteration 0, in a step cell that records N ...
-        plans = ip.run_cell_magic("accelopt", "step", "phase: plan\nN: 1\nplans:\n  - Hoist B (RESIDENT).\n"
-                                                      "  - 'Keep B resident in SBUF: RESIDENT.'\n")
+        plans = ip.run_cell_magic("accelopt", "step", "phase: plan\nN: 1\nplans:\n  - Hoist B (HOISTED).\n"
+                                                      "  - 'Column blocks outside row blocks, each block of B loaded once: COLUMN BLOCKS OUTER.'\n")
         assert len(plans.value) == 2 and model.calls["planner"] == 0 and "FAILED" not in plans.text
         assert session.config.plans_per_kernel == 2          # the step's settings held for that step only
         assert "Hoist B" in ip.run_line_magic("accelopt", "plans").text
         first = plans.value["plan_id"].iloc[0]
         # ... writes the kernel for the first plan; the executor LLM writes the second plan's
-        kernels = ip.run_cell_magic("accelopt", f"kernel {first}", matmul_resident_rhs("")).value
+        kernels = ip.run_cell_magic("accelopt", f"kernel {first}", matmul_column_outer("")).value
         assert len(kernels) == 2 and model.calls["executor"] == 1
         evaluated = ip.run_line_magic("accelopt", "step evaluate").value
         assert (evaluated["status"] == "correct").any()

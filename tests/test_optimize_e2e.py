@@ -1,7 +1,7 @@
 """End to end: `accelopt optimize` on NKIBench matmul (small preset) against a fake model server.
 
 The fake model (accelopt_nb/fake_model/nki_model.py) answers over real HTTP with valid NKI kernels: a
-genuinely faster matmul (B kept resident in SBUF) and harmless variations of its parent. The
+genuinely faster matmul (column blocks outside row blocks, B loaded once) and harmless variations of its parent. The
 CLI runs as a separate process, is SIGKILLed in the middle of iteration 1, and is resumed.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fakes.fake_nki_llm import FakeNKIModel, harmless_variation, matmul_resident_rhs, role_of
+from fakes.fake_nki_llm import FakeNKIModel, harmless_variation, matmul_column_outer, role_of
 from fakes.fake_openai_server import FakeOpenAIServer, Slow
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,10 +65,10 @@ def cli(tmp_path: Path, url: str, *extra: str) -> list[str]:
 def test_optimize_two_iterations_survive_sigkill_and_resume(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ACCELOPT_CACHE_DIR": str(tmp_path / "cache")}
     db = tmp_path / "run" / "accelopt.sqlite"
-    model = FakeNKIModel(plans=["KEEP B RESIDENT in SBUF: load it once, not once per row block.",
+    model = FakeNKIModel(plans=["COLUMN BLOCKS OUTER: load each block of B once, not once per row block.",
                                 "HARMLESS: tidy the loop nest without changing it."],
-                         rewrites=[("RESIDENT", matmul_resident_rhs), ("HARMLESS", harmless_variation)],
-                         lesson="**Keep a reused operand resident in SBUF**\nLoad it once outside the row loop.")
+                         rewrites=[("COLUMN BLOCKS OUTER", matmul_column_outer), ("HARMLESS", harmless_variation)],
+                         lesson="**Load a reused operand once**\nPut the loop over its blocks outside the loop that reuses it.")
     responder = SlowAfter(model, n=2)  # iteration 0 has 1 beam kernel x 2 plans x 1 sample
     with FakeOpenAIServer(models=["fake-nki"], responder=responder) as srv:
         proc = subprocess.Popen(cli(tmp_path, srv.url), cwd=tmp_path, env=env,
@@ -104,7 +104,7 @@ def test_optimize_two_iterations_survive_sigkill_and_resume(tmp_path):
         report = json.loads(done.stdout.strip().splitlines()[-1])
         requests_after = srv.chat_requests - requests_before
 
-    # Two iterations ran; the beam improved (B resident is faster) and never regressed.
+    # Two iterations ran; the beam improved (the column-outer rewrite is faster) and never regressed.
     assert report["iterations_done"] == 2
     hist = report["history"]
     assert [h["iteration"] for h in hist] == [0, 1]
@@ -112,7 +112,7 @@ def test_optimize_two_iterations_survive_sigkill_and_resume(tmp_path):
     assert report["speedup"] == pytest.approx(hist[1]["best_speedup"])
     assert report["best_pct_peak"] > report["baseline_pct_peak"] > 0
     assert "nc_matmul" in report["best_source"]
-    # Memory items appeared (the resident-B rewrite is > 1.04x faster than its parent).
+    # Memory items appeared (the column-outer rewrite is > 1.04x faster than its parent).
     assert report["memory_items"] >= 1
     items = query(db, "SELECT speedup FROM memory_items")
     assert items and all(s > 1.04 for (s,) in items)
@@ -174,7 +174,7 @@ def test_cli_spending_cap_stops_cleanly_and_resume_finishes(tmp_path, monkeypatc
         out = capsys.readouterr()
     assert rc == 0, out.err
     report = json.loads(out.out.strip().splitlines()[-1])
-    assert report["iterations_done"] == 1 and report["speedup"] > 1.5
+    assert report["iterations_done"] == 1 and report["speedup"] > 1.2      # the wider tile was found (1.40x in the model)
     assert report["total_cost_usd"] == pytest.approx(query(db, "SELECT SUM(cost_usd) FROM llm_calls")[0][0])
 
 

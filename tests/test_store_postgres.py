@@ -235,14 +235,14 @@ def test_two_concurrent_optimize_runs_share_one_database(tmp_path, pg_url):
     import sys
     from pathlib import Path
 
-    from fakes.fake_nki_llm import FakeNKIModel, harmless_variation, matmul_resident_rhs
+    from fakes.fake_nki_llm import FakeNKIModel, harmless_variation, matmul_column_outer
     from fakes.fake_openai_server import FakeOpenAIServer
 
     root = Path(__file__).resolve().parent.parent
-    model = FakeNKIModel(plans=["KEEP B RESIDENT in SBUF: load it once, not once per row block.",
+    model = FakeNKIModel(plans=["COLUMN BLOCKS OUTER: load each block of B once, not once per row block.",
                                 "HARMLESS: tidy the loop nest without changing it."],
-                         rewrites=[("RESIDENT", matmul_resident_rhs), ("HARMLESS", harmless_variation)],
-                         lesson="**Keep a reused operand resident in SBUF**\nLoad it once outside the row loop.")
+                         rewrites=[("COLUMN BLOCKS OUTER", matmul_column_outer), ("HARMLESS", harmless_variation)],
+                         lesson="**Load a reused operand once**\nPut the loop over its blocks outside the loop that reuses it.")
     env = {**os.environ, "PYTHONPATH": str(root), "ACCELOPT_CACHE_DIR": str(tmp_path / "cache")}
 
     def optimize(url: str, who: str, *extra: str) -> list[str]:
@@ -277,5 +277,5 @@ def test_two_concurrent_optimize_runs_share_one_database(tmp_path, pg_url):
         chain = lineage(store, run, mine[0]["kernel_id"], hw="trn1")
         assert chain[0]["kernel_id"] == "baseline" and chain[-1]["kernel_id"] == mine[0]["kernel_id"]
         assert chain[-1]["speedup_over_parent"] == pytest.approx(report["speedup"], rel=1e-6)
-        assert "RESIDENT" in chain[-1]["plan"]
+        assert "COLUMN BLOCKS OUTER" in chain[-1]["plan"]
     store.close()

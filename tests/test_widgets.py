@@ -7,7 +7,7 @@ import time
 import pytest
 
 pytest.importorskip("ipywidgets")
-from fakes.fake_nki_llm import FakeNKIModel, matmul_resident_rhs  # noqa: E402
+from fakes.fake_nki_llm import FakeNKIModel, matmul_column_outer  # noqa: E402
 from fakes.fake_openai_server import Fail, FakeOpenAIServer, Reply  # noqa: E402
 
 from accelopt_nb.llm import LLMClient, ModelConfig  # noqa: E402
@@ -34,23 +34,23 @@ def make_session(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_panel_buttons_drive_the_session(make_session):
-    model = FakeNKIModel(plans=["Keep B resident in SBUF: RESIDENT."], rewrites=[("RESIDENT", matmul_resident_rhs)])
+    model = FakeNKIModel(plans=["Column blocks outside row blocks, each block of B loaded once: COLUMN BLOCKS OUTER."], rewrites=[("COLUMN BLOCKS OUTER", matmul_column_outer)])
     with FakeOpenAIServer(models=["fake-nki"], responder=model.responder) as srv:
         panel = SessionPanel(make_session(srv.url))
         session = panel.session
         assert not panel.phase_buttons["plan"].disabled and panel.phase_buttons["execute"].disabled
         assert panel.stop_button.disabled
-        panel.plans_text.value = "Keep B resident (RESIDENT)."
+        panel.plans_text.value = "Column blocks outer (COLUMN BLOCKS OUTER)."
         panel.plans_button.click()                                   # the person plays the planner
         panel.wait(60)
         assert session.next_phase == "execute" and model.calls["planner"] == 0
         assert list(panel.plan_choice.options) == [p.plan_id for p in session.iteration_plans()]
-        assert "RESIDENT" in panel.plans_view.value
+        assert "COLUMN BLOCKS OUTER" in panel.plans_view.value
         panel.kernel_button.click()                                  # no kernel written yet: refused, shown
         panel.wait(60)
         assert session.next_phase == "execute" and "choose a plan" in panel.message.value
         panel.plan_choice.value = panel.plan_choice.options[0]
-        panel.kernel_text.value = matmul_resident_rhs("")
+        panel.kernel_text.value = matmul_column_outer("")
         panel.kernel_button.click()                                  # ... and the executor
         panel.wait(60)
         for phase in ("evaluate", "select", "summarize"):
@@ -68,14 +68,14 @@ def test_a_stop_that_arrives_after_the_action_ended_does_nothing(make_session):
     """The browser can deliver a Stop click after the step ended (before it greyed the button): it must
     neither say "stopping..." forever nor leave a stop request that kills the next step at once."""
     panel = SessionPanel(make_session("http://127.0.0.1:9/v1"), background=False)   # no LLM call is made
-    panel.plans_text.value = "Keep B resident (RESIDENT)."
+    panel.plans_text.value = "Column blocks outer (COLUMN BLOCKS OUTER)."
     panel.plans_button.click()                                       # the person plays the planner
     assert panel.session.next_phase == "execute" and "plan: 1 item" in panel.message.value
     before = panel.message.value
     panel.stop()                                                     # the late click
     assert not panel.session.stop_requested and panel.message.value == before
     panel.plan_choice.value = panel.plan_choice.options[0]
-    panel.kernel_text.value = matmul_resident_rhs("")
+    panel.kernel_text.value = matmul_column_outer("")
     panel.kernel_only.value = True
     panel.kernel_button.click()                                      # the next action is not stopped
     assert panel.session.next_phase == "evaluate" and "stopped" not in panel.message.value
@@ -85,7 +85,7 @@ def test_a_stop_between_the_step_end_and_the_panel_end_is_not_left_on_the_sessio
     """The narrow window: the session's step has ended (and cleared its stop flag) but the panel's action has
     not; a Stop click there is shown as a stop, and the session must not keep the request for its next step."""
     panel = SessionPanel(make_session("http://127.0.0.1:9/v1"), background=False)   # no LLM call is made
-    panel.plans_text.value = "Keep B resident (RESIDENT)."
+    panel.plans_text.value = "Column blocks outer (COLUMN BLOCKS OUTER)."
 
     def plans_then_click():
         result = panel._submit_plans()
@@ -96,7 +96,7 @@ def test_a_stop_between_the_step_end_and_the_panel_end_is_not_left_on_the_sessio
     assert panel.session.next_phase == "execute" and "stopped" in panel.message.value
     assert not panel.session.stop_requested
     panel.plan_choice.value = panel.plan_choice.options[0]
-    panel.kernel_text.value = matmul_resident_rhs("")
+    panel.kernel_text.value = matmul_column_outer("")
     panel.kernel_only.value = True
     panel.kernel_button.click()                                      # the next action runs to its end
     assert panel.session.next_phase == "evaluate" and "stopped" not in panel.message.value
@@ -105,7 +105,7 @@ def test_a_stop_between_the_step_end_and_the_panel_end_is_not_left_on_the_sessio
 @pytest.mark.slow
 def test_busy_panel_disables_buttons_and_stop_loses_nothing(make_session):
     gate = threading.Event()
-    model = FakeNKIModel(plans=["Keep B resident in SBUF: RESIDENT."], rewrites=[("RESIDENT", matmul_resident_rhs)])
+    model = FakeNKIModel(plans=["Column blocks outside row blocks, each block of B loaded once: COLUMN BLOCKS OUTER."], rewrites=[("COLUMN BLOCKS OUTER", matmul_column_outer)])
 
     def responder(body):
         gate.wait(30)                                                # hold the planner calls until released

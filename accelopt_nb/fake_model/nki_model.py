@@ -199,15 +199,15 @@ def write_axpb_problem(directory: Path) -> tuple[Path, Path]:
 
 
 # ---------------------------------------------------------------- NKIBench matmul
-def matmul_resident_rhs(src: str) -> str:
-    """A genuinely faster matmul for small shapes: B stays in SBUF instead of being re-read per row block."""
-    return (KERNELS / "matmul_resident_rhs.py").read_text()
+def matmul_column_outer(src: str) -> str:
+    """A genuinely faster matmul for small shapes: column blocks outside row blocks, each block of B loaded once."""
+    return (KERNELS / "matmul_column_outer.py").read_text()
 
 
 def matmul_one_pass(src: str) -> str:
     """The faster matmul with a common bug: each output tile keeps only the last contraction step's
     product (``=`` where ``+=`` accumulates in PSUM). Runs, and computes wrong numbers."""
-    return matmul_resident_rhs(src).replace("acc += nisa.nc_matmul(", "acc = nisa.nc_matmul(")
+    return matmul_column_outer(src).replace("acc += nisa.nc_matmul(", "acc = nisa.nc_matmul(")
 
 
 def fix_accumulation(src: str) -> str:

@@ -1,7 +1,7 @@
 """The offline endpoint of ``accelopt reproduce --smoke``: the package's FAKE model behind a loopback server.
 
 Nothing here is a real LLM. The fake model answers every search on NKIBench ``matmul`` with three
-fixed rewrites (keep B resident in SBUF; the same with a wrong accumulation, which its fixer
+fixed rewrites (column blocks outside row blocks; the same with a wrong accumulation, which its fixer
 repairs; a no-op edit), so smoke runs exercise the whole machinery (agents over HTTP, evaluation,
 the fixer, beam, memory, ledger, figures) and say nothing about any model.
 Every figure made from it carries :data:`~accelopt_nb.fake_model.FAKE_MODEL_LABEL` in its title.
@@ -19,12 +19,12 @@ FAKE_MODELS = ("fake-nki", "fake-gpt-oss-120b", "fake-gpt-oss-20b", "fake-claude
 
 def fake_nki_model():
     from accelopt_nb.fake_model.nki_model import (FakeNKIModel, fix_accumulation, harmless_variation,
-                                                  matmul_one_pass, matmul_resident_rhs)
+                                                  matmul_one_pass, matmul_column_outer)
 
-    return FakeNKIModel(plans=["Keep all of B resident in SBUF instead of re-reading it per row block: RESIDENT.",
+    return FakeNKIModel(plans=["Put the column-block loop outside the row-block loop so each block of B is loaded once: COLUMN BLOCKS OUTER.",
                                "Write each output tile in one pass over the contraction: ONEPASS.",
                                "Review the loop structure and keep it: REVIEW."],
-                        rewrites=[("RESIDENT", matmul_resident_rhs), ("ONEPASS", matmul_one_pass),
+                        rewrites=[("COLUMN BLOCKS OUTER", matmul_column_outer), ("ONEPASS", matmul_one_pass),
                                   ("REVIEW", harmless_variation)],
                         fixes=[("acc = nisa.nc_matmul(", fix_accumulation)])
 
