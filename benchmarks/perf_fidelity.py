@@ -627,13 +627,22 @@ def markdown_tables(res: dict, names: tuple[str, ...], command: str,
                 "|---|---:|" + "---:|" * len(looks)]
         for k, (n, m) in enumerate(zip(first.names, first.measured_s)):
             out.append(f"| {n} | {m * 1e3:.4g} | " + " | ".join(
-                f"{dict(zip(h.names, h.ratios)).get(n, float('nan')):.3f}" for h, _ in looks.values()) + " |")
-        for what, get in (("median of max(r, 1/r)", lambda h: f"×{h.median_error:.3f}"),
+                f"{dict(zip(h.names, h.ratios))[n]:.3f}" if n in h.names else "not run" for h, _ in looks.values())
+                + " |")
+        for what, get in (("kernels left out", lambda h: str(len(h.names))),
+                          ("median of max(r, 1/r)", lambda h: f"×{h.median_error:.3f}"),
                           ("90th percentile", lambda h: f"×{float(np.percentile(h.errors, 90)):.3f}"),
                           ("worst", lambda h: f"×{h.worst_error:.3f} ({h.names[int(np.argmax(h.errors))]})"),
                           ("Spearman ρ", lambda h: _x(h.spearman)),
                           ("geomean ratio", lambda h: f"{float(np.exp(np.mean(np.log(h.ratios)))):.3f}")):
             out.append(f"| **{what}** | | " + " | ".join(get(h) for h, _ in looks.values()) + " |")
+        common = set.intersection(*(set(h.names) for h, _ in looks.values()))
+        if 0 < len(common) < max(len(h.names) for h, _ in looks.values()):     # a run cut short: compare like with like
+            def on_common(h: HeldOut) -> str:
+                e = [max(r, 1 / r) for n, r in zip(h.names, h.ratios) if n in common]
+                return f"×{float(np.median(e)):.3f} / ×{max(e):.3f}"
+            out.append(f"| **median / worst on the {len(common)} kernels all ran** | | "
+                       + " | ".join(on_common(h) for h, _ in looks.values()) + " |")
     if res.get("untimed"):
         out += ["", "## Not in the recorded run (not timed: CPU budget of the run)", ""]
         out += [f"- {f['hw']} {f['source']} ({f['role']}) {f['family']}:{f['variant']}" for f in res["untimed"]]
