@@ -20,7 +20,7 @@ out="test-times-$tier.txt"
 python=${PYTHON:-.venv/bin/python}
 # as .ci/run does: bytecode compiled once, so that no process of the suite compiles the package again where
 # PYTHONDONTWRITEBYTECODE is set
-"$python" -m compileall -q accelopt_nb nkibench tests benchmarks scripts > /dev/null
+"$python" -m compileall -q -x 'tests/fixtures/' accelopt_nb nkibench tests benchmarks scripts > /dev/null
 start=$(date +%s)
 /usr/bin/time -o "$out.time" -f "%U %S" "$python" -m pytest -q "${select[@]}" -p no:cacheprovider \
     --durations="$n" --cpu-durations="$n" "${@:3}" > "$out" 2>&1 || status=$?
