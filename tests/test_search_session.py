@@ -73,7 +73,7 @@ def test_two_iterations_improve_the_beam_fill_memory_and_account_every_call(prob
     hist = s.history()
     assert [h["iteration"] for h in hist] == [0, 1]
     assert hist[1]["best_latency_ms"] <= hist[0]["best_latency_ms"] < base_ms  # improves, never regresses
-    assert "TILE = 512" in s.best.source and report.speedup > 2.0
+    assert "TILE = 512" in s.best.source and report.speedup > 1.2      # 128 -> 512 columns: 1.40x in the v3 model
     # Iteration 0: one beam kernel x 2 plans x 1 sample; iteration 1: two beam kernels.
     assert model.calls["planner"] == 2 + 4 and model.calls["executor"] == 2 + 4
     # Memory: positive rewrites (> 1.04x) from each iteration, in FIFO order, capacity 3.
