@@ -37,6 +37,14 @@ CORPUS = Path(__file__).resolve().parent / "data" / "perf_corpus.csv"
 NKIBENCH_MEASURED = ROOT / "accelopt_nb" / "perf" / "data" / "nkibench_trn1_measured.csv"
 TRACE_ONLY = SimOptions(trace_only=True)
 ROLES = ("fit", "tuned", "dev", "held-out")
+# What each row's timer spans, from its recorded method: True where the number includes the kernel's start/stop
+# cost (the model's launch_overhead_s; docs/perf_model.md §2b), so the model's Profile.end_to_end_ms is compared
+# with it, else Profile.latency (first instruction to last completion).
+TIMERS: dict[str, bool] = {
+    "total_time": True,     # neuron-profile total_time: from the TPB start to the stop notification (SCHEMA)
+    "nc_latency": True,     # nki.benchmark nc_latency / neuron-bench NCL: NeuronCore-side, start/stop included
+    "exec_time": False,     # neuron-profile total_exec_time: setup/teardown opcodes excluded (SCHEMA)
+}
 
 # what an optimization-trace candidate's code assumes is already imported (its harness imports these)
 KERNEL_HEADER = ("import math\nimport numpy as np\nimport neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\n"
@@ -56,7 +64,7 @@ class Case:
     measured_ms: float
     kernel: str                    # locator (see the module docstring)
     method: str = ""
-    timer: str = "device"          # device (the profiler's total_time) | end-to-end (a launch included)
+    timer: str = "total_time"      # what the measurement spans (TIMERS)
     provenance: str = ""
     build: Callable[[], tuple[Any, list, dict]] | None = field(default=None, repr=False)
     key: str = ""                  # stable id of what is traced (source text, function, inputs)
@@ -155,7 +163,12 @@ def _sim_version() -> str:
 
 def load_rows(path: Path = CORPUS) -> list[dict[str, str]]:
     with path.open() as f:
-        return list(csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    for i, r in enumerate(rows, start=2):
+        if r["timer"] not in TIMERS:
+            raise ValueError(f"{path.name}:{i}: timer {r['timer']!r} is not one of {sorted(TIMERS)} "
+                             f"(what the measurement spans decides the model's quantity it is compared with)")
+    return rows
 
 
 def load_cases(*, autocomp: Path | None = None, accelopt: Path | None = None, corpus: Path = CORPUS,
@@ -173,7 +186,7 @@ def load_cases(*, autocomp: Path | None = None, accelopt: Path | None = None, co
                 kfile = _nkibench_kernel(accelopt, prob)
                 cases.append(Case("accelopt-nkibench-trn1", "fit", "trn1", f"nkibench/{prob}", "baseline",
                                   float(r["baseline_latency_ms"]), f"accelopt:{kfile.relative_to(accelopt)}",
-                                  method="neuron-profile total_time, mean of 10 after 2 warm-ups",
+                                  method="neuron-profile total_time, mean of 10 after 2 warm-ups", timer="total_time",
                                   provenance="zhang677/AccelOpt@47e29a7 experiments/full_complete_local/profile_results.csv",
                                   build=_builder_file(kfile, "kernel", lambda p=prob: _nkibench_inputs(accelopt, p), {}),
                                   key=_key(sim, kfile.read_text(), prob)))

@@ -339,6 +339,7 @@ def run_corpus(cases: list, configs: dict[str, dict[str, Any]], cache_dir: Path 
     ``max_instructions``: cases with longer instruction streams are listed under ``skipped``, not timed
     (timing a multi-million-instruction stream takes minutes of CPU per model).
     """
+    from perf_corpus import TIMERS
     old = {(r["hw"], r["family"], r["variant"]): r for r in (reuse or {}).get("corpus", {}).get("rows", [])}
     rows, failed, skipped = [], [], []
     for c in cases:
@@ -369,7 +370,7 @@ def run_corpus(cases: list, configs: dict[str, dict[str, Any]], cache_dir: Path 
                 row.update({k: prev[k] for k in ("before_ms", "before_ratio", "before_class")})
                 continue
             prof = estimate(trace, hw)
-            ms = prof.end_to_end_ms if c.timer == "end-to-end" else prof.latency    # what the source's timer saw
+            ms = prof.end_to_end_ms if TIMERS[c.timer] else prof.latency    # what the source's timer spans
             row[f"{name}_ms"] = ms
             row[f"{name}_ratio"] = ms / c.measured_ms
             row[f"{name}_class"] = prof.kernel_class

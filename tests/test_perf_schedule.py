@@ -249,7 +249,7 @@ def test_a_launch_costs_its_fixed_overhead_once():
     launched = estimate(trace, "trn1")
     hw = load_hw("trn1")
     assert hw.launch_overhead_s > 0
-    # the profiler's total_time (and latency) is device time; an end-to-end timer adds the launch
+    # latency is the kernel's time; a timer of the whole kernel (total_time, NCL) adds the start/stop
     assert launched.total_time == pytest.approx(base.total_time, rel=1e-9)
     assert launched.end_to_end_ms == pytest.approx(launched.latency + 1e3 * hw.launch_overhead_s, rel=1e-9)
     assert base.end_to_end_ms == pytest.approx(base.latency)

@@ -102,8 +102,9 @@ class Profile:
 
     @property
     def end_to_end_ms(self) -> float:
-        """What an end-to-end timer (nki.benchmark, neuron-bench) would report: the device latency plus the
-        hardware's fixed launch cost (perf_model.md §2b). ``latency`` is the device time, as the profiler's."""
+        """What a timer of the whole kernel reports (neuron-profile total_time, nki.benchmark / neuron-bench NCL):
+        ``latency`` (the kernel's time, first instruction to last completion) plus its start/stop cost
+        (perf_model.md §2b)."""
         launch = self.schedule.hw.launch_overhead_s if self.schedule is not None else 0.0
         return self.latency + 1e3 * launch if self.latency > 0 else 0.0
 
@@ -158,7 +159,7 @@ def _fmt_bytes(n: float) -> str:
 def build_profile(trace: Trace, sched: Schedule) -> Profile:
     hw = sched.hw
     instrs = trace.instructions
-    total = sched.total_time   # device time, as neuron-profile's total_time (end_to_end_ms adds the launch)
+    total = sched.total_time   # the kernel's time (neuron-profile's total_time adds the start/stop: end_to_end_ms)
     hbm_r = hbm_w = sb_r = sb_w = ps_r = ps_w = ps_to_sb = 0
     hw_flops = tr_flops = model_flops = 0.0
     mm_count = 0

@@ -20,7 +20,7 @@ Rules (documented in docs/perf_model.md):
   ScalarE never access PSUM at the same time.
 * Fixed overheads: tiny instructions (N < 128) pay ~100 cycles; an instruction that waits for
   a result (back-to-back dependent, or a semaphore wait on another engine) pays
-  ``hw.dependent_overhead_cycles`` (documented ~100, fitted). An end-to-end timer adds ``hw.launch_overhead_s`` per launch; the DMA
+  ``hw.dependent_overhead_cycles`` (documented ~100, fitted). A timer of the whole kernel adds its start/stop, ``hw.launch_overhead_s``; the DMA
   engines start one transfer at a time, at most every ``hw.dma_issue_s`` (all queues together).
 * Spills from :func:`plan_memory` become DMA traffic on the spill queue: the save waits for the
   victim's last use and frees its space, the reload waits for space and delays the next use.
@@ -82,8 +82,9 @@ class Schedule:
 
     @property
     def end_to_end(self) -> float:
-        """Seconds an end-to-end timer (nki.benchmark, neuron-bench) sees: the device time plus the fixed cost of
-        a launch (hw.launch_overhead_s). The profiler's total_time, and so Profile.latency, is the device time."""
+        """Seconds a timer of the whole kernel sees (neuron-profile total_time, nki.benchmark / neuron-bench NCL):
+        the kernel's time plus its start/stop cost (hw.launch_overhead_s, perf_model.md §2b). ``total_time``, and
+        so Profile.latency, is the kernel's time alone: first instruction to last completion."""
         return self.total_time + self.hw.launch_overhead_s if len(self.end) else 0.0
 
     def row_names(self) -> list[str]:

@@ -1,0 +1,61 @@
+"""benchmarks/perf_fidelity.py compares each corpus row with the model quantity its timer spans (perf_model.md §2b)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from accelopt_nb.perf import estimate, load_hw
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import perf_corpus  # noqa: E402
+import perf_fidelity  # noqa: E402
+
+ADD = perf_corpus.KERNEL_HEADER + """
+@nki.jit
+def add(a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    y = nl.load(b)
+    nl.store(out, nl.add(x, y))
+    return out
+"""
+
+
+def _case(timer: str) -> perf_corpus.Case:
+    inputs = [np.zeros((128, 512), np.float32), np.zeros((128, 512), np.float32)]
+    return perf_corpus.Case("test-source", "held-out", "trn1", "test/add", timer, 0.02, "test", timer=timer,
+                            build=perf_corpus._builder_source(ADD, "add.py", "add", inputs, {}), key=timer)
+
+
+def test_a_timer_that_spans_the_start_and_stop_is_compared_with_the_launch_included():
+    hw = load_hw("trn1")
+    assert hw.launch_overhead_s > 0
+    res = perf_fidelity.run_corpus([_case(t) for t in ("total_time", "nc_latency", "exec_time")],
+                                   {"trn1": {"after": hw}}, None, progress=False)
+    ms = {r["variant"]: r["after_ms"] for r in res["rows"]}
+    kernel = estimate(_case("exec_time").trace(), hw)
+    assert ms["exec_time"] == pytest.approx(kernel.latency, rel=1e-12)
+    for t in ("total_time", "nc_latency"):        # neuron-profile total_time and neuron-bench NCL both include it
+        assert ms[t] == pytest.approx(kernel.latency + 1e3 * hw.launch_overhead_s, rel=1e-12)
+    assert res["rows"][0]["after_ratio"] == pytest.approx(ms["total_time"] / 0.02)
+
+
+def test_every_corpus_row_names_a_timer_and_the_profiler_rows_include_the_start_and_stop():
+    rows = perf_corpus.load_rows()
+    assert rows and all(r["timer"] in perf_corpus.TIMERS for r in rows)
+    for r in rows:      # the recorded method decides the timer
+        if r["method"].startswith(("neuron-profile", "nki.benchmark")):
+            assert perf_corpus.TIMERS[r["timer"]], (r["source"], r["variant"], r["method"])
+
+
+def test_an_unknown_timer_is_refused_with_its_line(tmp_path):
+    src = perf_corpus.CORPUS.read_text().splitlines()
+    header, first = src[0], src[1]
+    bad = tmp_path / "corpus.csv"
+    bad.write_text(header + "\n" + first.replace(",nc_latency,", ",wall,") + "\n")
+    with pytest.raises(ValueError, match=r"corpus.csv:2: timer 'wall'"):
+        perf_corpus.load_rows(bad)
