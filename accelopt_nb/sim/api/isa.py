@@ -29,6 +29,7 @@ from accelopt_nb.sim.core.limits import GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, 
 from accelopt_nb.sim.core.context import active as _active
 from accelopt_nb.sim.core.runtime import current
 from accelopt_nb.sim.core.tensor import Tensor
+from accelopt_nb.sim.core.views import View as _View
 
 
 class engine(enum.IntEnum):  # noqa: N801 (NKI's name)
@@ -174,8 +175,8 @@ def _evacuated(rt, api: str, x: Any, role: str) -> Any:
     is moved to SBUF first, by a copy the trace shows: TensorE reads SBUF only (nc_matmul docs, "Memory types"),
     yet such kernels compiled and ran on trn1 (autocomp's attention traces). An operand the kernel itself put in
     PSUM (a buffer it allocated there) stays an error."""
-    v = as_view(x)
-    if v is None or v.tensor.buffer != "psum" or v.tensor.kind != "result":
+    t = x.tensor if isinstance(x, _View) else x if isinstance(x, Tensor) else None   # as_view(x).tensor, no view made
+    if t is None or t.buffer != "psum" or t.kind != "result":
         return x
     key = (api, role) + rt.location()
     if key not in rt.warned_once:
@@ -191,7 +192,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero: bool = False, is_mov
     """``stationary.T @ moving`` on the PE array: SBUF [K, M] and [K, N] in, PSUM fp32 [M, N] out."""
     rt = current()
     m_mask = _ops.mask_array(mask)
-    stationary, moving = (_evacuated(rt, _api, x, role) for x, role in ((stationary, "stationary"), (moving, "moving")))
+    stationary, moving = _evacuated(rt, _api, stationary, "stationary"), _evacuated(rt, _api, moving, "moving")
     st = operand(stationary, _api, allow_scalar=False)
     mv = operand(moving, _api, allow_scalar=False, mask=_operand_mask(m_mask, moving))
     _ops.check_engine_access(rt, _api, "tensor", [st, mv], "psum")

@@ -23,6 +23,7 @@ from accelopt_nb.sim.core.context import active, running
 from accelopt_nb.sim.core.memory import paint_unwritten
 from accelopt_nb.sim.core.runtime import Runtime, SimOptions
 from accelopt_nb.sim.core.tensor import Tensor
+from accelopt_nb.sim.core.views import unknown_attribute
 from accelopt_nb.sim.replay.state import attach as attach_replay
 from accelopt_nb.sim.trace import Trace
 
@@ -142,7 +143,11 @@ def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None
             raise KernelError(f"assertion failed{': ' + str(exc) if str(exc) else ''}", file=file, line=line,
                               rule="the kernel's own assertion about its inputs") from exc
         except failures.PYTHON_ERRORS as exc:
-            raise failures.python_error(exc, rt.kernel_files, _innermost_kernel_frame(exc, rt.kernel_files)) from exc
+            location = _innermost_kernel_frame(exc, rt.kernel_files)
+            missing = unknown_attribute(exc)   # tensor.<a name it lacks>
+            if missing is not None:
+                raise missing.locate(*location).with_traceback(exc.__traceback__) from None
+            raise failures.python_error(exc, rt.kernel_files, location) from exc
         result_arrays = _collect_outputs(rt, outputs, kernel.__name__, inputs)
     onchip.give_back(rt.onchip)
     return SimResult(outputs=result_arrays, trace=rt.finish_trace(), log=rt.log, warnings=rt.warnings)

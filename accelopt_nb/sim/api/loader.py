@@ -23,6 +23,7 @@ from accelopt_nb.sim.api import facade_neuronxcc, facade_nki
 from accelopt_nb.sim.api.kernel import FILES_KEY, Kernel, SimResult, jit, simulate
 from accelopt_nb.sim.core import failures
 from accelopt_nb.sim.core.context import active
+from accelopt_nb.sim.core.views import unknown_attribute
 
 # Two front ends over one core: each entry maps an import name to its facade module, and the
 # top-level package returned for plain `import a.b` is the one named by the first component.
@@ -243,6 +244,9 @@ def _exec_module(code: types.CodeType, module: types.ModuleType, filename: str) 
                               rule="kernels import numpy, math, the NKI packages (neuronxcc.nki, nki), NKI files next "
                               "to them and modules of their own package") from exc
     except failures.PYTHON_ERRORS as exc:
+        missing = unknown_attribute(exc)   # tensor.<a name it lacks>, at the module's top level
+        if missing is not None:
+            raise missing.locate(filename, _exc_line(exc, filename)).with_traceback(exc.__traceback__) from None
         error = failures.python_error(exc, {filename}, (filename, _exc_line(exc, filename)))
         if isinstance(error, SimulatorBugError):
             raise error from exc

@@ -181,11 +181,16 @@ class Tensor(_Opaque):
             view = _compiler_view(self, key)
             if view is not None:
                 return view
-        keys = key if isinstance(key, tuple) else (key,)
-        if any(isinstance(k, DynamicIndex) for k in keys) or (
-                self.on_chip and any(isinstance(k, _Opaque) for k in keys)):
+        dynamic = opaque = False   # one loop, no generators: this runs for every tensor[key] of a kernel
+        for k in (key if isinstance(key, tuple) else (key,)):
+            if isinstance(k, DynamicIndex):
+                dynamic = True
+                break
+            if isinstance(k, _Opaque):
+                opaque = True
+        if dynamic or (opaque and self.on_chip):
             return _dynamic_view(self, key)
-        if any(isinstance(k, _Opaque) for k in keys):
+        if opaque:
             return _indirect_view(self, key)
         affs: dict[int, Any] = {}
         return View(self, normalize_key(self, key, affs), affs)
