@@ -16,6 +16,7 @@ _EXPORTS = {
     # the loader brings the whole simulator (both front ends, the API bound into the core)
     **dict.fromkeys(("Kernel", "SimResult", "jit", "simulate", "load_kernel"), "accelopt_nb.sim.api.loader"),
     "SimOptions": "accelopt_nb.sim.core.runtime",
+    "program_fingerprint": "accelopt_nb.sim.api.loader",
     "Instruction": "accelopt_nb.sim.trace", "Region": "accelopt_nb.sim.trace", "TensorInfo": "accelopt_nb.sim.trace",
     "Trace": "accelopt_nb.sim.trace",
 }

@@ -8,6 +8,7 @@ the wings meet: the replay wing is attached to the runtime here when loops repla
 from __future__ import annotations
 
 import functools
+import linecache
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -19,13 +20,17 @@ from accelopt_nb.pyutil import gc_paused
 from accelopt_nb.sim.api.launch import Grid, parse_grid, run_grid
 from accelopt_nb.sim.core import dtypes as _dt
 from accelopt_nb.sim.core import failures, onchip
+from accelopt_nb.sim.core import program as _program
 from accelopt_nb.sim.core.context import active, running
+from accelopt_nb.sim.core.indexing import IndexExpr, Mask, _Grid
 from accelopt_nb.sim.core.memory import paint_unwritten
-from accelopt_nb.sim.core.runtime import Runtime, SimOptions
+from accelopt_nb.sim.core.runtime import LoopIndex, Runtime, SimOptions
 from accelopt_nb.sim.core.tensor import Tensor
-from accelopt_nb.sim.core.views import unknown_attribute
+from accelopt_nb.sim.core.views import View, unknown_attribute
 from accelopt_nb.sim.replay.state import attach as attach_replay
 from accelopt_nb.sim.trace import Trace
+
+_program.register(tensor=Tensor, view=View, index=IndexExpr, mask=Mask, grid=_Grid, loop_index=LoopIndex)  # core/program.py
 
 FILES_KEY = "__accelopt_kernel_files__"   # module global: the files of a kernel and its sibling modules (loader)
 
@@ -148,6 +153,8 @@ def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None
             if missing is not None:
                 raise missing.locate(*location).with_traceback(exc.__traceback__) from None
             raise failures.python_error(exc, rt.kernel_files, location) from exc
+        if _program.ON:
+            _program.note("outputs", outputs)
         result_arrays = _collect_outputs(rt, outputs, kernel.__name__, inputs)
     onchip.give_back(rt.onchip)
     return SimResult(outputs=result_arrays, trace=rt.finish_trace(), log=rt.log, warnings=rt.warnings)
@@ -217,3 +224,34 @@ def _collect_outputs(rt: Runtime, outputs: Any, name: str, inputs: Sequence[Any]
         paint_unwritten(t)
         arrays.append(t._data)
     return tuple(arrays)
+
+
+def program_fingerprint(kernel: Kernel | Callable, *inputs: Any, hw: str | None = None) -> tuple[str | None, str]:
+    """The hash of the program ``kernel`` runs on inputs of these shapes and dtypes (see :mod:`..core.program`)
+    and what it covered, or ``(None, why not)``: equal hashes mean equal outputs for every input of these shapes.
+
+    One trace-only launch without loop replay, so every call of every iteration is seen."""
+    if not isinstance(kernel, Kernel):
+        kernel = Kernel(kernel, host=True)
+    files = sorted(_kernel_files(kernel))
+    sources = {}
+    for f in files:
+        lines = linecache.getlines(f)   # the loader keeps every kernel file's source there (also for source=)
+        if not lines:
+            return None, f"cannot read the kernel file {f}"
+        sources[f] = "".join(lines)
+    why = _program.source_refusal(sources)
+    if why is not None:
+        return None, why
+    with _program.recording() as rec:
+        rec.put(("inputs", tuple((str(np.asarray(a).dtype), np.shape(a)) for a in inputs), hw))
+        try:
+            res = simulate(kernel, *inputs, options=SimOptions(trace_only=True, loop_replay=False, hw=hw))
+        except Exception as exc:   # noqa: BLE001 - a kernel that fails trace-only has no program to share
+            return None, f"the trace-only launch failed: {type(exc).__name__}"
+        trace = res.trace
+        rec.put(("launch", tuple(trace.grid), trace.num_cores, tuple(sorted(trace.program_cores.items())),
+                 len(trace.instructions)))
+        if rec.reason is not None:
+            return None, rec.reason
+        return rec.digest.hexdigest(), f"{rec.calls} calls, {len(trace.instructions)} instructions"

@@ -20,7 +20,7 @@ import numpy as np
 
 from accelopt_nb.errors import KernelError, KernelLoadError, SimulatorBugError
 from accelopt_nb.sim.api import facade_neuronxcc, facade_nki
-from accelopt_nb.sim.api.kernel import FILES_KEY, Kernel, SimResult, jit, simulate
+from accelopt_nb.sim.api.kernel import FILES_KEY, Kernel, SimResult, jit, program_fingerprint, simulate
 from accelopt_nb.sim.core import failures
 from accelopt_nb.sim.core.context import active
 from accelopt_nb.sim.core.views import unknown_attribute
@@ -331,4 +331,4 @@ def _exc_line(exc: BaseException, filename: str) -> int | None:
     return line
 
 
-__all__ = ["ALIASES", "Kernel", "SimResult", "jit", "kernel_builtins", "load_kernel", "simulate"]
+__all__ = ["ALIASES", "Kernel", "SimResult", "jit", "kernel_builtins", "load_kernel", "program_fingerprint", "simulate"]

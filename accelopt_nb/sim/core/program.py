@@ -1,0 +1,243 @@
+"""The program a kernel runs, as a hash: what every NKI call, tile operator, assignment and loop did, exactly.
+
+Two kernels whose launches make the same calls with the same arguments, in the same order, over the same loop
+iterations, compute the same outputs for every input of those shapes: every change to simulator memory happens
+inside such a call, and a call is a fixed function of its arguments and the memory it reads. This module records
+those calls during a trace-only launch without loop replay (every iteration runs, so every call is seen), each
+argument in an exact form: a tensor by its launch id, a view by its tensor and normalized index key (slices and
+the index arrays element by element, not a box), an index expression or mask by its values, a number by its
+value, a function by its qualified name. Anything it cannot write down exactly refuses the hash (``None``):
+
+* an argument of a type not listed in :func:`_canon` (a kernel's own function or class, an access pattern
+  view, an indirect view, a register, a dynamic offset read from a tile);
+* value-dependent addressing or control (registers, dynamic loops, dynamic offsets, indirect DMA, vector or
+  scalar offsets);
+* kernel code whose path could differ between the trace-only launch and one with values, or between two
+  processes: exception handlers (a value run may raise where a trace-only run does not), ``__exit__``
+  methods, sets (their order follows the process's string hash seed), ``hash``/``id`` and ``random``.
+
+Equal hashes may still miss (two programs written in different orders): missing a share only costs an
+evaluation; a false share would be a wrong verdict, so every doubt refuses.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import enum
+import hashlib
+import marshal
+import threading
+import types
+from typing import Any
+
+import numpy as np
+
+ON = False                     # one module-level test gates every hook when nobody records
+_RECORDER: "Recorder | None" = None
+FORMAT = 1                     # part of every hash: a change of encoding never meets an old hash
+
+# APIs whose effect depends on values read from memory (addresses, loop bounds): refused by name
+_REFUSED_APIS = ("register_", "dynamic_range", "fori_loop", "while_loop", "tensor_copy_dynamic")
+# keyword arguments that address memory through values read from memory
+_VALUE_ADDRESSING = ("vector_offset", "scalar_offset", "dynamic_offset")
+# keyword arguments that cannot change what a call computes
+_IGNORED_KWARGS = frozenset({"name"})
+
+
+class Refused(Exception):
+    """The program cannot be written down exactly."""
+
+
+class Recorder:
+    """The running hash of one launch's calls; ``reason`` is set once something refused it."""
+
+    def __init__(self) -> None:
+        self.digest = hashlib.sha256(f"program-v{FORMAT}".encode())
+        self.reason: str | None = None
+        self.calls = 0
+        self.thread = threading.get_ident()
+
+    def put(self, record: tuple) -> None:
+        if self.reason is not None:
+            return
+        try:
+            self.digest.update(marshal.dumps(_canon(record), 2))
+            self.calls += 1
+        except Refused as why:
+            self.reason = str(why)
+        except ValueError as why:   # marshal met a type _canon let through
+            self.reason = f"cannot encode {why}"
+
+    def refuse(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+
+def _recorder() -> "Recorder | None":
+    rec = _RECORDER
+    return rec if rec is not None and rec.thread == threading.get_ident() else None
+
+
+def note(*record: Any) -> None:
+    """Record one event of the launch (called only while :data:`ON`)."""
+    rec = _recorder()
+    if rec is not None:
+        rec.put(record)
+
+
+def api_call(api: str, args: tuple, kwargs: dict) -> None:
+    """A call of the NKI API ``api`` with its bound arguments (called only while :data:`ON`)."""
+    rec = _recorder()
+    if rec is None:
+        return
+    short = api.rsplit(".", 1)[-1]
+    if short.startswith(_REFUSED_APIS):
+        rec.refuse(f"{api} depends on values read from memory")
+        return
+    for k in _VALUE_ADDRESSING:
+        if kwargs.get(k) is not None:
+            rec.refuse(f"{api}({k}=...) addresses memory through values")
+            return
+    rec.put(("call", api, args, tuple((k, v) for k, v in kwargs.items() if k not in _IGNORED_KWARGS)))
+
+
+def refuse(reason: str) -> None:
+    """Something value-dependent happened (called only while :data:`ON`)."""
+    rec = _recorder()
+    if rec is not None:
+        rec.refuse(reason)
+
+
+class recording:
+    """``with recording() as rec:`` records the launches this thread runs meanwhile (one at a time)."""
+
+    def __enter__(self) -> Recorder:
+        global ON, _RECORDER
+        if _RECORDER is not None:
+            raise RuntimeError("a program is already being recorded")
+        _RECORDER = Recorder()
+        ON = True
+        return _RECORDER
+
+    def __exit__(self, *exc: object) -> None:
+        global ON, _RECORDER
+        ON, _RECORDER = False, None
+
+
+# ---- exact forms of arguments -----------------------------------------------------------------------------
+_SCALARS = frozenset({type(None), bool, int, float, complex, str, bytes})
+
+
+def _canon(x: Any) -> Any:
+    """``x`` as nested tuples of plain values that marshal encodes, exact; raises :class:`Refused`.
+    One dict lookup per value on the hot path (a matmul at the paper's shape records 650k calls)."""
+    t = type(x)
+    if t in _SCALARS:
+        return x
+    form = _FORMS.get(t)
+    if form is not None:
+        return form(x)
+    return _other(x, t)
+
+
+def _seq(x: Any) -> tuple:
+    return (type(x).__name__, tuple(map(_canon, x)))
+
+
+def _array(x: np.ndarray) -> tuple:
+    if x.dtype.kind not in "biufc":
+        raise Refused(f"an array of dtype {x.dtype}")
+    return ("nd", str(x.dtype), x.dtype.str, x.shape, x.tobytes())
+
+
+def _view(v: Any) -> tuple:
+    if v.indirect:
+        raise Refused("an indirect (gather/scatter) view: addresses read from memory")
+    try:   # the slot read directly: getattr on an unset slot would build the kernel-facing error message
+        pattern = _PATTERN_SLOT(v)
+    except AttributeError:
+        pattern = False
+    if pattern:
+        raise Refused("an access-pattern view")
+    return ("view", v.tensor.id, tuple(map(_canon, v.key)), v.shape)
+
+
+def _other(x: Any, t: type) -> Any:
+    """The forms looked up once per type (then kept in :data:`_FORMS`) or per object (functions)."""
+    if isinstance(x, np.generic):
+        if x.dtype.kind not in "biufc":
+            raise Refused(f"a NumPy scalar of dtype {x.dtype}")
+        _FORMS[t] = lambda v: ("np", str(v.dtype), v.dtype.str, v.tobytes())
+        return _FORMS[t](x)
+    if isinstance(x, np.dtype):
+        _FORMS[t] = lambda v: ("dtype", str(v), v.str)
+        return _FORMS[t](x)
+    if isinstance(x, type) and issubclass(x, np.generic):
+        return ("dtype", str(np.dtype(x)), np.dtype(x).str)
+    spec = getattr(x, "__nki_spec__", None) if isinstance(x, types.FunctionType) else None
+    if spec is not None:          # a guarded NKI function (an op= argument)
+        return ("api", spec.api)
+    if isinstance(x, (types.FunctionType, types.BuiltinFunctionType)):
+        module = getattr(x, "__module__", None) or ""
+        if module == "numpy" or module.startswith(("numpy.", "accelopt_nb.sim.", "math", "builtins")):
+            return ("fn", module, x.__qualname__)
+        raise Refused(f"a function argument {getattr(x, '__qualname__', x)!r} defined outside NKI and NumPy")
+    if t.__module__.startswith("accelopt_nb.sim."):
+        if isinstance(x, enum.Enum):
+            return ("enum", t.__module__, t.__qualname__, x.name)
+        if dataclasses.is_dataclass(x):   # nl.sbuf, nl.par_dim(n), ...: plain data of the simulator's
+            return ("data", t.__module__, t.__qualname__,
+                    tuple(_canon(getattr(x, f.name)) for f in dataclasses.fields(x)))
+    raise Refused(f"an argument of type {t.__module__}.{t.__qualname__}")
+
+
+def register(*, tensor: type, view: type, index: type, mask: type, grid: type, loop_index: type) -> None:
+    """Give the core's types their forms (called once by whoever loads the simulator: the core's modules
+    import this one, so it cannot import them). Until then a tensor argument refuses the hash."""
+    global _PATTERN_SLOT
+    _PATTERN_SLOT = view.pattern.__get__
+    _FORMS.update(_base_forms(tensor, view, index, mask, grid, loop_index))
+
+
+def _base_forms(Tensor: type, View: type, IndexExpr: type, Mask: type, _Grid: type, LoopIndex: type) -> dict:
+    return {tuple: _seq, list: _seq, np.ndarray: _array, np.ufunc: lambda f: ("ufunc", f.__name__),
+            dict: lambda d: ("dict", tuple((_canon(k), _canon(v)) for k, v in d.items())),
+            slice: lambda s: ("slice", _canon(s.start), _canon(s.stop), _canon(s.step)),
+            type(Ellipsis): lambda e: ("...",),
+            Tensor: lambda t: ("tensor", t.id), View: _view,
+            IndexExpr: lambda e: ("index", _array(e.values)), Mask: lambda m: ("mask", _array(m.values)),
+            _Grid: lambda g: ("grid", tuple(map(_canon, g))), LoopIndex: int}
+
+
+_PATTERN_SLOT: Any = None
+_FORMS: dict[type, Any] = {}   # forms by exact type; the core's forms are added on first use (they import this module)
+
+
+# ---- the kernel's source ----------------------------------------------------------------------------------
+_REFUSED_CALLS = frozenset({"hash", "id", "set", "frozenset"})
+
+
+def source_refusal(sources: dict[str, str]) -> str | None:
+    """Why the kernel's own code could take another path with values, or in another process (None: it cannot)."""
+    for path, text in sources.items():
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            return f"{path} does not parse"
+        for node in ast.walk(tree):
+            where = f"{path}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+                return f"{where}: an exception handler (a run with values may raise where a trace-only run does not)"
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in ("__exit__", "__aexit__"):
+                return f"{where}: an __exit__ method (it may swallow exceptions)"
+            if isinstance(node, (ast.Set, ast.SetComp)):
+                return f"{where}: a set (its order follows the process's hash seed)"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _REFUSED_CALLS:
+                return f"{where}: {node.func.id}() (not the same in every process)"
+            if isinstance(node, (ast.Name, ast.Attribute)) and "random" in (
+                    node.id if isinstance(node, ast.Name) else node.attr).lower():
+                return f"{where}: random numbers"
+    return None
+
+
+__all__ = ["FORMAT", "Recorder", "Refused", "api_call", "note", "recording", "refuse", "register", "source_refusal"]

@@ -1,0 +1,162 @@
+"""The program hash (``sim.program_fingerprint``): equal only for kernels that compute the same thing.
+
+Each differing pair below has the same instruction boxes (the trace fingerprint, which only shares profiles, is
+equal where the test says so) but computes something else: its program hashes must differ, and the pair's
+outputs with values do differ, so the test could fail. Kernels that differ only in comments, names or how a
+constant is written must share a hash. What the hash cannot write down exactly refuses it (None)."""
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from accelopt_nb.evaluation.backends.simulator import trace_fingerprint
+from accelopt_nb.sim import SimOptions, load_kernel, program_fingerprint, simulate
+
+HEADER = ("import numpy as np\nimport neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\n"
+          "import neuronxcc.nki.isa as nisa\n\n")
+
+BASE = """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    ix, iy = nl.mgrid[0:128, 0:128]
+    t = nl.load(x[ix, iy])
+    y = nl.multiply(t, 2.0)
+    z = nl.exp(y)
+    nl.store(out[ix, iy], value=z)
+    return out
+"""
+
+
+def _kernel(source: str):
+    return load_kernel(source=HEADER + textwrap.dedent(source))
+
+
+def _inputs():
+    return [np.random.default_rng(0).standard_normal((128, 128)).astype(np.float32)]
+
+
+def _facts(source: str):
+    kernel, inputs = _kernel(source), _inputs()
+    program, why = program_fingerprint(kernel, *inputs, hw="trn1")
+    trace = trace_fingerprint(simulate(kernel, *inputs, options=SimOptions(trace_only=True, hw="trn1")).trace)
+    outputs = simulate(kernel, *inputs, options=SimOptions(hw="trn1")).outputs
+    return program, why, trace, outputs
+
+
+DIFFERENT = {   # (edit of BASE, whether the trace fingerprint stays equal: boxes and attrs cannot tell)
+    "transposed access": (("x[ix, iy]", "x[iy, ix]"), True),
+    "reversed access": (("x[ix, iy]", "x[ix, 127 - iy]"), True),
+    "scalar immediate": (("nl.multiply(t, 2.0)", "nl.multiply(t, 3.0)"), True),
+    "activation function": (("nl.exp(y)", "nl.tanh(y)"), False),
+    "operand order": (("nl.multiply(t, 2.0)", "nl.subtract(2.0, t)"), False),
+    "store mask": (("nl.store(out[ix, iy], value=z)",
+                    "nl.store(out[ix, iy], value=nisa.affine_select(ix - iy >= 0, z, 0.0))"), None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DIFFERENT))
+def test_kernels_that_compute_something_else_never_share_a_program(name):
+    (old, new), same_trace = DIFFERENT[name]
+    assert old in BASE
+    p0, why0, t0, out0 = _facts(BASE)
+    p1, why1, t1, out1 = _facts(BASE.replace(old, new))
+    assert p0 is not None and p1 is not None, (why0, why1)
+    assert not np.array_equal(out0[0], out1[0])          # the pair really computes something else
+    if same_trace is not None:
+        assert (t0 == t1) is same_trace                  # the box-level stream cannot tell them apart
+    assert p0 != p1
+
+
+def test_masks_with_the_same_box_differ():
+    causal = BASE.replace("nl.store(out[ix, iy], value=z)",
+                          "nl.store(out[ix, iy], value=nisa.affine_select(ix - iy >= 0, z, 0.0))")
+    strict = causal.replace("ix - iy >= 0", "ix - iy > 0")
+    p0, _, t0, out0 = _facts(causal)
+    p1, _, t1, out1 = _facts(strict)
+    assert not np.array_equal(out0[0], out1[0]) and t0 == t1
+    assert p0 is not None and p0 != p1
+
+
+def test_loop_kinds_and_counts_differ():
+    looped = """
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        ix, iy = nl.mgrid[0:128, 0:64]
+        for j in nl.affine_range(2):
+            t = nl.load(x[ix, j * 64 + iy])
+            nl.store(out[ix, j * 64 + iy], value=nl.exp(t))
+        return out
+    """
+    p0, why, _, _ = _facts(looped)
+    p1, _, _, _ = _facts(looped.replace("nl.affine_range(2)", "nl.sequential_range(2)"))
+    assert p0 is not None, why
+    assert p0 != p1
+
+
+SAME = """
+# a comment, another name for everything, constants written otherwise, an unused constant
+SCALE = 1.0 + 1.0
+_VARIANT = 7
+
+
+@nki.jit
+def kernel(inp):
+    \"\"\"A docstring.\"\"\"
+    result = nl.ndarray(inp.shape, dtype=inp.dtype, buffer=nl.shared_hbm)
+    p, f = nl.mgrid[0:64 * 2, 0:128]
+    tile = nl.load(inp[p, f])        # load
+    scaled = nl.multiply(tile, SCALE)
+    nl.store(result[p, f], value=nl.exp(scaled))
+    return result
+"""
+
+
+def test_comments_names_and_constants_share_a_program():
+    p0, why, _, out0 = _facts(BASE)
+    p1, _, _, out1 = _facts(SAME)
+    assert p0 is not None, why
+    assert p0 == p1
+    np.testing.assert_array_equal(out0[0], out1[0])
+
+
+def test_value_dependent_addressing_has_no_program():
+    gather = """
+    @nki.jit
+    def kernel(data, idx):
+        rows = nl.ndarray((idx.shape[0], data.shape[1]), dtype=data.dtype, buffer=nl.shared_hbm)
+        ids = nl.load(idx)
+        g = nl.load(data[ids, nl.arange(data.shape[1])[None, :]])
+        nl.store(rows, value=g)
+        return rows
+    """
+    data = np.arange(100 * 8, dtype=np.float32).reshape(100, 8)
+    idx = np.arange(64, dtype=np.int32).reshape(64, 1)
+    program, why = program_fingerprint(_kernel(gather), data, idx, hw="trn1")
+    assert program is None and "indirect" in why
+
+
+@pytest.mark.parametrize("snippet, reason", [
+    ("    try:\n        pass\n    except Exception:\n        pass\n", "exception handler"),
+    ("    _ = {1, 2}\n", "a set"),
+    ("    _ = np.random.rand()\n", "random"),
+])
+def test_code_that_may_take_another_path_has_no_program(snippet, reason):
+    source = BASE.replace("    return out\n", snippet + "    return out\n")
+    program, why = program_fingerprint(_kernel(source), *_inputs(), hw="trn1")
+    assert program is None and reason in why
+
+
+def test_a_kernel_function_argument_has_no_program():
+    source = BASE.replace("z = nl.exp(y)", "z = nisa.activation(op=lambda v: v, data=y)")
+    program, why = program_fingerprint(_kernel(source), *_inputs(), hw="trn1")
+    assert program is None and ("outside NKI" in why or "failed" in why)
+
+
+def test_hooks_are_off_outside_a_recording():
+    from accelopt_nb.sim.core import program
+    program_fingerprint(_kernel(BASE), *_inputs(), hw="trn1")
+    assert program.ON is False and program._RECORDER is None
