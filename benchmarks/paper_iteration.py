@@ -171,6 +171,9 @@ def measure(problem: str, arm: str, candidates: int, workers: int, latency_s: fl
             out = {"problem": problem, "arm": arm, "candidates": len(kernels), "wall_s": wall,
                    "open_s": t0 - t_open, "phases_s": phases, "statuses": statuses, "confirmed": len(confirm_s),
                    "candidate_eval_s": sum(candidate_s), "confirm_eval_s": sum(confirm_s),
+                   # verdicts taken from a kernel with the same program (not evaluated again)
+                   "confirm_inherited": sum(1 for e in evals if e["fidelity"] == "confirm" and e.get("inherited_from")),
+                   "screen_inherited": sum(1 for e in evals if e["fidelity"] == "screen" and e.get("inherited_from")),
                    "llm_calls": srv.chat_requests, "beam": len(s.beam)}
     out["eval_cpu_s"] = children_cpu_s() - cpu0       # the session closed: its pool is shut down
     out["idle_box_s"] = out["eval_cpu_s"] / workers
@@ -293,6 +296,7 @@ def main() -> int:
                       + f"  evaluation CPU {r['eval_cpu_s']:.1f} s = {r['idle_box_s']:.1f} s on {args.workers} idle"
                       + " workers"
                       + f"  statuses {r['statuses']}  confirmed {r['confirmed']}"
+                      + f" ({r['confirm_inherited']} inherited; screens inherited {r['screen_inherited']})"
                       + f"  evaluation s (summed over workers): candidates {r['candidate_eval_s']:.1f},"
                       + f" confirmations {r['confirm_eval_s']:.1f}  phases "
                       + ", ".join(f"{p} {s:.1f}" for p, s in r["phases_s"].items())
@@ -328,11 +332,12 @@ def main_trees(trees: list[tuple[str, Path]], args: argparse.Namespace) -> int:
     print("\ntrees side by side (CPU s; the ratio: the iteration's evaluation CPU at 144 over the workers "
           "against the unit's CPU, i.e. on an idle machine):")
     print(f"  {'problem':<8} {'tree':<10} {'arm':<10} {'unit CPU':>9} {'iteration eval CPU':>19} {'wall':>8} "
-          f"{'confirmed':>9} {'ratio':>6}")
+          f"{'confirmed (inherited)':>21} {'ratio':>6}")
     for r in rows:
         unit = r.get("unit", {}).get("cpu_s")
         print(f"  {r['problem']:<8} {r['tree']:<10} {r['arm']:<10} {unit if unit is None else f'{unit:.1f}':>9} "
-              f"{r['eval_cpu_144_s']:>19.1f} {r['wall_s']:>8.1f} {r['confirmed']:>9} "
+              f"{r['eval_cpu_144_s']:>19.1f} {r['wall_s']:>8.1f} "
+              f"{str(r['confirmed']) + ' (' + str(r.get('confirm_inherited', '-')) + ')':>21} "
               f"{r.get('x_unit_idle', float('nan')):>5.1f}x")
     if smoke:
         _print_fixer_smoke(smoke)

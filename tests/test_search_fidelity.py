@@ -120,3 +120,40 @@ def test_only_confirmed_kernels_are_learned_and_a_multi_fidelity_run_replays_exa
     for n in (1, 2):
         replayed = run(double, tmp_path, f"replay{n}", "http://127.0.0.1:9/v1", tape, "replay", concurrency=n)
         assert replayed == recorded
+
+
+# Three rewrites that differ only in comments and an unused constant: one program, so one screen and one
+# confirmation; the others inherit them (recorded as inherited from that kernel).
+SAME_PLANS = ["FUSE the two multiplies into one pass.", "TAGGED: fuse, and tag the module.",
+              "RENAMED: fuse, with clearer names."]
+SAME_REWRITES = [("FUSE", lambda src: FUSED), ("TAGGED", lambda src: FUSED + "\n\n_VARIANT = 2  # unused\n"),
+                 ("RENAMED", lambda src: FUSED.replace("        t = ", "        tile = ").replace("(t, 2.0)", "(tile, 1.0 + 1.0)"))]
+
+
+def test_kernels_with_one_program_are_screened_and_confirmed_once(double, tmp_path):
+    model = FakeNKIModel(plans=SAME_PLANS, rewrites=SAME_REWRITES)
+    run_dir = tmp_path / "same"
+    store = RunStore.open(run_dir)
+    with FakeOpenAIServer(models=[MODEL], responder=model.responder) as srv:
+        client = LLMClient(ModelConfig(model=MODEL, base_url=srv.url), Ledger.for_store(store, "same"),
+                           concurrency=1)
+        s = Session.create(double, run_dir=run_dir, config=config(iterations=1, beam_width=3), llm=client,
+                           run_id="same", eval_cache=False, store=store)
+        try:
+            report = s.run()
+            rows = [r["result"] for r in s.store.rows("evaluations", "same")]
+            kernels = [k for k in s.kernels.values() if k.iteration == 0 and k.origin != "baseline"]
+        finally:
+            client.close()
+            s.close()
+    assert len(kernels) == 3 and all(k.confirmed_correct for k in kernels)
+    confirms = [r for r in rows if r["fidelity"] == "confirm"]
+    screens = [r for r in rows if r["fidelity"] == "screen"]
+    assert len(confirms) == 3 and len(screens) == 3
+    for group in (confirms, screens):
+        leaders = [r for r in group if not r["inherited_from"]]
+        assert len(leaders) == 1
+        assert {r["inherited_from"] for r in group if r["inherited_from"]} == {leaders[0]["label"]}
+    assert report.inherited == {"confirm": 2, "screen": 2}
+    assert "inherited from a kernel with the same program" in report.to_text()
+    assert sum(k.inherited_from is not None for k in kernels) == 2

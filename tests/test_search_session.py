@@ -423,8 +423,12 @@ class RecordingEvaluator:
         self.workers = workers          # None: a capacity the search cannot know (as on Dask)
         self.submitted: list[tuple[str, str]] = []
         self.profiled: list[bool] = []
+        self.identified: list[tuple[str, str]] = []   # the program hashes asked before each evaluation
 
     def submit(self, job):
+        if job.fidelity.startswith("identify"):
+            self.identified.append((job.label, job.fidelity))
+            return self.pool.submit(job)
         self.submitted.append((job.label, job.fidelity))
         self.profiled.append(job.options.profile)
         return self.pool.submit(job)
@@ -446,6 +450,7 @@ def test_multi_fidelity_confirms_what_beam_and_memory_need_in_the_stream_after_t
     s.execute()
     evaluator.submitted.clear()
     evaluator.profiled.clear()
+    evaluator.identified.clear()
     s.evaluate()
     by_plan = {word: k.kernel_id for k in s.iteration_kernels() for word in ("DOUBLE", "WRONG", "NARROW")
                if word in s.plans[k.plan_id].text}
@@ -458,7 +463,9 @@ def test_multi_fidelity_confirms_what_beam_and_memory_need_in_the_stream_after_t
         ("positive", "baseline", by_plan["DOUBLE"]), ("negative", by_plan["NARROW"], "baseline")]
     fidelities = [f for _, f in evaluator.submitted]
     assert fidelities == ["screen"] * 3 + ["confirm"] * 2
-    assert [label for label, _ in evaluator.submitted[3:]] == [by_plan["DOUBLE"], by_plan["NARROW"]]
+    # asked in rank order (each program identified first, so the executor may start them in either order)
+    assert [label for label, f in evaluator.identified if f == "identify"] == [by_plan["DOUBLE"], by_plan["NARROW"]]
+    assert sorted(label for label, _ in evaluator.submitted[3:]) == sorted([by_plan["DOUBLE"], by_plan["NARROW"]])
     assert s.kernels[by_plan["DOUBLE"]].confirmed and s.kernels[by_plan["NARROW"]].confirmed
     assert not s.kernels[by_plan["WRONG"]].confirmed
     # The confirmation checks correctness only; latency and profile come from the screening.

@@ -171,6 +171,8 @@ class _Judge:
         load_s = float(reply.get("seconds", 0.0))
         if job.fidelity == "trace":
             return self._trace_only(target[0], load_s)
+        if job.fidelity in ("identify", "identify_screen"):
+            return self._identify(target[0], load_s)
 
         screen = (job.fidelity == "screen" and job.problem.kind == "nkibench"
                   and job.preset != SCREEN_PRESET)
@@ -199,6 +201,52 @@ class _Judge:
                                 message=f"kernel failed to trace: {error['type']}: {error['message']}"[:600])
         return self._finish(Status.PROFILED, message=f"profiled from a trace-only run at the {shape.preset} "
                                                       f"shape; correctness not checked")
+
+    def _identify(self, shape: _Shape, load_s: float) -> EvalResult:
+        """Fidelities ``identify`` and ``identify_screen``: what the verdict of a full check (the program at
+        the job's shape) or of a screen (the program at the small shape, and the job shape's instruction
+        stream, which decides the latency) depends on; nothing is checked."""
+        self.result.checked_preset = None
+        self.result.compile_time_s = load_s
+        screen = self.job.fidelity == "identify_screen" and self.job.problem.kind == "nkibench"
+        at = self._shape(SCREEN_PRESET)[0] if screen and self.job.preset != SCREEN_PRESET else shape
+        identity: dict[str, Any] = {"preset": at.preset, "program": None, "why": None}
+        self.result.identity = identity
+        where = self._profile_inputs(at)
+        if self.opts.adversarial and self._adversarial_shapes_differ(at, where):
+            identity["why"] = "adversarial inputs of other shapes than the seeds' (one program hash covers one)"
+            return self._finish(Status.PROFILED, message=f"identified: no program ({identity['why']})")
+        reply = self.runner.request({"op": "program", **where})
+        if not reply.get("ok"):
+            identity["why"] = f"{self._kernel_error(reply).get('type')}"
+        else:
+            identity["program"], identity["why"] = reply.get("program"), reply.get("why")
+        if screen and identity["program"] is not None:
+            reply = self.runner.request({"op": "trace", **self._profile_inputs(shape)})
+            identity["stream"] = reply.get("fingerprint") if reply.get("ok") else None
+            if identity["stream"] is None:
+                identity["program"], identity["why"] = None, "no trace fingerprint at the job's shape"
+        return self._finish(Status.PROFILED, message=f"identified: program at the {at.preset} shape "
+                                                      f"{identity['program'] or 'none'} ({identity['why']})")
+
+    def _adversarial_shapes_differ(self, shape: _Shape, seed_inputs: dict[str, Any]) -> bool:
+        """Whether an adversarial input set has other shapes or dtypes than the seeds' (then the verdict covers
+        programs at two shapes and the seeds' program hash does not stand for it)."""
+        def signature(directory: Path, n: int) -> list[tuple]:
+            arrays = (np.load(directory / f"nki_{i}.npy", mmap_mode="r", allow_pickle=False) for i in range(n))
+            return [(a.shape, a.dtype.str) for a in arrays]
+        seed = signature(Path(seed_inputs["inputs"]), seed_inputs["n_inputs"])
+        for i in range(self._adversarial_count(shape)):
+            adv = self._input_set(shape, "adversarial", i, lambda i=i: shape.adversarial_inputs()[i])
+            if signature(Path(adv.directory), adv.n_inputs) != seed:
+                return True
+        return False
+
+    def _profile_inputs(self, shape: _Shape) -> dict[str, Any]:
+        """The runner's message fields for the seed-42 inputs at ``shape`` (no reference computed)."""
+        inputs = self._input_set(shape, "profile", PROFILE_SEED, lambda: shape.task.get_inputs(PROFILE_SEED),
+                                 reference=False)
+        return {"inputs": str(inputs.directory), "n_inputs": inputs.n_inputs}
 
     def _verdict(self, shape: _Shape, seeds: tuple[int, ...], load_s: float, *, profile: str,
                  trace_shape: _Shape | None = None) -> EvalResult:

@@ -25,7 +25,10 @@ EVALUATOR_VERSION = "3"   # 3: the simulator simulates for the job's hw (trn1 is
 #         with one seed plus the adversarial inputs);
 # confirm: the full checks at the job's preset, for the few kernels a search keeps;
 # trace: no correctness check, only the profile of a trace-only run at the job's preset (status "profiled").
-Fidelity = Literal["full", "screen", "confirm", "trace"]
+# identify: no check, the kernel's program hash at the job's preset (EvalResult.identity; status "profiled");
+# identify_screen: its program hash at the small preset and the trace fingerprint at the job's preset
+#         (what a screen's verdict depends on). The evaluation service uses them to evaluate each program once.
+Fidelity = Literal["full", "screen", "confirm", "trace", "identify", "identify_screen"]
 FIDELITIES: tuple[str, ...] = get_args(Fidelity)
 # The simulator and the performance model decide verdicts and profiles; their code and data are part of
 # every cache key, so a changed model (a refit, a new rule) never serves results computed by the old one.

@@ -233,6 +233,10 @@ class _Server:
             if op == "trace":   # None: this backend does not fingerprint its streams (ask trace_profile)
                 trace = getattr(self.backend, "trace", None)
                 return {"ok": True, "fingerprint": None if trace is None else str(trace(_inputs(msg)))}
+            if op == "program":   # None: this backend cannot write its programs down
+                program = getattr(self.backend, "program", None)
+                found = (None, "this backend has no program hash") if program is None else program(_inputs(msg))
+                return {"ok": True, "program": found[0], "why": found[1]}
             if op == "estimate_trace":
                 return {"ok": True, "profile": _plain(self.backend.estimate_trace())}
             return {"ok": False, "error": {"type": "EvaluationError", "message": f"unknown op {op!r}"},

@@ -7,6 +7,13 @@ would otherwise do again lives here once:
 * **dedupe**: a kernel with the same normalised syntax tree as one already submitted (comments,
   docstrings and formatting aside) under the same settings is evaluated once; the others get a
   copy of its result, with their own label and kernel hash and a note in the log;
+* **one evaluation per program** (``programs=True``; the search turns it on): before a screen or a full
+  check, a cheap ``identify`` job hashes the program the kernel runs (:func:`accelopt_nb.sim.program_fingerprint`:
+  every NKI call with its exact operands, a trace-only run). A kernel whose program equals one already
+  evaluated under the same settings gets that kernel's verdict, marked ``inherited_from`` its label, instead of
+  its own evaluation: a full check (or confirmation) when the program at the job's shape is equal, a screen when
+  the program at the small shape and the instruction stream at the job's shape (its latency) are equal. A
+  kernel without a program hash (value-dependent addressing, exception handlers, ...) is evaluated itself;
 * **the fidelity rules**: :meth:`EvalService.confirm` checks a screened kernel at full fidelity,
   and, where the backend's trace-only profile is exact, keeps the screening's latency and profile;
 * **failure containment**: a lost worker (or Dask's ``KilledWorker``) is that job's ``crashed``
@@ -47,7 +54,7 @@ class EvalService:
     """
 
     def __init__(self, executor: Evaluator | None = None, *, cache: Any = True, dedupe: bool = True,
-                 workers: int | None = None) -> None:
+                 workers: int | None = None, programs: bool = False) -> None:
         self._executor = executor
         self._owned: Evaluator | None = None
         self._workers = workers
@@ -56,6 +63,8 @@ class EvalService:
         self._lock = threading.Lock()
         self._leaders: dict[str, tuple[str | None, Future]] = {}  # dedupe key -> (label, its future)
         self._running: set[Future] = set()                         # the executor's futures not done
+        self.programs = programs
+        self._programs: dict[str, tuple[str | None, Future]] = {}  # program key -> (label, its verdict's future)
 
     @property
     def executor(self) -> Evaluator:
@@ -89,8 +98,10 @@ class EvalService:
                 self._leaders[key] = (job.label, slot)
         if lead is not None:
             return _finished(hit) if hit is not None else self._twin_of(lead[1], job, lead[0])
+        if hit is not None:
+            self._lead_program(job, hit)
         # outside the lock: an executor may run the job right here, in this thread
-        _then(_finished(hit) if hit is not None else self._run(job), lambda r: r, into=slot)
+        _then(_finished(hit) if hit is not None else self._run_by_program(job), lambda r: r, into=slot)
         slot.add_done_callback(lambda f: self._forget_if_transient(key, f))
         return slot
 
@@ -111,6 +122,93 @@ class EvalService:
             return self.submit(job)
         inner = self.submit(replace(job, options=replace(job.options, profile=False)))
         return _then(inner, lambda r: _with_screening(r, latency_ms, profile, job.preset))
+
+    # ------------------------------------------------------------------ one evaluation per program
+    def _identity_fidelity(self, job: EvalJob) -> str | None:
+        if not self.programs or not exact_trace_profile(job.backend):
+            return None
+        return {"full": "identify", "confirm": "identify", "screen": "identify_screen"}.get(job.fidelity)
+
+    def _identify(self, job: EvalJob, fidelity: str) -> "Future[EvalResult]":
+        ident = replace(job, fidelity=fidelity)
+        hit = self.cache.get(ident) if self.cache is not None else None
+        return _finished(hit) if hit is not None else self._run(ident)
+
+    @staticmethod
+    def _program_key(job: EvalJob, identity: dict[str, Any] | None) -> str | None:
+        """Jobs with equal keys have the same verdict: the same program (and, for a screen, the same
+        instruction stream at the job's shape) under the same settings. A full check and a confirmation
+        check the same inputs at the same shape: one key."""
+        if not identity or not identity.get("program"):
+            return None
+        checks = "full" if job.fidelity in ("full", "confirm") else job.fidelity
+        blank = replace(job, kernel_source="", label=None, fidelity=checks,
+                        options=replace(job.options, profile=True))
+        return f"{identity['program']}|{identity.get('preset')}|{identity.get('stream')}|{blank.cache_key()}"
+
+    def _run_by_program(self, job: EvalJob) -> "Future[EvalResult]":
+        """Run ``job``, or inherit the verdict of an earlier kernel with the same program."""
+        fidelity = self._identity_fidelity(job)
+        if fidelity is None:
+            return self._run(job)
+        out: Future = Future()
+
+        def decide(ident: Future) -> None:
+            result = None if ident.cancelled() or ident.exception() is not None else ident.result()
+            key = self._program_key(job, result.identity if result is not None else None)
+            lead = None
+            if key is not None:
+                with self._lock:
+                    lead = self._programs.get(key)
+                    if lead is None:
+                        self._programs[key] = (job.label, out)
+                        out.add_done_callback(lambda f: self._forget_program_if_transient(key, f))
+            if lead is None:
+                _then(self._run(job), lambda r: r, into=out)
+            else:
+                at = result.identity.get("preset")
+                lead[1].add_done_callback(lambda f: self._inherit(f, job, lead[0], at, out))
+        self._identify(job, fidelity).add_done_callback(decide)
+        return out
+
+    def _inherit(self, leader: Future, job: EvalJob, leader_label: str | None, at: str | None, out: Future) -> None:
+        """``out`` gets the leader's verdict as ``job``'s, or ``job``'s own where the leader's cannot stand for it:
+        lost, transient, not checked at the shape ``at`` where the two programs are equal (a screen that could
+        not run at the small shape was checked at the job's), or an error that points at the leader's lines."""
+        result = None if leader.cancelled() or leader.exception() is not None else leader.result()
+        located = result is not None and (result.error is not None or any(c.error for c in result.checks))
+        if result is None or result.status in TRANSIENT_STATUSES or result.checked_preset != at or located:
+            _then(self._run(job), lambda r: r, into=out)
+            return
+        heir = EvalResult.from_dict(result.to_dict())
+        heir.kernel_sha256, heir.fidelity, heir.cached, heir.wall_time_s = job.kernel_sha256, job.fidelity, False, 0.0
+        heir.inherited_from = leader_label
+        heir.log.append(f"[evaluator] the same program as {leader_label!r}: its verdict, not evaluated again")
+        try:
+            out.set_result(self._store(job, heir))
+        except BaseException as err:  # noqa: BLE001 - the future must settle
+            out.set_exception(err)
+
+    def _lead_program(self, job: EvalJob, result: EvalResult) -> None:
+        """A cached verdict leads its program too (the baseline, evaluated before the run opened). Identified
+        now, before the hit is answered, so whether a later kernel inherits it never depends on timing."""
+        fidelity = self._identity_fidelity(job)
+        if fidelity is None or result.status in TRANSIENT_STATUSES or result.inherited_from is not None:
+            return
+        try:
+            found = self._identify(job, fidelity).result()
+        except BaseException:  # noqa: BLE001 - no identity: the hit leads nothing
+            found = None
+        key = self._program_key(job, found.identity if found is not None else None)
+        if key is not None:
+            with self._lock:
+                self._programs.setdefault(key, (job.label, _finished(result)))
+
+    def _forget_program_if_transient(self, key: str, fut: Future) -> None:
+        if fut.cancelled() or fut.exception() is not None or fut.result().status in TRANSIENT_STATUSES:
+            with self._lock:
+                if self._programs.get(key, (None, None))[1] is fut:
+                    del self._programs[key]
 
     def _run(self, job: EvalJob) -> "Future[EvalResult]":
         inner = self.executor.submit(job)

@@ -45,6 +45,9 @@ class EvalConfig:
     backend: str = "simulator"
     hw: str = "trn1"
     fidelity: str = "full"        # full: every candidate fully evaluated | multi: screen all, confirm the best
+    # a kernel whose program (sim.program_fingerprint: every NKI call with exact operands) equals an evaluated
+    # kernel's inherits that verdict (screen or full check), recorded as inherited from that kernel
+    share_programs: bool = True
 
 
 @dataclass
@@ -120,6 +123,8 @@ class SearchConfig:
         if self.planner.profile_order not in ("fixed", "shuffled"):
             raise ConfigError(f"planner.profile_order must be 'fixed' or 'shuffled', got {self.planner.profile_order!r}")
         _choice("evaluation.fidelity", self.evaluation.fidelity, SEARCH_FIDELITIES)
+        if not isinstance(self.evaluation.share_programs, bool):
+            raise ConfigError(f"evaluation.share_programs must be true or false, got {self.evaluation.share_programs!r}")
         _choice("sampling.seed_mode", self.sampling.seed_mode, SEED_MODES)
         _choice("prompts.set", self.prompts.set, PROMPT_SETS)
         r = self.sampling.unusable_retries

@@ -40,7 +40,8 @@ class Evaluations:
                  options: "EvalOptions | None" = None) -> None:
         self.ctx = ctx
         self.options = options
-        self.service = EvalService(executor, cache=cache, workers=ctx.config.runtime.eval_workers or None)
+        self.service = EvalService(executor, cache=cache, workers=ctx.config.runtime.eval_workers or None,
+                                   programs=ctx.config.evaluation.share_programs)
         self._prefetched: dict[str, "Future[EvalResult]"] = {}   # speculative confirmations, not recorded
 
     @property

@@ -64,6 +64,7 @@ class RunReport:
     prompt_set: str = "extended"
     repairs: int = 0           # kernels the fixer wrote (fixer.attempts > 0)
     repairs_correct: int = 0   # of which correct
+    inherited: dict[str, int] = field(default_factory=dict)   # fidelity -> verdicts inherited (the same program)
 
     @property
     def total_cost_usd(self) -> float | None:
@@ -105,6 +106,10 @@ class RunReport:
                  f"  evaluation ({self.fidelity} fidelity): " + (", ".join(
                      f"{n} {s}" for s, n in sorted(self.statuses.items())) or "none"),
                  f"  prompts: {self.prompt_set}"]
+        if self.inherited:
+            lines.insert(-1, "  inherited from a kernel with the same program (not evaluated again): " + ", ".join(
+                f"{n} {'screens' if f == 'screen' else 'confirmations' if f == 'confirm' else f + ' checks'}"
+                for f, n in sorted(self.inherited.items())))
         if self.repairs:
             lines.append(f"  fixer: {self.repairs} repairs of failed candidates, {self.repairs_correct} correct")
         if self.phase_seconds:
@@ -209,11 +214,11 @@ def kernels_df(state: "RunState") -> "pd.DataFrame":
     import pandas as pd
 
     cols = ["kernel_id", "iteration", "parent_id", "plan_id", "origin", "status", "fidelity", "screened",
-            "latency_ms", "pct_peak", "in_beam"]
+            "inherited_from", "latency_ms", "pct_peak", "in_beam"]
     beam = set(state.beam)
     rows = [{"kernel_id": k.kernel_id, "iteration": k.iteration, "parent_id": k.parent_id, "plan_id": k.plan_id,
              "origin": k.origin, "status": k.status, "fidelity": k.fidelity, "screened": k.screened,
-             "latency_ms": k.latency_ms, "pct_peak": k.pct_peak, "in_beam": k.kernel_id in beam}
+             "inherited_from": k.inherited_from, "latency_ms": k.latency_ms, "pct_peak": k.pct_peak, "in_beam": k.kernel_id in beam}
             for k in sorted(state.kernels.values(), key=lambda k: (k.iteration, k.order, k.kernel_id))]
     return pd.DataFrame(rows, columns=cols)
 
@@ -239,4 +244,15 @@ def build_report(state: "RunState") -> RunReport:
                      statuses=dict(Counter(k.status or "not evaluated" for k in kernels)),
                      phase_seconds=phase_seconds(state), fidelity=cfg.evaluation.fidelity,
                      prompt_set=cfg.prompts.set, repairs=sum(k.origin == "fixer" for k in kernels),
-                     repairs_correct=sum(k.origin == "fixer" and k.correct for k in kernels))
+                     repairs_correct=sum(k.origin == "fixer" and k.correct for k in kernels),
+                     inherited=inherited_verdicts(state))
+
+
+def inherited_verdicts(state: "RunState") -> dict[str, int]:
+    """Fidelity -> evaluations of the run recorded as another kernel's verdict (the same program)."""
+    counts: Counter[str] = Counter()
+    for row in state.store.rows("evaluations", state.run_id):
+        result = row.get("result") or {}
+        if result.get("inherited_from"):
+            counts[str(result.get("fidelity"))] += 1
+    return dict(counts)

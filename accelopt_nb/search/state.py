@@ -77,6 +77,11 @@ class KernelView:
         """Evaluated at full fidelity (not only screened)."""
         return self.evaluated and self.fidelity != "screen"
 
+    @property
+    def inherited_from(self) -> str | None:
+        """The kernel whose verdict this one's is (the same program, evaluated once), if any."""
+        return (self.result or {}).get("inherited_from")
+
     @cached_property
     def hash(self) -> str:
         """The beam identity (normalized syntax tree); cached: the beam is chosen again after every

@@ -131,6 +131,11 @@ class SimulatorBackend:
         self._kept = self._sim.simulate(self.kernel, *nki_inputs, options=options).trace
         return trace_fingerprint(self._kept)
 
+    def program(self, nki_inputs: list[np.ndarray]) -> tuple[str | None, str]:
+        """The kernel's program hash at these input shapes (``sim.program_fingerprint``: equal hashes,
+        equal outputs for every input of these shapes), or None and why it has none."""
+        return self._sim.program_fingerprint(self.kernel, *nki_inputs, hw=self.hw)
+
     def estimate_trace(self) -> dict[str, Any] | None:
         """The perf model's profile of the stream :meth:`trace` kept."""
         return self._estimate(self._kept)

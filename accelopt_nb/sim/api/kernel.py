@@ -122,6 +122,8 @@ def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None
     """
     if not isinstance(kernel, Kernel):
         kernel = Kernel(kernel, host=True)
+    if _program.ON and active() is not None:   # its own options, maybe with values: not the recorded program
+        _program.refuse("a launch inside a launch")
     options = options or SimOptions()
     launch_grid = parse_grid(tuple(grid)) if grid is not None else kernel.grid_spec
     rt = Runtime(options, kernel.__name__, _kernel_files(kernel))
