@@ -62,3 +62,49 @@ def test_without_programs_every_kernel_is_evaluated(tmp_path):
         for label in ("base", "renamed"):
             assert service.evaluate(make_job("silu", KERNELS[label], preset="small", label=label)).inherited_from is None
     assert executor.ran == Counter({"full": 2})
+
+
+class SameProgram:
+    """FAKE executor: every kernel has one program; the verdicts are made up (status, error) by label."""
+
+    workers = 1
+
+    def __init__(self, verdicts: dict) -> None:
+        self.verdicts, self.ran = verdicts, Counter()
+
+    def submit(self, job):
+        from concurrent.futures import Future
+
+        from accelopt_nb.evaluation import EvalResult
+        self.ran[job.fidelity] += 1
+        fut: Future = Future()
+        status, error = (Status.PROFILED, None) if job.fidelity.startswith("identify") else self.verdicts[job.label]
+        fut.set_result(EvalResult(status=status, message=str(status), problem="silu", preset=job.preset,
+                                  backend=job.backend, hw=job.hw, kernel_sha256=job.kernel_sha256,
+                                  evaluator_version="fake", fidelity=job.fidelity, checked_preset=job.preset,
+                                  error=error, identity={"program": "p", "preset": job.preset, "why": ""}))
+        return fut
+
+    def shutdown(self, wait=True):
+        pass
+
+
+@pytest.mark.parametrize("status, error", [
+    (Status.TIMEOUT, None),                                   # may not happen again
+    (Status.INCORRECT, {"type": "UninitializedReadError", "line": 12}),   # points at the leader's lines
+])
+def test_a_transient_or_located_verdict_is_not_inherited(status, error):
+    executor = SameProgram({"a": (status, error), "b": (Status.CORRECT, None)})
+    with EvalService(executor, cache=False, programs=True) as service:
+        first = service.evaluate(make_job("silu", KERNELS["base"], preset="small", label="a"))
+        second = service.evaluate(make_job("silu", KERNELS["renamed"], preset="small", label="b"))
+    assert first.status is status and second.status is Status.CORRECT and second.inherited_from is None
+    assert executor.ran["full"] == 2
+
+
+def test_a_plain_verdict_of_the_same_program_is_inherited():
+    executor = SameProgram({"a": (Status.INCORRECT, None)})
+    with EvalService(executor, cache=False, programs=True) as service:
+        service.evaluate(make_job("silu", KERNELS["base"], preset="small", label="a"))
+        heir = service.evaluate(make_job("silu", KERNELS["renamed"], preset="small", label="b"))
+    assert heir.status is Status.INCORRECT and heir.inherited_from == "a" and executor.ran["full"] == 1

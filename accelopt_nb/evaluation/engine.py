@@ -15,8 +15,9 @@ with one seed plus the adversarial inputs instead.
 
 A trace-only profile is estimated once per instruction stream: the runner returns the stream's
 fingerprint and the judge takes the profile from :class:`.datacache.ProfileCache` when another
-kernel had that stream (same stream, same model: the same profile). Correctness is never shared:
-two kernels with one stream may compute different values.
+kernel had that stream (same stream, same model: the same profile). Correctness is never shared by
+stream: two kernels with one stream may compute different values. (Verdicts are shared by program,
+in the service: fidelities ``identify``/``identify_screen`` below only hash the program.)
 """
 from __future__ import annotations
 
