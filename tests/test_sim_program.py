@@ -156,7 +156,15 @@ def test_a_kernel_function_argument_has_no_program():
     assert program is None and ("outside NKI" in why or "failed" in why)
 
 
-def test_hooks_are_off_outside_a_recording():
+def test_only_the_fingerprint_launch_is_recorded(monkeypatch):
     from accelopt_nb.sim.core import program
-    program_fingerprint(_kernel(BASE), *_inputs(), hw="trn1")
-    assert program.ON is False and program._RECORDER is None
+    seen = []
+    monkeypatch.setattr(program.Recorder, "call", lambda self, api, args, kwargs: seen.append(api))
+    kernel = _kernel(BASE)
+    simulate(kernel, *_inputs(), options=SimOptions(trace_only=True))
+    assert seen == []
+    program_fingerprint(kernel, *_inputs(), hw="trn1")
+    assert "nl.exp" in seen or any(api.endswith(".exp") for api in seen)
+    n = len(seen)
+    simulate(kernel, *_inputs(), options=SimOptions(trace_only=True))
+    assert len(seen) == n

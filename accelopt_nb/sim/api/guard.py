@@ -35,7 +35,6 @@ from accelopt_nb.errors import UnsupportedAPIError
 from accelopt_nb.sim.api import generations as _generations
 from accelopt_nb.sim.api import isa as _isa
 from accelopt_nb.sim.core import dtypes as _dt
-from accelopt_nb.sim.core import program as _program
 from accelopt_nb.sim.core.context import active
 
 API_FILE = Path(__file__).with_name("nki_api.yaml")
@@ -416,8 +415,9 @@ def guarded(fn: Callable, spec: Spec) -> Callable:
                 if a.target is not None:
                     passed[a.target] = v
             kwargs = passed
-        if _program.ON:   # the program hash (core/program.py) records every call, exactly
-            _program.api_call(spec.api, args, kwargs)
+        rt = active()
+        if rt is not None and rt.calls is not None:   # the program hash (core/hooks.py, core/program.py)
+            rt.calls.call(spec.api, args, kwargs)
         try:
             return fn(*args, **kwargs)
         except TypeError:

@@ -22,6 +22,7 @@ from accelopt_nb.sim.core import dtypes as _dt
 from accelopt_nb.sim.core import failures, onchip
 from accelopt_nb.sim.core import program as _program
 from accelopt_nb.sim.core.context import active, running
+from accelopt_nb.sim.core.hooks import Observer
 from accelopt_nb.sim.core.indexing import IndexExpr, Mask, _Grid
 from accelopt_nb.sim.core.memory import paint_unwritten
 from accelopt_nb.sim.core.runtime import LoopIndex, Runtime, SimOptions
@@ -122,11 +123,19 @@ def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None
     """
     if not isinstance(kernel, Kernel):
         kernel = Kernel(kernel, host=True)
-    if _program.ON and active() is not None:   # its own options, maybe with values: not the recorded program
-        _program.refuse("a launch inside a launch")
+    return _launch(kernel, inputs, kwargs, options, grid)
+
+
+def _launch(kernel: Kernel, inputs: Sequence[Any], kwargs: dict[str, Any], options: SimOptions | None,
+            grid: Sequence[Any] | None, calls: Observer | None = None) -> SimResult:
+    """``simulate``; ``calls``: the observer of the launch's program (``Runtime.calls``, the program hash)."""
+    outer = active()
+    if outer is not None and outer.calls is not None:   # its own options, maybe with values: not the recorded program
+        outer.calls.unrecordable("a launch inside a launch")
     options = options or SimOptions()
     launch_grid = parse_grid(tuple(grid)) if grid is not None else kernel.grid_spec
     rt = Runtime(options, kernel.__name__, _kernel_files(kernel))
+    rt.calls = calls
     if options.loop_replay and options.record_trace:
         attach_replay(rt)   # the replay wing observes the launch (core.hooks)
     # per-tile BLAS calls are tiny: extra BLAS threads only add synchronization (5x slower measured)
@@ -155,8 +164,8 @@ def simulate(kernel: Kernel | Callable, *inputs: Any, options: SimOptions | None
             if missing is not None:
                 raise missing.locate(*location).with_traceback(exc.__traceback__) from None
             raise failures.python_error(exc, rt.kernel_files, location) from exc
-        if _program.ON:
-            _program.note("outputs", outputs)
+        if rt.calls is not None:
+            rt.calls.outputs(outputs)
         result_arrays = _collect_outputs(rt, outputs, kernel.__name__, inputs)
     onchip.give_back(rt.onchip)
     return SimResult(outputs=result_arrays, trace=rt.finish_trace(), log=rt.log, warnings=rt.warnings)
@@ -245,15 +254,15 @@ def program_fingerprint(kernel: Kernel | Callable, *inputs: Any, hw: str | None 
     why = _program.source_refusal(sources)
     if why is not None:
         return None, why
-    with _program.recording() as rec:
-        rec.put(("inputs", tuple((str(np.asarray(a).dtype), np.shape(a)) for a in inputs), hw))
-        try:
-            res = simulate(kernel, *inputs, options=SimOptions(trace_only=True, loop_replay=False, hw=hw))
-        except Exception as exc:   # noqa: BLE001 - a kernel that fails trace-only has no program to share
-            return None, f"the trace-only launch failed: {type(exc).__name__}"
-        trace = res.trace
-        rec.put(("launch", tuple(trace.grid), trace.num_cores, tuple(sorted(trace.program_cores.items())),
-                 len(trace.instructions)))
-        if rec.reason is not None:
-            return None, rec.reason
-        return rec.digest.hexdigest(), f"{rec.calls} calls, {len(trace.instructions)} instructions"
+    rec = _program.Recorder()
+    rec.put(("inputs", tuple((str(np.asarray(a).dtype), np.shape(a)) for a in inputs), hw))
+    try:
+        res = _launch(kernel, inputs, {}, SimOptions(trace_only=True, loop_replay=False, hw=hw), None, calls=rec)
+    except Exception as exc:   # noqa: BLE001 - a kernel that fails trace-only has no program to share
+        return None, f"the trace-only launch failed: {type(exc).__name__}"
+    trace = res.trace
+    rec.put(("launch", tuple(trace.grid), trace.num_cores, tuple(sorted(trace.program_cores.items())),
+             len(trace.instructions)))
+    if rec.reason is not None:
+        return None, rec.reason
+    return rec.digest.hexdigest(), f"{rec.calls} calls, {len(trace.instructions)} instructions"

@@ -15,7 +15,6 @@ from math import prod as _prod
 
 from accelopt_nb.errors import NKIRuleError, UninitializedReadError
 from accelopt_nb.sim.core import dtypes as dt
-from accelopt_nb.sim.core import program as _program
 from accelopt_nb.sim.core import views
 from accelopt_nb.sim.core.functions import FLOAT32_INTO
 from accelopt_nb.sim.core.indexing import Mask, broadcast, keep, mask_all, mask_rows_cols
@@ -415,9 +414,9 @@ def reduce_axes(rt: Runtime, api: str, shape: tuple[int, ...], axis: Any) -> tup
 
 def assign(dest: View, value: Any) -> None:
     """``dest[...] = value``: write a result tile, copy a tile, or fill with a scalar."""
-    if _program.ON:
-        _program.note("assign", dest, value)
     rt = current()
+    if rt.calls is not None:
+        rt.calls.store("assign", dest, value)
     if isinstance(value, View) and value._accum_pending and value.tensor is dest.tensor:
         value._accum_pending = False
         return  # the second half of an augmented assignment (psum[i] += x)
@@ -430,9 +429,9 @@ def assign(dest: View, value: Any) -> None:
 
 def accumulate(dest: View, value: Any) -> None:
     """``dest += value``."""
-    if _program.ON:
-        _program.note("accumulate", dest, value)
     rt = current()
+    if rt.calls is not None:
+        rt.calls.store("accumulate", dest, value)
     if not dest.tensor.on_chip:
         raise rt.rule_error("+=", f"cannot accumulate into HBM tensor '{dest.tensor.name}'",
                             "HBM is written by DMA only")

@@ -5,7 +5,10 @@ The core never imports the replay wing. A launch that replays loops has an :clas
 runs exactly as without one. Two more slots gate the hot paths, so that an access costs one attribute test
 when nobody listens: ``Runtime.watching`` is the observer while it wants every index, region and mask
 comparison (a loop is probing), ``Runtime.recording`` while it also wants every primitive call (probing
-with values, see :mod:`accelopt_nb.sim.core.prims`).
+with values, see :mod:`accelopt_nb.sim.core.prims`). ``Runtime.calls`` is the observer that wants the launch's
+program: every guarded NKI call, tile operator, assignment, loop event and the returned outputs (the program hash,
+:mod:`accelopt_nb.sim.core.program`); a new NKI API is seen there through its guard (``api/guard.py``), so one
+declaration serves replay and the hash.
 """
 from __future__ import annotations
 
@@ -44,3 +47,29 @@ class Observer:
 
     def fail(self, reason: str) -> None:
         """Memory changed in a way no recorded call repeats."""
+
+    # ---- the program (Runtime.calls) --------------------------------------------------------------------
+    def call(self, api: str, args: tuple, kwargs: dict[str, Any]) -> None:
+        """The NKI API ``api`` is called with these bound arguments (its guard, ``api/guard.py``)."""
+
+    def op(self, name: str, *operands: Any) -> None:
+        """A tile operator or method (``a + b``, ``-a``, ``a.astype(t)``) with its operands."""
+
+    def store(self, kind: str, dest: Any, value: Any) -> None:
+        """``dest[...] = value`` (``kind`` "assign") or ``dest[...] += value`` ("accumulate")."""
+
+    def begin(self, kind: str, start: int, step: int, count: int, no_reorder: bool) -> None:
+        """A kernel loop begins (before its first iteration)."""
+
+    def iteration(self, i: int) -> None:
+        """An iteration of the innermost running loop begins (one loop replay extrapolates is not run)."""
+
+    def end(self) -> None:
+        """The innermost running loop ends."""
+
+    def outputs(self, outputs: Any) -> None:
+        """The kernel returned ``outputs``."""
+
+    def unrecordable(self, reason: str) -> None:
+        """Something the program cannot be written down by happened (a value read from memory moves an index, a
+        launch inside the launch)."""

@@ -26,14 +26,13 @@ import dataclasses
 import enum
 import hashlib
 import marshal
-import threading
 import types
 from typing import Any
 
 import numpy as np
 
-ON = False                     # one module-level test gates every hook when nobody records
-_RECORDER: "Recorder | None" = None
+from accelopt_nb.sim.core.hooks import Observer
+
 FORMAT = 1                     # part of every hash: a change of encoding never meets an old hash
 
 # APIs whose effect depends on values read from memory (addresses, loop bounds): refused by name
@@ -48,14 +47,14 @@ class Refused(Exception):
     """The program cannot be written down exactly."""
 
 
-class Recorder:
-    """The running hash of one launch's calls; ``reason`` is set once something refused it."""
+class Recorder(Observer):
+    """The running hash of one launch's program, an observer of its runtime (``Runtime.calls``, see
+    :mod:`accelopt_nb.sim.core.hooks`); ``reason`` is set once something refused it."""
 
     def __init__(self) -> None:
         self.digest = hashlib.sha256(f"program-v{FORMAT}".encode())
         self.reason: str | None = None
         self.calls = 0
-        self.thread = threading.get_ident()
 
     def put(self, record: tuple) -> None:
         if self.reason is not None:
@@ -72,56 +71,38 @@ class Recorder:
         if self.reason is None:
             self.reason = reason
 
-
-def _recorder() -> "Recorder | None":
-    rec = _RECORDER
-    return rec if rec is not None and rec.thread == threading.get_ident() else None
-
-
-def note(*record: Any) -> None:
-    """Record one event of the launch (called only while :data:`ON`)."""
-    rec = _recorder()
-    if rec is not None:
-        rec.put(record)
-
-
-def api_call(api: str, args: tuple, kwargs: dict) -> None:
-    """A call of the NKI API ``api`` with its bound arguments (called only while :data:`ON`)."""
-    rec = _recorder()
-    if rec is None:
-        return
-    short = api.rsplit(".", 1)[-1]
-    if short.startswith(_REFUSED_APIS):
-        rec.refuse(f"{api} depends on values read from memory")
-        return
-    for k in _VALUE_ADDRESSING:
-        if kwargs.get(k) is not None:
-            rec.refuse(f"{api}({k}=...) addresses memory through values")
+    # ---- the observer --------------------------------------------------------------------------------
+    def call(self, api: str, args: tuple, kwargs: dict[str, Any]) -> None:
+        short = api.rsplit(".", 1)[-1]
+        if short.startswith(_REFUSED_APIS):
+            self.refuse(f"{api} depends on values read from memory")
             return
-    rec.put(("call", api, args, tuple((k, v) for k, v in kwargs.items() if k not in _IGNORED_KWARGS)))
+        for k in _VALUE_ADDRESSING:
+            if kwargs.get(k) is not None:
+                self.refuse(f"{api}({k}=...) addresses memory through values")
+                return
+        self.put(("call", api, args, tuple((k, v) for k, v in kwargs.items() if k not in _IGNORED_KWARGS)))
 
+    def op(self, name: str, *operands: Any) -> None:
+        self.put(("op", name, *operands))
 
-def refuse(reason: str) -> None:
-    """Something value-dependent happened (called only while :data:`ON`)."""
-    rec = _recorder()
-    if rec is not None:
-        rec.refuse(reason)
+    def store(self, kind: str, dest: Any, value: Any) -> None:
+        self.put((kind, dest, value))
 
+    def begin(self, kind: str, start: int, step: int, count: int, no_reorder: bool) -> None:
+        self.put(("loop", kind, start, step, count, no_reorder))
 
-class recording:
-    """``with recording() as rec:`` records the launches this thread runs meanwhile (one at a time)."""
+    def iteration(self, i: int) -> None:
+        self.put(("iteration", int(i)))
 
-    def __enter__(self) -> Recorder:
-        global ON, _RECORDER
-        if _RECORDER is not None:
-            raise RuntimeError("a program is already being recorded")
-        _RECORDER = Recorder()
-        ON = True
-        return _RECORDER
+    def end(self) -> None:
+        self.put(("end",))
 
-    def __exit__(self, *exc: object) -> None:
-        global ON, _RECORDER
-        ON, _RECORDER = False, None
+    def outputs(self, outputs: Any) -> None:
+        self.put(("outputs", outputs))
+
+    def unrecordable(self, reason: str) -> None:
+        self.refuse(reason)
 
 
 # ---- exact forms of arguments -----------------------------------------------------------------------------
@@ -240,4 +221,4 @@ def source_refusal(sources: dict[str, str]) -> str | None:
     return None
 
 
-__all__ = ["FORMAT", "Recorder", "Refused", "api_call", "note", "recording", "refuse", "register", "source_refusal"]
+__all__ = ["FORMAT", "Recorder", "Refused", "register", "source_refusal"]

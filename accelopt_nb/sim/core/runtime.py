@@ -13,7 +13,6 @@ from typing import Any, Iterator
 from accelopt_nb import hwfiles
 from accelopt_nb.errors import KernelError, NKIRuleError
 from accelopt_nb.sim.core import onchip
-from accelopt_nb.sim.core import program as _program
 from accelopt_nb.sim.core.context import active, current, running
 from accelopt_nb.sim.core.hooks import Observer
 from accelopt_nb.sim.core.prims import BOOKS, primitive
@@ -123,6 +122,7 @@ class Runtime:
         self.observer: Observer | None = None
         self.watching: Observer | None = None
         self.recording: Observer | None = None
+        self.calls: Observer | None = None   # the observer of the launch's program (the program hash)
 
     # ---- identities --------------------------------------------------------------
     def new_tensor_id(self) -> int:
@@ -165,8 +165,8 @@ class Runtime:
         frame = LoopFrame(uid=self.new_uid(), kind=kind, start=values[0] if len(values) else 0, step=values.step,
                           count=len(values))
         self.loops.append(frame)
-        if _program.ON:
-            _program.note("loop", kind, frame.start, frame.step, frame.count, no_reorder)
+        if self.calls is not None:
+            self.calls.begin(kind, frame.start, frame.step, frame.count, no_reorder)
         if self.recording is not None:
             self.recording.record(loop_begin, (), {"kind": kind, "start": frame.start, "step": frame.step,
                                                    "count": frame.count}, frame)
@@ -185,15 +185,15 @@ class Runtime:
             self._refresh_loop_key()
             if self.recording is not None:
                 self.recording.record(loop_end, (frame,), {}, None)
-            if _program.ON:
-                _program.note("end")
+            if self.calls is not None:
+                self.calls.end()
             if no_reorder:
                 self.exit_no_reorder()
 
     def iterate(self, frame: LoopFrame, i: int, index: type[LoopIndex] | None = None) -> LoopIndex:
         """``enter_iteration``, recorded for value replay by the enclosing probing loops."""
-        if _program.ON:
-            _program.note("iteration", int(i))
+        if self.calls is not None:
+            self.calls.iteration(i)
         if self.recording is not None:
             self.recording.record(loop_iteration, (frame,), {"i": int(i)}, None)
         return self.enter_iteration(frame, i, index or LoopIndex)

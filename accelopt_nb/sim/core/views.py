@@ -14,13 +14,18 @@ import numpy as np
 
 from accelopt_nb.errors import OpaqueTensorError, UninitializedReadError
 from accelopt_nb.sim.core import dtypes as dt
-from accelopt_nb.sim.core import program as _program
 from accelopt_nb.sim.core.context import active, current
 from accelopt_nb.sim.core.indexing import IndexExpr, basic_key, broadcast_shapes, compact, mask_count, plain
 from accelopt_nb.sim.core.memory import read
 from accelopt_nb.sim.core.limits import PMAX
 from accelopt_nb.sim.core.prims import fail as _fail_recording
 from accelopt_nb.sim.trace import Region
+
+
+def _calls() -> Any:
+    """The observer of the running launch's program (``Runtime.calls``), if one records it."""
+    rt = active()
+    return None if rt is None else rt.calls
 
 
 class _API:
@@ -84,8 +89,9 @@ class _Opaque:
 
     # arithmetic operators map to nl element-wise ops (the API wing binds them: API.language)
     def _binop(self, other, name, reverse=False):
-        if _program.ON:
-            _program.note("op", name, self, other, reverse)
+        calls = _calls()
+        if calls is not None:
+            calls.op(name, self, other, reverse)
         if name == "add" and isinstance(other, IndexExpr):   # sbuf[ix, offsets[0, i] + iy]: a dynamic offset
             return DynamicIndex(self, other)
         nl = API.language
@@ -118,13 +124,15 @@ class _Opaque:
     def __lshift__(self, o): return self._binop(o, "left_shift")
     def __rshift__(self, o): return self._binop(o, "right_shift")
     def __neg__(self):
-        if _program.ON:
-            _program.note("op", "negative", self)
+        calls = _calls()
+        if calls is not None:
+            calls.op("negative", self)
         return API.language.negative(self)
 
     def __invert__(self):
-        if _program.ON:
-            _program.note("op", "invert", self)
+        calls = _calls()
+        if calls is not None:
+            calls.op("invert", self)
         return API.language.invert(self)
 
     # tile methods
@@ -161,18 +169,21 @@ class _Opaque:
     def size(self): return API.view_methods["size"](self)
 
     def astype(self, dtype):
-        if _program.ON:
-            _program.note("op", "astype", self, dtype)
+        calls = _calls()
+        if calls is not None:
+            calls.op("astype", self, dtype)
         return API.language.copy(self, dtype=dtype)
 
     def broadcast_to(self, shape):
-        if _program.ON:
-            _program.note("op", "broadcast_to", self, shape)
+        calls = _calls()
+        if calls is not None:
+            calls.op("broadcast_to", self, shape)
         return API.language.broadcast_to(self, shape=shape)
 
     def expand_dims(self, axis):
-        if _program.ON:
-            _program.note("op", "expand_dims", self, axis)
+        calls = _calls()
+        if calls is not None:
+            calls.op("expand_dims", self, axis)
         return API.language.expand_dims(self, axis)
 
     def assert_shape(self, shape):
@@ -415,9 +426,9 @@ def _dynamic_view(t: Any, key: Any) -> "View":
     """``sbuf[ix, offsets[0, i] + iy]``: each one-element tile in the key (alone or plus an index expression) is
     read now, as the engine reads its dynamic offset, and its value added; the view remembers the offset tiles for
     the trace. A loop whose offsets come from memory is not replayed (they need not move by a constant step)."""
-    if _program.ON:
-        _program.refuse("a dynamic offset read from a tile")
     rt = current()
+    if rt.calls is not None:
+        rt.calls.unrecordable("a dynamic offset read from a tile")
     key = key if isinstance(key, tuple) else (key,)
     resolved, tiles = [], []
     for k in key:
