@@ -42,7 +42,8 @@ from accelopt_nb.kernels import KERNELS_DIR as KERNELS
 from accelopt_nb.perf import estimate, load_hw
 from accelopt_nb.perf.calibrate import (FREE_PARAMETERS, HeldOut, LatencyCache, documented_overrides, error_stats, fit, leave_one_out, rms_log_error,
                                         spearman)
-from accelopt_nb.perf.uncertainty import COVERAGE, DATA as UNCERTAINTY, RESIDUALS, table_entry
+from accelopt_nb.perf.uncertainty import (CLASS_LABEL, COVERAGE, DATA as UNCERTAINTY, KERNEL_CLASSES, RESIDUALS, bar,
+                                          table_entry)
 from accelopt_nb.sim import SimOptions, load_kernel, simulate
 
 MEASURED = Path(__file__).resolve().parents[1] / "accelopt_nb" / "perf" / "data" / "nkibench_trn1_measured.csv"
@@ -526,8 +527,9 @@ def uncertainty_from(rows: list[dict], loo: "HeldOut | None", loo_classes: dict[
         by.setdefault(r["hw"], {}).setdefault(r["kernel_class"], []).append((r["measured_ms"] / r["model_ms"], src))
     hardware = {}
     for hw, classes in sorted(by.items()):
-        entries = {c: table_entry([v for v, _ in res], [s for _, s in res]) for c, res in sorted(classes.items())
-                   if len(res) >= 2}
+        # every class with a residual: one or two give no interval of their own, but they tell the error bar
+        # that the class was measured (pooled, widened to them) rather than never (a prior)
+        entries = {c: table_entry([v for v, _ in res], [s for _, s in res]) for c, res in sorted(classes.items())}
         pooled = [x for res in classes.values() for x in res]
         hardware[hw] = {"classes": entries, "pooled": table_entry([v for v, _ in pooled], [s for _, s in pooled])}
     return {"coverage": COVERAGE, "hardware": hardware}
@@ -582,8 +584,25 @@ def _command_line(argv: list[str]) -> str:
     return " ".join(f"'{a}'" if any(ch in a for ch in "|()* ") else a for a in out)
 
 
+def error_bar_table(table: dict[str, Any]) -> list[str]:
+    """What a profile of each class gets from an uncertainty table: which bars rest on residuals, which are priors."""
+    out = ["| hw | class | basis | n (own) | interval | rests on |", "|---|---|---|---:|---|---|"]
+    for hw in sorted(table["hardware"]):
+        for c in KERNEL_CLASSES:
+            u = bar(table, hw, c, load_hw(hw).model_error)
+            own = ((table["hardware"][hw].get("classes") or {}).get(c) or {}).get("n", 0)
+            why = {"held-out": ", ".join(u.sources),
+                   "pooled": f"{hw} pooled ({u.n}: {', '.join(u.sources)}), stretched to cover the class's own {own}",
+                   "prior": f"no {hw} residual of this class: x0.5-x2, or its bar on other hardware widened by "
+                            f"{hw}'s model_error (docs/perf_model.md §9)"}[u.basis]
+            out.append(f"| {hw} | {CLASS_LABEL[c]} | {u.basis} | {u.n if u.basis == 'held-out' else own} | "
+                       f"×{u.low:.2f}–×{u.high:.2f} | {why} |")
+    return out
+
+
 def markdown_tables(res: dict, names: tuple[str, ...], command: str,
-                    looks: "dict[str, tuple[HeldOut, dict[str, Any]]] | None" = None) -> str:
+                    looks: "dict[str, tuple[HeldOut, dict[str, Any]]] | None" = None,
+                    uncertainty: dict[str, Any] | None = None) -> str:
     """The corpus results as markdown (docs/perf_heldout.md): per class, per source, variant ranking, per model."""
     rows = res["rows"]
     n_hw = {hw: len(g) for (hw,), g in _groups(rows, ("hw",)).items()}
@@ -644,6 +663,11 @@ def markdown_tables(res: dict, names: tuple[str, ...], command: str,
                 return f"×{float(np.median(e)):.3f} / ×{max(e):.3f}"
             out.append(f"| **median / worst on the {len(common)} kernels all ran** | | "
                        + " | ".join(on_common(h) for h, _ in looks.values()) + " |")
+    if uncertainty is not None:
+        out += ["", "## Error bars as profiles get them (uncertainty.yaml written by this run)", "",
+                f"Per hardware and class: `held-out` rests on the class's own residuals ({COVERAGE:.0%} prediction "
+                "interval), `pooled` on all of the hardware's (the class has 1-3 of its own), `prior` on none.", ""]
+        out += error_bar_table(uncertainty)
     if res.get("untimed"):
         out += ["", "## Not in the recorded run (not timed: CPU budget of the run)", ""]
         out += [f"- {f['hw']} {f['source']} ({f['role']}) {f['family']}:{f['variant']}" for f in res["untimed"]]
@@ -870,14 +894,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\nleave-one-out over the paper's 14 from {Path(path).name} ({rec['model']})")
         elif held is not None:
             looks["after"] = (held, {"model": "after: the shipped model", "note": "rerun in this run"})
-        if args.tables:
-            cmd = "python benchmarks/perf_fidelity.py " + _command_line(argv if argv is not None else sys.argv[1:])
-            args.tables.write_text(markdown_tables(res, names, cmd, looks))
-            print(f"wrote {args.tables}")
+        table = None
         if args.write_uncertainty:
             classes = loo_classes or {r["family"].split("/", 1)[1]: r["after_class"] for r in res["rows"]
                                       if r["source"] == "accelopt-nkibench-trn1"}
             table = uncertainty_from(res["rows"], held, classes, loo_basis)
+        if args.tables:
+            cmd = "python benchmarks/perf_fidelity.py " + _command_line(argv if argv is not None else sys.argv[1:])
+            args.tables.write_text(markdown_tables(res, names, cmd, looks, table))
+            print(f"wrote {args.tables}")
+        if table is not None:
             write_uncertainty(table)
             write_heldout(heldout_rows(res["rows"], held, classes, loo_basis))
             out["uncertainty"] = table

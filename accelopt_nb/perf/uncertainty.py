@@ -14,8 +14,8 @@ A single "±11%" hides that the model is good on some kinds of kernels and poor 
   :func:`interval_from_residuals`). It need not contain 1: a class the model is biased on says so.
 * ``n``, ``sources`` — how many held-out residuals the interval rests on and which corpus sources
   they come from; ``basis`` says whether they are the class's own (``held-out``), all classes of
-  the hardware pooled because the class has too few (``pooled``), or no measurement at all
-  (``prior``: a wide stated interval).
+  the hardware pooled because the class has only 1-3 of its own (``pooled``, widened to cover
+  those), or none of its own on this hardware (``prior``: a wide stated interval, :func:`prior`).
 
 The numbers live in ``accelopt_nb/perf/data/uncertainty.yaml``, written by
 ``benchmarks/perf_fidelity.py --write-uncertainty`` from residuals of kernels outside every fit
@@ -40,7 +40,9 @@ CLASS_LABEL = {"matmul": "matmul-bound", "fused": "fused matmul+vector", "elemen
                "dma": "DMA-bound", "overhead": "fixed-cost-bound"}
 COVERAGE = 0.8                 # the central share of held-out residuals the interval covers
 MIN_CLASS_RESIDUALS = 4        # fewer than this: pool every class of the hardware
-# no measurement of this hardware at all: say so with a wide interval rather than a number we do not have
+# no measurement of this class on this hardware: say so with a wide interval rather than a number we do not
+# have (docs/perf_model.md §9: never narrower than this, nor than the class's bar on other hardware widened
+# by the hardware's model_error, the measured error of the cross-hardware step)
 PRIOR_LOW, PRIOR_HIGH = 0.5, 2.0
 
 
@@ -70,7 +72,7 @@ class LatencyUncertainty:
         label = CLASS_LABEL.get(self.kernel_class, self.kernel_class)
         span = f"x{self.low:.2f}-x{self.high:.2f}"
         if self.basis == "prior":
-            return f"{label}: {span} (no held-out measurement on this hardware)"
+            return f"{label}: {span} (prior: no held-out kernel of this class measured on this hardware)"
         pooled = ", all classes pooled" if self.basis == "pooled" else ""
         return f"{label}: {span} ({100 * self.coverage:.0f}% of {self.n} held-out{pooled})"
 
@@ -168,30 +170,78 @@ def lookup(hw_name: str, kernel_class: str, path: "str | Path" = DATA,
            prior_error: float | None = None) -> LatencyUncertainty:
     """The interval for a kernel of ``kernel_class`` on ``hw_name`` from the shipped table.
 
-    Falls back to the hardware's pooled entry when the class has too few residuals, and to a wide
-    prior when the hardware has no held-out measurement at all: at least x0.5-x2, wider if the
-    hardware file's own ``model_error`` says so.
+    ``prior_error`` is the hardware's ``model_error`` (read from its preset when not given); see
+    :func:`bar` for the rule.
     """
-    table = _table(str(path))
+    if prior_error is None:
+        prior_error = _preset_model_error(hw_name)
+    return bar(_table(str(path)), hw_name, kernel_class, prior_error)
+
+
+def bar(table: Mapping[str, Any], hw_name: str, kernel_class: str, prior_error: float = 0.0) -> LatencyUncertainty:
+    """The interval for ``kernel_class`` on ``hw_name`` from an uncertainty table (the YAML's content).
+
+    * ``held-out``: the class has at least MIN_CLASS_RESIDUALS residuals of its own on this hardware.
+    * ``pooled``: it has 1 to MIN_CLASS_RESIDUALS - 1: the hardware's pooled interval, widened where
+      one of the class's own residuals lies outside it.
+    * ``prior``: it has none on this hardware (:func:`prior`).
+    """
     hw = (table.get("hardware") or {}).get(hw_name) or {}
     coverage = float(table.get("coverage", COVERAGE))
-    entry = (hw.get("classes") or {}).get(kernel_class)
-    basis = "held-out"
-    if not entry or int(entry.get("n", 0)) < MIN_CLASS_RESIDUALS:
-        entry, basis = hw.get("pooled"), "pooled"
-    if not entry:
-        e = float(prior_error or 0.0)
-        return LatencyUncertainty(kernel_class, min(PRIOR_LOW, 1 / (1 + e)), max(PRIOR_HIGH, 1 + e), coverage, 0, (),
-                                  "prior")
-    return LatencyUncertainty(kernel_class, float(entry["low"]), float(entry["high"]), coverage, int(entry["n"]),
-                              tuple(entry.get("sources", ())), basis)
+    entry = (hw.get("classes") or {}).get(kernel_class) or {}
+    pooled = hw.get("pooled")
+    n_own = int(entry.get("n", 0))
+    if n_own >= MIN_CLASS_RESIDUALS:
+        return LatencyUncertainty(kernel_class, float(entry["low"]), float(entry["high"]), coverage, n_own,
+                                  tuple(entry.get("sources", ())), "held-out")
+    if n_own > 0 and pooled:
+        low = min(float(pooled["low"]), float(entry.get("min_ratio", pooled["low"])))
+        high = max(float(pooled["high"]), float(entry.get("max_ratio", pooled["high"])))
+        return LatencyUncertainty(kernel_class, low, high, coverage, int(pooled["n"]), tuple(pooled.get("sources", ())),
+                                  "pooled")
+    low, high = prior(table, hw_name, kernel_class, prior_error)
+    return LatencyUncertainty(kernel_class, low, high, coverage, 0, (), "prior")
+
+
+def prior(table: Mapping[str, Any], hw_name: str, kernel_class: str, model_error: float = 0.0) -> tuple[float, float]:
+    """(low, high) for a class with no held-out residual of its own on ``hw_name``.
+
+    The union of [min(PRIOR_LOW, 1/(1+e)), max(PRIOR_HIGH, 1+e)] and, for every other hardware
+    where the class has a held-out interval of its own, that interval widened by 1+e on both
+    sides, with e the hardware's ``model_error`` (trn2's 0.26 is the model's measured error on the
+    trn1 -> trn2 step, docs/perf_model.md §9-§10). A pooled interval of a few DMA-bound kernels
+    says nothing about a matmul, so it is never used here.
+    """
+    e = max(float(model_error or 0.0), 0.0)
+    low, high = min(PRIOR_LOW, 1 / (1 + e)), max(PRIOR_HIGH, 1 + e)
+    for name, hw in sorted((table.get("hardware") or {}).items()):
+        entry = (hw.get("classes") or {}).get(kernel_class) or {}
+        if name != hw_name and int(entry.get("n", 0)) >= MIN_CLASS_RESIDUALS:
+            low, high = min(low, float(entry["low"]) / (1 + e)), max(high, float(entry["high"]) * (1 + e))
+    return round(low, 3), round(high, 3)
+
+
+def _preset_model_error(hw_name: str) -> float:
+    """The shipped hardware config's ``model_error`` (0 for a name that is not a preset)."""
+    from accelopt_nb.hwfiles import presets
+    if hw_name not in presets():
+        return 0.0
+    from accelopt_nb.perf.hardware import load_hw
+    return float(load_hw(hw_name).model_error)
 
 
 def table_entry(ratios: Sequence[float], sources: Sequence[str], coverage: float = COVERAGE) -> dict[str, Any]:
-    """One entry of uncertainty.yaml from held-out residuals (measured / model) and their sources."""
-    lo, hi = interval_from_residuals(ratios, coverage)
+    """One entry of uncertainty.yaml from held-out residuals (measured / model) and their sources.
+
+    A class with a single residual gets its count and range only (no interval: :func:`bar` pools it).
+    """
     logs = np.log(np.asarray(ratios, dtype=float))
-    return {"n": len(ratios), "low": round(lo, 3), "high": round(hi, 3),
+    spread = {"min_ratio": round(float(np.exp(logs.min())), 3), "max_ratio": round(float(np.exp(logs.max())), 3)}
+    if len(ratios) < 2:
+        return {"n": len(ratios), **spread, "geomean": round(float(np.exp(logs.mean())), 3),
+                "sources": sorted(set(sources))}
+    lo, hi = interval_from_residuals(ratios, coverage)
+    return {"n": len(ratios), "low": round(lo, 3), "high": round(hi, 3), **spread,
             "geomean": round(float(np.exp(logs.mean())), 3), "log_sd": round(float(logs.std(ddof=1)), 3),
             "sources": sorted(set(sources))}
 
@@ -236,4 +286,4 @@ def heldout_residuals(hw: str | None = None, kernel_class: str | None = None,
 
 
 __all__ = ["CLASS_LABEL", "RESIDUALS", "Residual", "heldout_residuals", "COVERAGE", "ClassInputs", "KERNEL_CLASSES", "LatencyUncertainty", "classify",
-           "interval_from_residuals", "lookup", "table_entry"]
+           "bar", "interval_from_residuals", "lookup", "prior", "table_entry"]

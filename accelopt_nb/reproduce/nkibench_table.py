@@ -161,8 +161,8 @@ def plot_table(table: pd.DataFrame, sink: Any, *, preset: str) -> Any:
                      f"(headline {summ['paper_headline_baseline']}% -> {summ['paper_headline_accelopt']}% at T=16)")
         elif hw == "trn1":
             text += f"; the paper's trn1 measurements are at the paper's shapes: not drawn beside {preset} shapes"
-        if g["model_error"].fillna("").str.contains("no held-out").all():
-            text += f"\nerror bars: the model's prior (x0.5-x2), no {hw} kernel has been measured"
+        if g["model_error"].fillna("").str.contains("(prior: ", regex=False).all():
+            text += f"\nerror bars: priors (x0.5-x2 or wider), no {hw} kernel of these classes has been measured"
         ax.axhline(summ["baseline_pct_peak"], color="#555", ls="--", lw=0.8)
         ax.text(0.0, 1.01, text, transform=ax.transAxes, fontsize=7, va="bottom")
         ax.set_xticks(x)
