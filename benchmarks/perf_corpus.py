@@ -8,7 +8,9 @@ where it was measured. The paper's 14 NKIBench baselines come from
 
 Kernels are never copied into this repository: a row's ``kernel`` names a clone given on the
 command line (``autocomp:PATH#STEP`` — step STEP, root first, of an optimization trace in a clone of
-github.com/ucb-bar/autocomp, or ``autocomp:PATH`` — a whole kernel file there; ``accelopt:PATH`` — a file of a clone of github.com/zhang677/AccelOpt)
+github.com/ucb-bar/autocomp, or ``autocomp:PATH`` — a whole kernel file there; ``accelopt:PATH`` — a file of a clone of github.com/zhang677/AccelOpt;
+``github:OWNER/NAME:PATH::FUNCTION`` — a function of a file of any other clone, given as
+``clones={"OWNER/NAME": Path(...)}``, ``--clone OWNER/NAME=DIR`` in benchmarks/perf_fidelity.py)
 or a kernel of our own (``ours:PATH::FUNCTION``, relative to this repository). The input builders
 below are ours, from the shapes each source states.
 
@@ -114,6 +116,12 @@ def _inputs(family: str, a: dict, dtype: str, fn: str) -> tuple[list, dict]:
             return [_arr((128, n // 128), dtype), _arr((128, n // 128), dtype)], {"free_dim": a["free_dim"]}
         tiles = n // (128 * a["free_dim"])
         return [_arr((tiles, 128, a["free_dim"]), dtype), _arr((tiles, 128, a["free_dim"]), dtype)], {}
+    if family == "cs149/conv2d":     # the assignment's test harness: X (B, C_in, H, W), W (C_out, C_in, k, k), bias
+        return ([_arr((a["batch"], a["in_channels"], a["height"], a["width"]), dtype),
+                 _arr((a["out_channels"], a["in_channels"], a["filter"], a["filter"]), dtype),
+                 _arr((a["out_channels"],), dtype)], {"pool_size": a["pool_size"]})
+    if family == "cs149/transpose":
+        return [_arr((a["m"], a["n"]), dtype)], {}
     raise ValueError(f"no input builder for family {family!r}")
 
 
@@ -172,11 +180,13 @@ def load_rows(path: Path = CORPUS) -> list[dict[str, str]]:
 
 
 def load_cases(*, autocomp: Path | None = None, accelopt: Path | None = None, corpus: Path = CORPUS,
-               skipped: list[str] | None = None) -> list[Case]:
+               skipped: list[str] | None = None, clones: dict[str, Path] | None = None) -> list[Case]:
     """Every corpus row whose kernel is reachable (clones given), plus the paper's 14 with ``accelopt``.
 
+    ``clones``: checkouts of other repositories by ``OWNER/NAME``, for ``github:`` locators.
     Rows whose clone is missing are named in ``skipped`` (when given) and left out.
     """
+    clones = clones or {}
     sim = _sim_version()
     cases: list[Case] = []
     if accelopt is not None:
@@ -223,6 +233,21 @@ def load_cases(*, autocomp: Path | None = None, accelopt: Path | None = None, co
             cases.append(Case(**base, build=_builder_file(kfile, "kernel",
                                                           lambda t=args["task"]: _nkibench_inputs(accelopt, t), {}),
                               key=_key(sim, kfile.read_text(), args)))
+        elif repo_key == "github":
+            repo, _, rest = rest.partition(":")
+            rel, _, fn = rest.partition("::")
+            if repo not in clones:
+                if skipped is not None:
+                    skipped.append(f"{r['family']}:{r['variant']} (needs --clone {repo}=DIR)")
+                continue
+            kfile = clones[repo] / rel
+            if not kfile.is_file():
+                raise ValueError(f"corpus row {r['family']}:{r['variant']}: {kfile} is not a file (is {clones[repo]} "
+                                 f"a checkout of github.com/{repo}?)")
+            inputs, kwargs = _inputs(fam, args, r["dtype"], fn)
+            src = kfile.read_text()
+            cases.append(Case(**base, build=_builder_source(src, str(kfile), fn, inputs, kwargs),
+                              key=_key(sim, src, fn, args, r["dtype"])))
         else:
             raise ValueError(f"corpus row {r['family']}:{r['variant']}: unknown kernel locator {loc!r}")
     return cases

@@ -580,6 +580,9 @@ def _command_line(argv: list[str]) -> str:
     """The command as a reader would type it: this machine's paths replaced by what they stand for."""
     out = []
     for prev, a in zip([""] + list(argv), argv):
+        if prev == "--clone":
+            out.append(a.partition("=")[0] + "=CLONE")
+            continue
         out.append(_PLACEHOLDER.get(prev, "PATH" if Path(a).is_absolute() else a))
     return " ".join(f"'{a}'" if any(ch in a for ch in "|()* ") else a for a in out)
 
@@ -592,9 +595,8 @@ def error_bar_table(table: dict[str, Any]) -> list[str]:
             u = bar(table, hw, c, load_hw(hw).model_error)
             own = ((table["hardware"][hw].get("classes") or {}).get(c) or {}).get("n", 0)
             why = {"held-out": ", ".join(u.sources),
-                   "pooled": f"{hw} pooled ({u.n}: {', '.join(u.sources)}), stretched to cover the class's own {own}",
-                   "prior": f"no {hw} residual of this class: x0.5-x2, or its bar on other hardware widened by "
-                            f"{hw}'s model_error (docs/perf_model.md §9)"}[u.basis]
+                   "pooled": f"{hw} pooled ({u.n}: {', '.join(u.sources)}), the class's own {own} and its prior",
+                   "prior": f"no {hw} residual of this class"}[u.basis]
             out.append(f"| {hw} | {CLASS_LABEL[c]} | {u.basis} | {u.n if u.basis == 'held-out' else own} | "
                        f"×{u.low:.2f}–×{u.high:.2f} | {why} |")
     return out
@@ -666,7 +668,9 @@ def markdown_tables(res: dict, names: tuple[str, ...], command: str,
     if uncertainty is not None:
         out += ["", "## Error bars as profiles get them (uncertainty.yaml written by this run)", "",
                 f"Per hardware and class: `held-out` rests on the class's own residuals ({COVERAGE:.0%} prediction "
-                "interval), `pooled` on all of the hardware's (the class has 1-3 of its own), `prior` on none.", ""]
+                "interval), `pooled` on all of the hardware's, widened to the class's own 1-3 and never narrower than "
+                "its prior, `prior` on none (x0.5-x2, or the class's bar on other hardware widened by the hardware's "
+                "model_error; docs/perf_model.md §9).", ""]
         out += error_bar_table(uncertainty)
     if res.get("untimed"):
         out += ["", "## Not in the recorded run (not timed: CPU budget of the run)", ""]
@@ -740,6 +744,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hw", default="trn1", help="the 'after' trn1 hardware for the older suites (preset or YAML)")
     ap.add_argument("--accelopt-repo", type=Path, help="checkout of github.com/zhang677/AccelOpt (NKIBench, samples)")
     ap.add_argument("--autocomp", type=Path, help="checkout of github.com/ucb-bar/autocomp (its optimization traces)")
+    ap.add_argument("--clone", action="append", default=[], metavar="OWNER/NAME=DIR",
+                    help="a checkout of github.com/OWNER/NAME for the corpus rows whose kernel lives there "
+                         "(github:OWNER/NAME:... locators; e.g. xaviergonzalez/asst4-trainium2=DIR)")
     ap.add_argument("--trace-cache", type=Path, help="keep traces here between runs (keyed by kernel, inputs and "
                                                       "the simulator's source)")
     ap.add_argument("--only", choices=("corpus", "loo", "tutorials", "nkibench", "mamba-paper", "trn2"),
@@ -835,7 +842,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "corpus"):
         from perf_corpus import load_cases
         skipped: list[str] = []
-        cases = load_cases(autocomp=args.autocomp, accelopt=repo, skipped=skipped)
+        clones = {k: Path(v) for k, _, v in (spec.partition("=") for spec in args.clone)}
+        cases = load_cases(autocomp=args.autocomp, accelopt=repo, skipped=skipped, clones=clones)
         order = {"held-out": 0, "dev": 1, "fit": 2, "tuned": 3}    # the numbers that matter most come first
         cases.sort(key=lambda c: order.get(c.role, 4))
         if args.select:

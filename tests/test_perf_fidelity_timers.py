@@ -59,3 +59,28 @@ def test_an_unknown_timer_is_refused_with_its_line(tmp_path):
     bad.write_text(header + "\n" + first.replace(",nc_latency,", ",wall,") + "\n")
     with pytest.raises(ValueError, match=r"corpus.csv:2: timer 'wall'"):
         perf_corpus.load_rows(bad)
+
+
+def test_a_github_locator_reads_the_kernel_from_the_clone_given_and_skips_without_it(tmp_path):
+    clone = tmp_path / "clone"
+    (clone / "part1").mkdir(parents=True)
+    (clone / "part1" / "k.py").write_text(perf_corpus.KERNEL_HEADER + """
+@nki.jit
+def matrix_transpose(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.add(nl.load(a), 1.0))
+    return out
+""")
+    header = perf_corpus.CORPUS.read_text().splitlines()[0]
+    row = ('s,held-out,trn2,cs149/transpose,t,github:someone/repo:part1/k.py::matrix_transpose,'
+           '"{""m"": 128, ""n"": 512}",float32,0.05,nki.benchmark nc_latency,nc_latency,trn2,1 NC,?,test')
+    corpus = tmp_path / "corpus.csv"
+    corpus.write_text(header + "\n" + row + "\n")
+    skipped: list[str] = []
+    assert perf_corpus.load_cases(corpus=corpus, skipped=skipped) == []
+    assert skipped == ["cs149/transpose:t (needs --clone someone/repo=DIR)"]
+    (case,) = perf_corpus.load_cases(corpus=corpus, clones={"someone/repo": clone})
+    assert case.kernel == "github:someone/repo:part1/k.py::matrix_transpose" and case.hw == "trn2"
+    assert len(case.trace().instructions) > 0
+    with pytest.raises(ValueError, match="is not a file"):
+        perf_corpus.load_cases(corpus=corpus, clones={"someone/repo": tmp_path / "elsewhere"})

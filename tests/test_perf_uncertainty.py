@@ -57,8 +57,8 @@ def test_lookup_uses_the_class_then_the_pooled_entry_then_a_wide_prior(tmp_path)
     mm = lookup("trn1", "matmul", path)
     assert (mm.basis, mm.n, mm.sources) == ("held-out", 4, ("a", "b"))
     assert mm.low < 1 < mm.high
-    dma = lookup("trn1", "dma", path)                 # 2 residuals: too few, the pooled entry speaks
-    assert (dma.basis, dma.n) == ("pooled", 6)
+    dma = lookup("trn1", "dma", path)                 # 2 residuals: too few, the pooled entry (and the prior) speak
+    assert (dma.basis, dma.n) == ("pooled", 6) and dma.low <= 0.5 and dma.high >= 2.0
     none = lookup("trn9", "matmul", path, prior_error=0.1)     # trn1's matmul bar x1.1 is inside x0.5-x2
     assert (none.basis, none.n, none.low, none.high) == ("prior", 0, 0.5, 2.0)
     assert lookup("trn9", "matmul", path, prior_error=3.0).high == pytest.approx(mm.high * 4.0, abs=1e-3)
@@ -70,8 +70,8 @@ def test_a_class_without_residuals_of_its_own_gets_a_prior_not_another_class_poo
     table = {"coverage": 0.8, "hardware": {
         "trn1": {"classes": {"elementwise": table_entry([0.6, 1.0, 1.5, 1.8, 0.9], ["a"])},
                  "pooled": table_entry([0.6, 1.0, 1.5, 1.8, 0.9], ["a"])},
-        "trn2": {"classes": {"dma": table_entry([0.95, 1.0, 1.05], ["c"]), "overhead": table_entry([0.6], ["c"])},
-                 "pooled": table_entry([0.95, 1.0, 1.05, 1.0], ["c"])}}}
+        "trn2": {"classes": {"dma": table_entry([0.95, 1.0, 1.05], ["c"]), "overhead": table_entry([0.3], ["c"])},
+                 "pooled": table_entry([0.95, 1.0, 1.05, 0.3], ["c"])}}}
     path = tmp_path / "u.yaml"
     path.write_text(yaml.safe_dump(table))
     mm = lookup("trn2", "matmul", path, prior_error=0.26)     # measured nowhere: the stated x0.5-x2
@@ -81,22 +81,32 @@ def test_a_class_without_residuals_of_its_own_gets_a_prior_not_another_class_poo
     trn1 = table["hardware"]["trn1"]["classes"]["elementwise"]
     assert ew.basis == "prior" and trn1["high"] * 1.26 > 2
     assert (ew.low, ew.high) == pytest.approx((min(0.5, trn1["low"] / 1.26), trn1["high"] * 1.26), abs=1e-3)
-    dma = lookup("trn2", "dma", path)                            # 3 of its own: the pooled bar speaks
-    assert (dma.basis, dma.n) == ("pooled", 4)
-    over = lookup("trn2", "overhead", path)                      # 1 of its own, outside the pooled bar: stretched
+    # 1-3 of its own: the pooled bar, stretched to them, never narrower than the class's prior
     pooled = table["hardware"]["trn2"]["pooled"]
-    assert pooled["low"] > 0.6 and (over.basis, over.low, over.high) == ("pooled", 0.6, pooled["high"])
+    assert pooled["low"] < 0.5 < 2.0 < pooled["high"]
+    dma = lookup("trn2", "dma", path)
+    assert (dma.basis, dma.n, dma.low, dma.high) == ("pooled", 4, pooled["low"], pooled["high"])
+    table["hardware"]["trn2"]["pooled"] = table_entry([0.95, 1.0, 1.05, 1.02], ["c"])    # a narrow pooled bar
+    narrow = tmp_path / "narrow.yaml"                            # (another file: tables are cached by path)
+    narrow.write_text(yaml.safe_dump(table))
+    dma = lookup("trn2", "dma", narrow)
+    assert (dma.basis, dma.low, dma.high) == ("pooled", 0.5, 2.0)
+    over = lookup("trn2", "overhead", narrow)                    # its one residual lies outside the prior too
+    assert (over.basis, over.low, over.high) == ("pooled", 0.3, 2.0)
 
 
 def test_shipped_trn2_bars_for_unmeasured_classes_are_wide_priors():
     from accelopt_nb.perf.uncertainty import KERNEL_CLASSES, heldout_residuals
     for c in KERNEL_CLASSES:
         u = lookup("trn2", c)
-        if not heldout_residuals(hw="trn2", kernel_class=c):
-            assert u.basis == "prior" and u.low <= 0.5 and u.high >= 2.0, (c, u)
-            assert u == lookup("trn2", c, prior_error=0.26)           # the preset's model_error by default
+        own = heldout_residuals(hw="trn2", kernel_class=c)
+        assert u == lookup("trn2", c, prior_error=0.26)               # the preset's model_error by default
+        if not own:
+            assert u.basis == "prior" and u.n == 0 and u.low <= 0.5 and u.high >= 2.0, (c, u)
+        elif len(own) < 4:
+            assert u.basis == "pooled" and u.low <= min(0.5, *(r.ratio for r in own)) and u.high >= 2.0, (c, u)
         else:
-            assert u.basis in ("held-out", "pooled") and u.n > 0
+            assert u.basis == "held-out" and u.n == len(own)
 
 
 def test_every_profile_carries_its_class_interval_and_basis():

@@ -15,7 +15,8 @@ A single "±11%" hides that the model is good on some kinds of kernels and poor 
 * ``n``, ``sources`` — how many held-out residuals the interval rests on and which corpus sources
   they come from; ``basis`` says whether they are the class's own (``held-out``), all classes of
   the hardware pooled because the class has only 1-3 of its own (``pooled``, widened to cover
-  those), or none of its own on this hardware (``prior``: a wide stated interval, :func:`prior`).
+  those and to the class's prior), or none of its own on this hardware (``prior``: a wide stated
+  interval, :func:`prior`).
 
 The numbers live in ``accelopt_nb/perf/data/uncertainty.yaml``, written by
 ``benchmarks/perf_fidelity.py --write-uncertainty`` from residuals of kernels outside every fit
@@ -182,8 +183,9 @@ def bar(table: Mapping[str, Any], hw_name: str, kernel_class: str, prior_error: 
     """The interval for ``kernel_class`` on ``hw_name`` from an uncertainty table (the YAML's content).
 
     * ``held-out``: the class has at least MIN_CLASS_RESIDUALS residuals of its own on this hardware.
-    * ``pooled``: it has 1 to MIN_CLASS_RESIDUALS - 1: the hardware's pooled interval, widened where
-      one of the class's own residuals lies outside it.
+    * ``pooled``: it has 1 to MIN_CLASS_RESIDUALS - 1: the hardware's pooled interval, widened to cover
+      the class's own residuals and never narrower than the class's prior — too few residuals of its
+      own to claim the class is better known than an unmeasured one.
     * ``prior``: it has none on this hardware (:func:`prior`).
     """
     hw = (table.get("hardware") or {}).get(hw_name) or {}
@@ -194,12 +196,12 @@ def bar(table: Mapping[str, Any], hw_name: str, kernel_class: str, prior_error: 
     if n_own >= MIN_CLASS_RESIDUALS:
         return LatencyUncertainty(kernel_class, float(entry["low"]), float(entry["high"]), coverage, n_own,
                                   tuple(entry.get("sources", ())), "held-out")
+    low, high = prior(table, hw_name, kernel_class, prior_error)
     if n_own > 0 and pooled:
-        low = min(float(pooled["low"]), float(entry.get("min_ratio", pooled["low"])))
-        high = max(float(pooled["high"]), float(entry.get("max_ratio", pooled["high"])))
+        low = min(low, float(pooled["low"]), float(entry.get("min_ratio", pooled["low"])))
+        high = max(high, float(pooled["high"]), float(entry.get("max_ratio", pooled["high"])))
         return LatencyUncertainty(kernel_class, low, high, coverage, int(pooled["n"]), tuple(pooled.get("sources", ())),
                                   "pooled")
-    low, high = prior(table, hw_name, kernel_class, prior_error)
     return LatencyUncertainty(kernel_class, low, high, coverage, 0, (), "prior")
 
 
