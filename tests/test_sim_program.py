@@ -7,6 +7,7 @@ constant is written must share a hash. What the hash cannot write down exactly r
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -168,3 +169,102 @@ def test_only_the_fingerprint_launch_is_recorded(monkeypatch):
     n = len(seen)
     simulate(kernel, *_inputs(), options=SimOptions(trace_only=True))
     assert len(seen) == n
+
+
+# ---- loop replay: the hash is defined on the records alone, so extrapolated iterations hash as if they ran ----
+LOOPED = """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:64]
+    for j in nl.affine_range(x.shape[1] // 64):
+        t = nl.load(x[ip, j * 64 + jf])
+        nl.store(out[ip, j * 64 + jf], value=nl.exp(t))
+    return out
+"""
+
+LOOP_VARIANTS = {
+    "affine": LOOPED,
+    "a scalar from the loop variable": LOOPED.replace("nl.exp(t)", "nl.multiply(t, j)"),
+    "ragged tail with a mask": """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:64]
+    for j in nl.affine_range((x.shape[1] + 63) // 64):
+        t = nl.load(x[ip, j * 64 + jf], mask=(j * 64 + jf < x.shape[1]))
+        nl.store(out[ip, j * 64 + jf], value=nl.exp(t), mask=(j * 64 + jf < x.shape[1]))
+    return out
+""",
+    "nested, sequential accumulation": """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:64]
+    for r in nl.affine_range(2):
+        acc = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        for j in nl.sequential_range(x.shape[1] // 128):
+            t = nl.load(x[ip, j * 128 + r * 64 + jf])
+            acc += nl.exp(t)
+        nl.store(out[ip, jf], value=acc)
+    return out
+""",
+    "Python control flow on the loop variable (runs every iteration)": LOOPED.replace(
+        "nl.store(out[ip, j * 64 + jf], value=nl.exp(t))",
+        "nl.store(out[ip, j * 64 + jf], value=nl.exp(t) if j != 11 else nl.tanh(t))"),
+}
+
+
+def _wide(cols: int = 64 * 16 + 24):
+    return [np.random.default_rng(0).standard_normal((128, cols)).astype(np.float32)]
+
+
+def _records(why: str) -> int:
+    return int(why.split(" calls")[0])
+
+
+@pytest.mark.parametrize("name", sorted(LOOP_VARIANTS))
+def test_loop_replay_hashes_as_running_every_iteration(name):
+    kernel = _kernel(LOOP_VARIANTS[name])
+    full, why_full = program_fingerprint(kernel, *_wide(), hw="trn1", loop_replay=False)
+    replayed, why = program_fingerprint(kernel, *_wide(), hw="trn1")
+    assert full is not None and replayed == full, (why_full, why)
+    extrapolated = _records(why) < _records(why_full)
+    assert extrapolated is ("runs every iteration" not in name), (why, why_full)
+
+
+def test_a_change_past_the_probes_is_seen_with_replay():
+    late = LOOP_VARIANTS["Python control flow on the loop variable (runs every iteration)"]
+    p0, _ = program_fingerprint(_kernel(LOOPED), *_wide(), hw="trn1")
+    p1, _ = program_fingerprint(_kernel(late), *_wide(), hw="trn1")
+    out0 = simulate(_kernel(LOOPED), *_wide(), options=SimOptions(hw="trn1")).outputs[0]
+    out1 = simulate(_kernel(late), *_wide(), options=SimOptions(hw="trn1")).outputs[0]
+    assert not np.array_equal(out0, out1)
+    assert p0 is not None and p1 is not None and p0 != p1
+    # the same loop over another count, and another step of an index, differ too
+    p2, _ = program_fingerprint(_kernel(LOOPED), *_wide(64 * 15 + 24), hw="trn1")
+    p3, _ = program_fingerprint(_kernel(LOOPED.replace("j * 64 + jf]", "j * 64 + jf + 0]")), *_wide(), hw="trn1")
+    assert p2 != p0 and p3 == p0
+
+
+def _baselines():
+    from nkibench.registry import get_problem, list_problems
+    for name in list_problems():
+        problem = get_problem(name)
+        task = problem.task("small")
+        yield name, load_kernel(problem.baseline_path), task.to_nki(task.get_inputs(seed=0))
+    arange = Path(__file__).resolve().parents[1] / "benchmarks" / "kernels" / "arange_mask.py"
+    rng = np.random.default_rng(0)
+    yield "arange_mask 1600x600", load_kernel(arange), [rng.standard_normal((1600, 600), dtype=np.float32)
+                                                        for _ in range(3)]
+
+
+def test_our_baselines_hash_the_same_with_loop_replay():
+    seen, extrapolated = 0, 0
+    for name, kernel, inputs in _baselines():
+        full, why_full = program_fingerprint(kernel, *inputs, hw="trn1", loop_replay=False)
+        replayed, why = program_fingerprint(kernel, *inputs, hw="trn1")
+        assert full is not None and replayed == full, (name, why_full, why)
+        seen += 1
+        extrapolated += _records(why) < _records(why_full)
+    assert seen == 15 and extrapolated >= 3

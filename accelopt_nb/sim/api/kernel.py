@@ -237,11 +237,13 @@ def _collect_outputs(rt: Runtime, outputs: Any, name: str, inputs: Sequence[Any]
     return tuple(arrays)
 
 
-def program_fingerprint(kernel: Kernel | Callable, *inputs: Any, hw: str | None = None) -> tuple[str | None, str]:
+def program_fingerprint(kernel: Kernel | Callable, *inputs: Any, hw: str | None = None,
+                        loop_replay: bool = True) -> tuple[str | None, str]:
     """The hash of the program ``kernel`` runs on inputs of these shapes and dtypes (see :mod:`..core.program`)
     and what it covered, or ``(None, why not)``: equal hashes mean equal outputs for every input of these shapes.
 
-    One trace-only launch without loop replay, so every call of every iteration is seen."""
+    One trace-only launch; with ``loop_replay`` (the default) the iterations replay extrapolates are hashed from
+    their probes' records and step (the same hash as running every iteration, ``loop_replay=False``)."""
     if not isinstance(kernel, Kernel):
         kernel = Kernel(kernel, host=True)
     files = sorted(_kernel_files(kernel))
@@ -257,7 +259,7 @@ def program_fingerprint(kernel: Kernel | Callable, *inputs: Any, hw: str | None 
     rec = _program.Recorder()
     rec.put(("inputs", tuple((str(np.asarray(a).dtype), np.shape(a)) for a in inputs), hw))
     try:
-        res = _launch(kernel, inputs, {}, SimOptions(trace_only=True, loop_replay=False, hw=hw), None, calls=rec)
+        res = _launch(kernel, inputs, {}, SimOptions(trace_only=True, loop_replay=loop_replay, hw=hw), None, calls=rec)
     except Exception as exc:   # noqa: BLE001 - a kernel that fails trace-only has no program to share
         return None, f"the trace-only launch failed: {type(exc).__name__}"
     trace = res.trace

@@ -70,6 +70,14 @@ class Observer:
     def outputs(self, outputs: Any) -> None:
         """The kernel returned ``outputs``."""
 
+    def agree(self, probes: int, known: Any) -> tuple[str | None, Any]:
+        """Loop replay would extrapolate the innermost loop from its last ``probes`` iterations: why the program's
+        records of them do not extrapolate (None: they do), and their step (``known``: an earlier instance's)."""
+        return None, None
+
+    def replayed(self, count: int, step: Any) -> None:
+        """Loop replay extrapolated ``count`` iterations of the innermost loop, each by ``step`` (:meth:`agree`)."""
+
     def unrecordable(self, reason: str) -> None:
         """Something the program cannot be written down by happened (a value read from memory moves an index, a
         launch inside the launch)."""

@@ -33,7 +33,7 @@ import numpy as np
 
 from accelopt_nb.sim.core.hooks import Observer
 
-FORMAT = 1                     # part of every hash: a change of encoding never meets an old hash
+FORMAT = 2                     # part of every hash: a change of encoding never meets an old hash
 
 # APIs whose effect depends on values read from memory (addresses, loop bounds): refused by name
 _REFUSED_APIS = ("register_", "dynamic_range", "fori_loop", "while_loop", "tensor_copy_dynamic")
@@ -41,35 +41,167 @@ _REFUSED_APIS = ("register_", "dynamic_range", "fori_loop", "while_loop", "tenso
 _VALUE_ADDRESSING = ("vector_offset", "scalar_offset", "dynamic_offset")
 # keyword arguments that cannot change what a call computes
 _IGNORED_KWARGS = frozenset({"name"})
+_NUMBER = Ellipsis             # where a number stood in a record's structure (no canonical form contains Ellipsis)
+_EMPTY = np.zeros(0, dtype=np.int64)
 
 
 class Refused(Exception):
     """The program cannot be written down exactly."""
 
 
+class _Block:
+    """The records of one loop iteration as they arrive: their structure (numbers replaced by :data:`_NUMBER`)
+    and their numbers, as ints and int arrays in order."""
+
+    __slots__ = ("struct", "ints", "arrays")
+
+    def __init__(self) -> None:
+        self.struct: list[Any] = []
+        self.ints: list[int] = []
+        self.arrays: list[np.ndarray] = []
+
+    def add(self, struct: Any, ints: list[int], arrays: list[np.ndarray]) -> None:
+        self.struct.append(struct)
+        self.ints += ints
+        self.arrays += arrays
+
+    def close(self) -> tuple[tuple, np.ndarray]:
+        return tuple(self.struct), np.concatenate([np.array(self.ints, dtype=np.int64), *self.arrays])
+
+
+class _Loop:
+    """One running loop instance: its iterations, as a run-length code of the blocks seen so far (a block is
+    written out, then ``("run", L, step)`` for the L following blocks that each add ``step`` to its numbers)."""
+
+    __slots__ = ("cur", "prev", "length", "step", "recent")
+
+    def __init__(self) -> None:
+        self.cur: _Block | None = None          # the running iteration's records
+        self.prev: tuple[tuple, np.ndarray] | None = None   # the last block (run, or extrapolated by replay)
+        self.length = 0                         # blocks in the open run after the one written out
+        self.step: np.ndarray | None = None     # the open run's step
+        self.recent: list[tuple[tuple, np.ndarray]] = []    # the last blocks that ran, for replay's check
+
+
 class Recorder(Observer):
     """The running hash of one launch's program, an observer of its runtime (``Runtime.calls``, see
-    :mod:`accelopt_nb.sim.core.hooks`); ``reason`` is set once something refused it."""
+    :mod:`accelopt_nb.sim.core.hooks`); ``reason`` is set once something refused it.
+
+    Each loop's iterations are hashed as a run-length code: an iteration's records are written out, and a stretch
+    of following iterations whose records have the same structure and whose numbers (ints, and the elements of int
+    arrays: indices, tensor ids, loop variables) each move by one constant step as ``("run", length, step)``. The
+    code is a function of the records alone, so it is the same whether the launch ran every iteration or loop
+    replay extrapolated some (:meth:`agree`, :meth:`replayed`): the hash is the same with replay as without."""
 
     def __init__(self) -> None:
         self.digest = hashlib.sha256(f"program-v{FORMAT}".encode())
         self.reason: str | None = None
         self.calls = 0
+        self.loops: list[_Loop] = []
 
     def put(self, record: tuple) -> None:
         if self.reason is not None:
             return
         try:
-            self.digest.update(marshal.dumps(_canon(record), 2))
-            self.calls += 1
+            ints: list[int] = []
+            arrays: list[np.ndarray] = []
+            struct = _split(_canon(record), ints, arrays)
         except Refused as why:
             self.reason = str(why)
+            return
+        self.calls += 1
+        self._out(struct, ints, arrays)
+
+    def _out(self, struct: Any, ints: list[int], arrays: list[np.ndarray]) -> None:
+        """One item into the running iteration of the innermost loop, or into the hash outside loops."""
+        loops = self.loops
+        if loops:
+            loop = loops[-1]
+            target = loop.cur
+            if target is not None:
+                target.add(struct, ints, arrays)
+                return
+            if len(loops) > 1 and loops[-2].cur is not None:   # before the loop's first iteration
+                loops[-2].cur.add(struct, ints, arrays)
+                return
+        try:
+            self.digest.update(marshal.dumps(struct, 2))
         except ValueError as why:   # marshal met a type _canon let through
             self.reason = f"cannot encode {why}"
+            return
+        self.digest.update(np.array(ints, dtype=np.int64).tobytes())
+        for a in arrays:
+            self.digest.update(a.tobytes())
 
     def refuse(self, reason: str) -> None:
         if self.reason is None:
             self.reason = reason
+
+    # ---- loops: the run-length code ------------------------------------------------------------------
+    def _close(self, loop: _Loop) -> None:
+        """The running iteration ends: its block joins the open run or is written out."""
+        block = loop.cur
+        if block is None:
+            return
+        loop.cur = None
+        struct, nums = block.close()
+        loop.recent.append((struct, nums))
+        del loop.recent[:-4]
+        prev = loop.prev
+        if prev is not None and prev[0] == struct and prev[1].shape == nums.shape:
+            step = nums - prev[1]
+            if loop.length == 0 or np.array_equal(step, loop.step):
+                loop.step, loop.length, loop.prev = step, loop.length + 1, (struct, nums)
+                return
+        self._write(loop, struct, nums)
+
+    def _write(self, loop: _Loop, struct: tuple, nums: np.ndarray) -> None:
+        """Close the open run and write ``(struct, nums)`` out, the start of the next."""
+        self._flush(loop)
+        loop.prev = (struct, nums)
+        self._out(("block", struct), [], [nums])
+
+    def _flush(self, loop: _Loop) -> None:
+        if loop.length:
+            self._out(("run", loop.length, loop.step.tobytes()), [], [])
+        loop.length, loop.step = 0, None
+
+    def agree(self, probes: int, known: Any) -> tuple[str | None, Any]:
+        """Loop replay would extrapolate the innermost loop from the iterations just run: whether their records
+        (the last ``probes``) have one structure and numbers that move by one step (with ``known``, the structure
+        and step an earlier instance of the loop showed), and that (structure, step)."""
+        if self.reason is not None or not self.loops:
+            return None, None
+        loop = self.loops[-1]
+        self._close(loop)
+        blocks = loop.recent[-probes:]
+        if len(blocks) < probes or probes < 2:
+            return "the program's records of the probes were not all seen", None
+        struct, first = blocks[0]
+        if any(b[0] != struct or b[1].shape != first.shape for b in blocks):
+            return "iterations differ in the program's records", None
+        steps = np.diff(np.stack([b[1] for b in blocks]), axis=0)
+        if (steps != steps[0]).any() or (known is not None and (known[0] != struct
+                                                                or not np.array_equal(known[1], steps[0]))):
+            return "a number in the program's records does not change by a constant step", None
+        return None, (struct, steps[0])
+
+    def replayed(self, count: int, step: Any) -> None:
+        """Loop replay extrapolated ``count`` iterations of the innermost loop past the last one run, each adding
+        ``step`` (from :meth:`agree`) to its records' numbers: they join the code as if they had run."""
+        if self.reason is not None or not self.loops or count <= 0:
+            return
+        loop = self.loops[-1]
+        struct, step = step
+        prev = loop.prev
+        if loop.length and not np.array_equal(step, loop.step):   # the run breaks at the first extrapolated one
+            first = (struct, prev[1] + step)
+            self._write(loop, *first)
+            prev, count = first, count - 1
+        if count:
+            loop.step, loop.length = step, loop.length + count
+            loop.prev = (struct, prev[1] + count * step)
+        loop.recent.clear()
 
     # ---- the observer --------------------------------------------------------------------------------
     def call(self, api: str, args: tuple, kwargs: dict[str, Any]) -> None:
@@ -91,11 +223,21 @@ class Recorder(Observer):
 
     def begin(self, kind: str, start: int, step: int, count: int, no_reorder: bool) -> None:
         self.put(("loop", kind, start, step, count, no_reorder))
+        self.loops.append(_Loop())
 
     def iteration(self, i: int) -> None:
-        self.put(("iteration", int(i)))
+        if self.loops:
+            loop = self.loops[-1]
+            self._close(loop)
+            loop.cur = _Block()
+        self.put(("iteration", int.__int__(i)))
 
     def end(self) -> None:
+        if self.loops:
+            loop = self.loops[-1]
+            self._close(loop)
+            self._flush(loop)
+            self.loops.pop()
         self.put(("end",))
 
     def outputs(self, outputs: Any) -> None:
@@ -119,6 +261,23 @@ def _canon(x: Any) -> Any:
     if form is not None:
         return form(x)
     return _other(x, t)
+
+
+def _split(x: Any, ints: list[int], arrays: list[np.ndarray]) -> Any:
+    """The canonical form ``x`` with every int replaced by :data:`_NUMBER` (appended to ``ints``) and the elements
+    of every int array moved to ``arrays``: what may move by a step from one loop iteration to the next."""
+    t = type(x)
+    if t is int:
+        if -2**62 < x < 2**62:
+            ints.append(x)
+            return _NUMBER
+        return x
+    if t is not tuple:
+        return x
+    if len(x) == 5 and x[0] == "nd" and (x[2][1] == "i" or (x[2][1] == "u" and x[2][2:] != "8")):
+        arrays.append(np.frombuffer(x[4], dtype=np.dtype(x[2])).astype(np.int64))
+        return x[:4] + (_NUMBER,)
+    return tuple([_split(v, ints, arrays) for v in x])
 
 
 def _seq(x: Any) -> tuple:
@@ -153,6 +312,9 @@ def _other(x: Any, t: type) -> Any:
     if isinstance(x, np.dtype):
         _FORMS[t] = lambda v: ("dtype", str(v), v.str)
         return _FORMS[t](x)
+    if isinstance(x, int) and t.__module__.startswith("accelopt_nb.sim."):   # a loop variable, plain or probing
+        _FORMS[t] = int.__int__
+        return int.__int__(x)
     if isinstance(x, type) and issubclass(x, np.generic):
         return ("dtype", str(np.dtype(x)), np.dtype(x).str)
     spec = getattr(x, "__nki_spec__", None) if isinstance(x, types.FunctionType) else None

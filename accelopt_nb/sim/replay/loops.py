@@ -128,6 +128,7 @@ class Evidence:
     comparisons: list[tuple]
     keys: np.ndarray
     effects: tuple | None = None   # with values: (the recorded calls' signatures, their numbers' step): see values.agreed
+    program: Any = None            # with a program recorder (Runtime.calls): its records' structure and step
 
 
 def note_mask(st: ReplayState, op: Any, lhs: np.ndarray, rhs: Any, result: np.ndarray) -> None:
@@ -340,6 +341,13 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
         probe.mismatch = "a number in the records does not change by a constant step"
         return None
     delta = deltas[0]
+    calls = rt.calls
+    program_step = None
+    if calls is not None:   # the program hash sees the extrapolated iterations too (core.program): its records must agree
+        why, program_step = calls.agree(n_probes, None if known is None else known.program)
+        if why is not None:
+            probe.mismatch = why
+            return None
     count, comparisons = _mask_limit(probe, events, len(values) - pos, known)
     if count is None:
         return None
@@ -357,9 +365,11 @@ def _extrapolate(rt: Runtime, frame: LoopFrame, values: range, pos: int, probe: 
     if count <= 0:
         return 0
     _emit(rt, frame, values, pos, last, delta, count, steps[0], flat)
+    if calls is not None:
+        calls.replayed(count, program_step)
     if known is None and n_probes == PROBES:
         probe.evidence = Evidence(sig, delta, steps[0], [(op, dl, dr) for op, _, dl, _, dr, _ in comparisons], key_step,
-                                  None if program is None else (list(program[0].sigs), program[2]))
+                                  None if program is None else (list(program[0].sigs), program[2]), program_step)
     # an enclosing probing loop must also see this loop's mask outcomes and index bounds over its whole range:
     # its first probe's and the far corner's (each is linear in both loops' variables, so the corners decide
     # the whole rectangle). The later probes' are dropped, so it sees the same however many probes ran.
