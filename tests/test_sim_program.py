@@ -98,6 +98,26 @@ def test_loop_kinds_and_counts_differ():
     assert p0 != p1
 
 
+SCHEDULES = {   # the same values, another schedule: the performance model groups instructions by statement
+    "one statement instead of two": ("    y = nl.multiply(t, 2.0)\n    z = nl.exp(y)\n",
+                                     "    z = nl.exp(nl.multiply(t, 2.0))\n"),
+    "a no_reorder block around the load and the multiply": (
+        "    t = nl.load(x[ix, iy])\n    y = nl.multiply(t, 2.0)\n",
+        "    with nki.compiler.no_reorder():\n        t = nl.load(x[ix, iy])\n        y = nl.multiply(t, 2.0)\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+def test_kernels_scheduled_otherwise_never_share_a_program(name):
+    old, new = SCHEDULES[name]
+    assert old in BASE
+    p0, why0, t0, out0 = _facts(BASE)
+    p1, why1, t1, out1 = _facts(BASE.replace(old, new))
+    np.testing.assert_array_equal(out0[0], out1[0])
+    assert t0 != t1                                      # the latency may differ: the verdict cannot be shared
+    assert p0 is not None and p1 is not None and p0 != p1, (why0, why1)
+
+
 SAME = """
 # a comment, another name for everything, constants written otherwise, an unused constant
 SCALE = 1.0 + 1.0
@@ -111,16 +131,21 @@ def kernel(inp):
     p, f = nl.mgrid[0:64 * 2, 0:128]
     tile = nl.load(inp[p, f])        # load
     scaled = nl.multiply(tile, SCALE)
-    nl.store(result[p, f], value=nl.exp(scaled))
+    activated = nl.exp(scaled)
+    nl.store(result[p, f], value=activated)
     return result
 """
 
 
 def test_comments_names_and_constants_share_a_program():
-    p0, why, _, out0 = _facts(BASE)
-    p1, _, _, out1 = _facts(SAME)
+    p0, why, t0, out0 = _facts(BASE)
+    p1, _, t1, out1 = _facts(SAME)
     assert p0 is not None, why
-    assert p0 == p1
+    assert p0 == p1 and t0 == t1
+    # the same, but the activation in the store's statement: the same values, statements grouped otherwise
+    p2, _, t2, _ = _facts(SAME.replace("    activated = nl.exp(scaled)\n    nl.store(result[p, f], value=activated)",
+                                       "    nl.store(result[p, f], value=nl.exp(scaled))"))
+    assert t2 != t0 and p2 != p0
     np.testing.assert_array_equal(out0[0], out1[0])
 
 

@@ -145,6 +145,8 @@ def _launch(kernel: Kernel, inputs: Sequence[Any], kwargs: dict[str, Any], optio
         try:
             if kernel.host and not launch_grid.shape:
                 rt.force_auto_alloc = getattr(kernel.fn, "_nki_force_auto_alloc", False)
+                if rt.calls is not None:
+                    rt.calls.setting("force_auto_alloc", rt.force_auto_alloc)
                 outputs = kernel.fn(*args, **kw)
             else:
                 outputs = run_grid(rt, kernel.fn, args, kw, launch_grid)

@@ -136,6 +136,8 @@ def run_grid(rt: Runtime, fn: Callable, args: list, kwargs: dict, grid: Grid) ->
              rt.force_auto_alloc)
     rt.grid, rt.shared_hbm, rt.in_kernel = grid.shape, [], True
     rt.force_auto_alloc = getattr(fn, "_nki_force_auto_alloc", False)
+    if rt.calls is not None:
+        rt.calls.setting("force_auto_alloc", rt.force_auto_alloc)
     rt.num_cores = grid.num_cores
     rt.trace.grid = grid.shape
     rt.trace.num_cores = max(rt.trace.num_cores, grid.num_cores)

@@ -70,6 +70,10 @@ class Observer:
     def outputs(self, outputs: Any) -> None:
         """The kernel returned ``outputs``."""
 
+    def setting(self, name: str, value: Any) -> None:
+        """A launch setting that changes the trace but no call's arguments changed: ``no_reorder`` (the depth of
+        ``nl.no_reorder`` blocks, on entering and leaving one), ``force_auto_alloc`` (a kernel's directive)."""
+
     def agree(self, probes: int, known: Any) -> tuple[str | None, Any]:
         """Loop replay would extrapolate the innermost loop from its last ``probes`` iterations: why the program's
         records of them do not extrapolate (None: they do), and their step (``known``: an earlier instance's)."""

@@ -31,9 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from accelopt_nb.sim.core.context import active
 from accelopt_nb.sim.core.hooks import Observer
 
-FORMAT = 2                     # part of every hash: a change of encoding never meets an old hash
+FORMAT = 3                     # part of every hash: a change of encoding never meets an old hash
 
 # APIs whose effect depends on values read from memory (addresses, loop bounds): refused by name
 _REFUSED_APIS = ("register_", "dynamic_range", "fori_loop", "while_loop", "tensor_copy_dynamic")
@@ -98,6 +99,7 @@ class Recorder(Observer):
         self.reason: str | None = None
         self.calls = 0
         self.loops: list[_Loop] = []
+        self.statements: dict[tuple, int] = {}
 
     def put(self, record: tuple) -> None:
         if self.reason is not None:
@@ -213,13 +215,26 @@ class Recorder(Observer):
             if kwargs.get(k) is not None:
                 self.refuse(f"{api}({k}=...) addresses memory through values")
                 return
-        self.put(("call", api, args, tuple((k, v) for k, v in kwargs.items() if k not in _IGNORED_KWARGS)))
+        self.put(("call", api, self._statement(), args,
+                  tuple((k, v) for k, v in kwargs.items() if k not in _IGNORED_KWARGS)))
 
     def op(self, name: str, *operands: Any) -> None:
-        self.put(("op", name, *operands))
+        self.put(("op", name, self._statement(), *operands))
 
     def store(self, kind: str, dest: Any, value: Any) -> None:
-        self.put((kind, dest, value))
+        self.put((kind, self._statement(), dest, value))
+
+    def setting(self, name: str, value: Any) -> None:
+        self.put(("setting", name, value))
+
+    def _statement(self) -> int:
+        """The kernel statement making the call, as the ordinal of its first appearance: the performance model
+        groups instructions by statement (DMA queues, reuse, scheduling), so two kernels that make the same calls
+        from differently grouped statements may differ in latency (the trace fingerprint counts them the same
+        way, ``evaluation.backends.simulator.trace_fingerprint``)."""
+        rt = active()
+        where = rt.location() if rt is not None else (None, None)
+        return self.statements.setdefault(where, len(self.statements))
 
     def begin(self, kind: str, start: int, step: int, count: int, no_reorder: bool) -> None:
         self.put(("loop", kind, start, step, count, no_reorder))

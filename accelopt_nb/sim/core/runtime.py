@@ -222,6 +222,8 @@ class Runtime:
         loops' iterations, ``Instruction.loops[:depth]``) and which entry of that site within that iteration.
         None of it is a source line or a counter across iterations, so loop replay sees equal iterations."""
         self.no_reorder_depth += 1
+        if self.calls is not None:
+            self.calls.setting("no_reorder", self.no_reorder_depth)
         if self.no_reorder_depth == 1:
             site = self.no_reorder_sites.setdefault(self.location(), len(self.no_reorder_sites))
             key = (site, self.loop_key)
@@ -231,6 +233,8 @@ class Runtime:
 
     def exit_no_reorder(self) -> None:
         self.no_reorder_depth = max(self.no_reorder_depth - 1, 0)
+        if self.calls is not None:
+            self.calls.setting("no_reorder", self.no_reorder_depth)
         if self.no_reorder_depth == 0:
             self.no_reorder = None
 
