@@ -12,7 +12,7 @@ from accelopt_nb.cli import main
 from accelopt_nb.commands.calibrate import _traces
 from accelopt_nb.errors import ConfigError
 from accelopt_nb.perf import estimate, load_hw
-from accelopt_nb.perf.calibrate import (FREE_PARAMETERS, HeldOut, LatencyCache, depends_on, grid, leave_one_out,
+from accelopt_nb.perf.calibrate import (FREE_PARAMETERS, HeldOut, LatencyCache, depends_on, fit, grid, leave_one_out,
                                         read_profile_latency)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "perf_calibration"
@@ -29,7 +29,8 @@ def _write_profiles(tmp_path: Path, hw) -> list[Path]:
     for kernel, trace in zip(KERNELS, _traces(KERNELS, [TASK], "kernel")):
         prof = estimate(trace, hw)
         path = tmp_path / f"{kernel.stem}.json"
-        path.write_text(json.dumps({kernel.stem: {"total_time": prof.total_time, "hbm_read_bytes": 1}}))
+        # neuron-profile's total_time spans the kernel's start and stop: the model's end_to_end_ms
+        path.write_text(json.dumps({kernel.stem: {"total_time": prof.end_to_end_ms / 1e3, "hbm_read_bytes": 1}}))
         paths.append(path)
     return paths
 
@@ -62,14 +63,14 @@ def test_calibrate_round_trip_recovers_perturbed_parameters(tmp_path, capsys):
     assert [line.split()[0] for line in held] == ["other", "streams"] and all("median x" in line for line in held)
     # the calibrated file reproduces the "measured" latencies
     for kernel, trace, path in zip(KERNELS, _traces(KERNELS, [TASK], "kernel"), profiles):
-        assert estimate(trace, hw).total_time == pytest.approx(read_profile_latency(path), rel=0.05), kernel.name
+        assert estimate(trace, hw).end_to_end_ms / 1e3 == pytest.approx(read_profile_latency(path), rel=0.05), kernel.name
 
 
 def test_leave_one_source_out_fits_without_the_source_it_tests():
     from accelopt_nb.perf.calibrate import leave_one_source_out
     traces = _traces(KERNELS[:4], [TASK], "kernel")
     hw = load_hw("trn1", PERTURBED)
-    measured = [estimate(t, hw).total_time for t in traces]
+    measured = [estimate(t, hw).end_to_end_ms / 1e3 for t in traces]
     out = leave_one_source_out(traces, measured, ["a", "a", "b", "b"], base="trn1", passes=1, steps=3)
     assert sorted(out) == ["a", "b"] and all(len(h.ratios) == 2 for h in out.values())
     with pytest.raises(ConfigError, match="two sources"):
@@ -121,12 +122,24 @@ def test_latency_cache_times_each_trace_once_per_parameter_it_depends_on():
     assert not depends_on(stream_copy, hw, "reciprocal_cycles_per_elem")
     assert depends_on(stream_recip, hw, "reciprocal_cycles_per_elem")
     assert not depends_on(stream_recip, hw, "matmul_fp32_factor")
-    cache = LatencyCache()
+    cache = LatencyCache(launch_included=False)
     for x in (2.0, 5.0):
         other = hw.replace(reciprocal_cycles_per_elem=x)
         for trace in (stream_copy, stream_recip):
             assert cache.latency(trace, other) == pytest.approx(estimate(trace, other).total_time, rel=1e-12)
     assert len(cache._seen) == 3            # the copy kernel was timed once for both values
+
+
+def test_fits_compare_measured_total_time_with_the_model_start_and_stop_included():
+    """neuron-profile total_time spans the kernel's start and stop (docs/perf_model.md §2b): a fit compares it
+    with the model's end_to_end_ms, not with the kernel time alone."""
+    (stream_copy,) = _traces([FIXTURES / "stream_copy.py"], [TASK], "kernel")
+    hw = load_hw("trn1")
+    assert hw.launch_overhead_s > 0
+    prof = estimate(stream_copy, hw)
+    assert LatencyCache().latency(stream_copy, hw) == pytest.approx(prof.end_to_end_ms / 1e3, rel=1e-12)
+    cal = fit([stream_copy], [prof.end_to_end_ms / 1e3], base=hw, passes=1, steps=3)
+    assert cal.ratios_before == pytest.approx([1.0], rel=1e-9)
 
 
 def test_held_out_summary():

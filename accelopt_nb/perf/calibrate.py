@@ -8,6 +8,10 @@ mean squared log error of latency over the kernels given, by coordinate descent 
 geometric grid inside each parameter's plausible range, so one kernel can never get a factor
 of its own. The result is a ``base: trn1`` YAML that ``load_hw`` / ``--hw FILE`` reads.
 
+Measured latencies are neuron-profile ``total_time`` (or ``nki.benchmark`` / neuron-bench NCL): they span
+the kernel's start and stop, so the model's time compared with them is its kernel time plus
+``launch_overhead_s`` (``Profile.end_to_end_ms``; docs/perf_model.md §2b), as the held-out corpus does.
+
     cal = fit([trace, ...], [measured_s, ...], base="trn1")
     cal.overrides, cal.error_before, cal.error_after; write_hw_yaml(cal, "my_trn1.yaml")
 """
@@ -70,14 +74,18 @@ class Calibration:
 class LatencyCache:
     """Model latency per (trace, the free parameters it depends on), for fits over many parameter values.
 
+    ``latency`` is what a measurement that spans the kernel's start and stop is compared with: the
+    schedule's time plus ``hw.launch_overhead_s`` (``launch_included=False``: the schedule's time alone).
+
     Each trace is analysed once (liveness, spills, elided work: nothing a free parameter changes,
     schedule.analyse) and only scheduled inside the optimiser. A trace whose instructions no
     parameter touches (no reciprocal, say) shares its latency across that parameter's grid, and
     leave-one-out fits, which walk mostly the same grid, share all of it.
     """
 
-    def __init__(self, params: Sequence[FreeParameter] = FREE_PARAMETERS) -> None:
+    def __init__(self, params: Sequence[FreeParameter] = FREE_PARAMETERS, launch_included: bool = True) -> None:
         self._params = tuple(params)
+        self.launch_included = launch_included
         self._seen: dict[tuple, float] = {}
         self._traces: dict[int, tuple[Trace, TraceAnalysis, tuple[str, ...]]] = {}
 
@@ -92,7 +100,7 @@ class LatencyCache:
         if t is None:
             with gc_paused():
                 t = self._seen[key] = schedule(trace, hw, analysis).total_time
-        return t
+        return t + (hw.launch_overhead_s if self.launch_included else 0.0)
 
 
 def depends_on(trace: Trace, hw: HWConfig, key: str) -> bool:
