@@ -205,8 +205,8 @@ class _Judge:
 
     def _identify(self, shape: _Shape, load_s: float) -> EvalResult:
         """Fidelities ``identify`` and ``identify_screen``: what the verdict of a full check (the program at
-        the job's shape) or of a screen (the program at the small shape, and the job shape's instruction
-        stream, which decides the latency) depends on; nothing is checked."""
+        the job's shape) or of a screen (the program at the small shape, and the program at the job's shape,
+        which decides the latency) depends on; nothing is checked."""
         self.result.checked_preset = None
         self.result.compile_time_s = load_s
         screen = self.job.fidelity == "identify_screen" and self.job.problem.kind == "nkibench"
@@ -223,10 +223,12 @@ class _Judge:
         else:
             identity["program"], identity["why"] = reply.get("program"), reply.get("why")
         if screen and identity["program"] is not None:
-            reply = self.runner.request({"op": "trace", **self._profile_inputs(shape)})
-            identity["stream"] = reply.get("fingerprint") if reply.get("ok") else None
+            # the latency's part: the program at the job's shape (its calls, statements and scheduling settings
+            # make the trace), with loop replay as cheap as the trace-only run, and no fingerprint of 10^5 records
+            reply = self.runner.request({"op": "program", **self._profile_inputs(shape)})
+            identity["stream"] = reply.get("program") if reply.get("ok") else None
             if identity["stream"] is None:
-                identity["program"], identity["why"] = None, "no trace fingerprint at the job's shape"
+                identity["program"], identity["why"] = None, "no program hash at the job's shape"
         return self._finish(Status.PROFILED, message=f"identified: program at the {at.preset} shape "
                                                       f"{identity['program'] or 'none'} ({identity['why']})")
 

@@ -26,7 +26,7 @@ EVALUATOR_VERSION = "3"   # 3: the simulator simulates for the job's hw (trn1 is
 # confirm: the full checks at the job's preset, for the few kernels a search keeps;
 # trace: no correctness check, only the profile of a trace-only run at the job's preset (status "profiled").
 # identify: no check, the kernel's program hash at the job's preset (EvalResult.identity; status "profiled");
-# identify_screen: its program hash at the small preset and the trace fingerprint at the job's preset
+# identify_screen: its program hash at the small preset and at the job's preset
 #         (what a screen's verdict depends on). The evaluation service uses them to evaluate each program once.
 Fidelity = Literal["full", "screen", "confirm", "trace", "identify", "identify_screen"]
 FIDELITIES: tuple[str, ...] = get_args(Fidelity)

@@ -81,7 +81,7 @@ class EvalResult:
     fidelity: str = "full"                  # the job's fidelity level (job.FIDELITIES)
     checked_preset: str | None = None       # the shape preset correctness was checked at
     # fidelity "identify"/"identify_screen": the kernel's program hash (sim.program_fingerprint) at
-    # ``identity["preset"]``, why it has none, and (identify_screen) the job shape's trace fingerprint
+    # ``identity["preset"]``, why it has none, and (identify_screen) the job shape's program hash ("stream")
     identity: dict[str, Any] | None = None
     inherited_from: str | None = None       # the label of the kernel whose verdict this is (the same program)
 
