@@ -91,6 +91,7 @@ def test_a_class_without_residuals_of_its_own_gets_a_prior_not_another_class_poo
     narrow.write_text(yaml.safe_dump(table))
     dma = lookup("trn2", "dma", narrow)
     assert (dma.basis, dma.low, dma.high) == ("pooled", 0.5, 2.0)
+    assert "all 4 of this hardware pooled, no narrower than a prior" in dma.describe()
     over = lookup("trn2", "overhead", narrow)                    # its one residual lies outside the prior too
     assert (over.basis, over.low, over.high) == ("pooled", 0.3, 2.0)
 

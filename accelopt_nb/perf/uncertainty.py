@@ -74,8 +74,10 @@ class LatencyUncertainty:
         span = f"x{self.low:.2f}-x{self.high:.2f}"
         if self.basis == "prior":
             return f"{label}: {span} (prior: no held-out kernel of this class measured on this hardware)"
-        pooled = ", all classes pooled" if self.basis == "pooled" else ""
-        return f"{label}: {span} ({100 * self.coverage:.0f}% of {self.n} held-out{pooled})"
+        if self.basis == "pooled":
+            return (f"{label}: {span} (few held-out kernels of this class: all {self.n} of this hardware pooled, "
+                    "no narrower than a prior)")
+        return f"{label}: {span} ({100 * self.coverage:.0f}% of {self.n} held-out)"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
