@@ -4,7 +4,7 @@ does not move.
 On a shared machine wall-clock ratios drift by 10-20% from one hour to the next, which hides changes of a few
 percent. Callgrind counts the instructions a process executes: with hashing seeded and BLAS on one thread, two
 processes of the same tree agree to a few thousand instructions in billions. One process under callgrind counts
-every chosen kernel: instrumentation is off while it imports, builds a kernel's inputs and warms up (``--warmup``
+every chosen kernel: instrumentation is off while it imports, loads a kernel's inputs and warms up (``--warmup``
 runs), switched on (``callgrind_control -i on``) for ``--runs`` runs, then off, and the counters are dumped and
 zeroed (``callgrind_control -d``) before the next kernel; a dump's count divided by ``--runs`` is one run's
 instructions. (Counting only the runs gives the same number as the difference of two fully instrumented
@@ -15,16 +15,19 @@ invocation.
 
 Kernels: by default ``benchmarks/kernels/arange_mask.py`` at ``--shape``; ``--only NAMES`` picks the rows of
 ``benchmarks/sim_speed.py`` instead (our 14 NKIBench baselines at ``--shapes``, default the paper's;
-``arange_mask``; with ``--accelopt-repo DIR`` the paper's 14), ``--all`` every one of them. Both trees build
-the rows with this tree's ``sim_speed.py`` and simulate them with their own simulator. Modes: ``trace``
-(trace-only), ``values``, and the same without loop replay (``trace-full``, ``values-full``: what
-``trace_replay.py`` and ``value_replay.py`` time as "full").
+``arange_mask``; with ``--accelopt-repo DIR`` the paper's 14), ``--all`` every one of them. The rows' inputs are
+built once, outside valgrind, by this tree's ``sim_speed.py`` (drawing a paper-shape kernel's inputs under valgrind
+took longer than its runs: 85 M normals for ``paper/lora`` did not finish in 20 minutes) and pickled to a temporary
+folder; both trees simulate the same arrays with their own simulator. Modes: ``trace`` (trace-only), ``values``,
+and the same without loop replay (``trace-full``, ``values-full``: what ``trace_replay.py`` and ``value_replay.py``
+time as "full"). A mode named again counts the kernel's next launches: ``--mode trace,trace --warmup 0 --runs 1``
+gives its first launch in the process (what screening a new candidate pays) and its second ("trace #2").
 
 Instructions track Python-bound work (trace-only runs) well. With values, NumPy's loops dominate, and under
 valgrind NumPy takes its generic code paths instead of AVX-512, so large value runs are better compared by CPU
 time (``sim_speed.py --against-tree``).
 
-    python benchmarks/sim_instructions.py [--mode trace|values|trace-full|values-full] [--runs 10]
+    python benchmarks/sim_instructions.py [--mode trace,values,trace-full,values-full] [--runs 10]
         [--shapes paper|small] [--only mamba,silu [--accelopt-repo DIR] [--no-ours] | --all]
         [--against 852534e | --against-tree DIR]
 
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -45,46 +49,67 @@ ROOT = Path(__file__).resolve().parents[1]
 MODES = ("trace", "values", "trace-full", "values-full")
 HERE = Path(__file__).resolve().parent
 
-# the child: build the chosen rows with this tree's sim_speed.py, then per row simulate it warmup times and runs
-# times between two handshakes on stdin/stdout, while the parent has callgrind's instrumentation on
+# the child: per row (inputs pickled by the parent) simulate it warmup times and runs times between two handshakes
+# on stdin/stdout, while the parent has callgrind's instrumentation on
 CHILD = """
-import json, sys, numpy as np
-bench, spec = sys.argv[1], json.loads(sys.argv[2])
-sys.path.insert(0, bench)
-from pathlib import Path
-from sim_speed import arange_mask_case, our_cases, paper_cases
+import json, pickle, sys
+spec = json.loads(sys.argv[1])
 from accelopt_nb.sim import SimOptions, load_kernel, simulate
-only = set(spec["only"]) or None
-cases = []
-if spec["ours"]:
-    cases += our_cases(spec["shapes"], only)
-    if spec["arange"]:
-        cases.append(arange_mask_case(*spec["shape"]))
-if spec["repo"]:
-    cases += paper_cases(Path(spec["repo"]), only)
-for case in cases:
+for row in spec["rows"]:
+    with open(row, "rb") as f:
+        name, kernel_path, inputs = pickle.load(f)
     try:
-        kernel = load_kernel(case.kernel_path)
-        inputs = case.make()[1]
+        kernel = load_kernel(kernel_path)
     except Exception as exc:
-        print("failed " + json.dumps([f"{case.name}|every mode", f"{type(exc).__name__}: {exc}"[:160]]), flush=True)
+        print("failed " + json.dumps([f"{name}|every mode", f"{type(exc).__name__}: {exc}"[:160]]), flush=True)
         continue
-    for mode in spec["modes"]:
+    for i, mode in enumerate(spec["modes"]):
+        again = spec["modes"][:i].count(mode)
+        label = f"{mode} #{again + 1}" if again else mode
         options = SimOptions(trace_only=mode.startswith("trace"), loop_replay=not mode.endswith("-full"))
         try:
             for _ in range(spec["warmup"]):
                 simulate(kernel, *inputs, options=options)
         except Exception as exc:
-            print("failed " + json.dumps([f"{case.name}|{mode}", f"{type(exc).__name__}: {exc}"[:160]]), flush=True)
+            print("failed " + json.dumps([f"{name}|{label}", f"{type(exc).__name__}: {exc}"[:160]]), flush=True)
             continue
-        print(f"ready {case.name}|{mode}", flush=True)
+        print(f"ready {name}|{label}", flush=True)
         sys.stdin.readline()
         for _ in range(spec["runs"]):
             simulate(kernel, *inputs, options=options)
         print("done", flush=True)
         sys.stdin.readline()
+    del inputs
 print("end", flush=True)
 """
+
+
+def build_rows(spec: dict, folder: Path) -> tuple[list[str], dict[str, str]]:
+    """Builds the chosen rows' inputs with this tree's ``sim_speed.py`` and pickles each row to ``folder``: the
+    row files, in order, and the errors of rows whose inputs could not be built."""
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(HERE))
+    from sim_speed import arange_mask_case, our_cases, paper_cases
+    only = set(spec["only"]) or None
+    cases = []
+    if spec["ours"]:
+        cases += our_cases(spec["shapes"], only)
+        if spec["arange"]:
+            cases.append(arange_mask_case(*spec["shape"]))
+    if spec["repo"]:
+        cases += paper_cases(Path(spec["repo"]), only)
+    rows, failed = [], {}
+    for i, case in enumerate(cases):
+        try:
+            inputs = case.make()[1]
+        except Exception as exc:
+            failed[f"{case.name}|every mode"] = f"{type(exc).__name__}: {exc}"[:160]
+            continue
+        path = folder / f"row{i:03d}.pickle"
+        with open(path, "wb") as f:
+            pickle.dump((case.name, str(case.kernel_path), inputs), f, protocol=5)
+        rows.append(str(path))
+    return rows, failed
 
 
 def _dumped(path: Path) -> int:
@@ -108,7 +133,7 @@ def instructions(tree: Path, spec: dict, keep: Path | None = None, label: str = 
         prefix = Path(tmp) / "cg.out"
         child = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}",
                                   "--instr-atstart=no", "--dump-instr=no", "--compress-strings=no",
-                                  sys.executable, "-c", CHILD, str(HERE), json.dumps(spec)],
+                                  sys.executable, "-c", CHILD, json.dumps(spec)],
                                  env=env, cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
 
@@ -189,18 +214,22 @@ def main(argv: list[str] | None = None) -> int:
         spec["only"] = ["arange_mask"]
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
-    counts = [("this tree", instructions(ROOT, spec, args.keep, "this"))]
-    if args.against_tree:
-        counts.append((str(args.against_tree), instructions(args.against_tree.resolve(), spec, args.keep, "other")))
-    elif args.against:
-        with tempfile.TemporaryDirectory() as tmp:
-            other = Path(tmp) / "tree"
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(other), args.against],
-                           check=True)
-            try:
-                counts.append((args.against, instructions(other, spec, args.keep, "other")))
-            finally:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(other)], check=False)
+    with tempfile.TemporaryDirectory() as rows_dir:
+        spec["rows"], failed = build_rows(spec, Path(rows_dir))
+        counts = [("this tree", {**failed, **instructions(ROOT, spec, args.keep, "this")})]
+        if args.against_tree:
+            counts.append((str(args.against_tree),
+                           {**failed, **instructions(args.against_tree.resolve(), spec, args.keep, "other")}))
+        elif args.against:
+            with tempfile.TemporaryDirectory() as tmp:
+                other = Path(tmp) / "tree"
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(other),
+                                args.against], check=True)
+                try:
+                    counts.append((args.against, {**failed, **instructions(other, spec, args.keep, "other")}))
+                finally:
+                    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(other)],
+                                   check=False)
     print(f"# {args.mode}, instructions per run (callgrind, {args.runs} runs after {args.warmup} uncounted), "
           f"millions")
     print("| kernel | mode | " + " | ".join(f"{name} M" for name, _ in counts) + (" | ratio |" if len(counts) == 2 else " |"))
