@@ -144,9 +144,7 @@ def _launch(kernel: Kernel, inputs: Sequence[Any], kwargs: dict[str, Any], optio
         kw = {k: _as_input(rt, v, k) for k, v in kwargs.items()}
         try:
             if kernel.host and not launch_grid.shape:
-                rt.force_auto_alloc = getattr(kernel.fn, "_nki_force_auto_alloc", False)
-                if rt.calls is not None:
-                    rt.calls.setting("force_auto_alloc", rt.force_auto_alloc)
+                rt.set_force_auto_alloc(getattr(kernel.fn, "_nki_force_auto_alloc", False))
                 outputs = kernel.fn(*args, **kw)
             else:
                 outputs = run_grid(rt, kernel.fn, args, kw, launch_grid)

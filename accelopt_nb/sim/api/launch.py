@@ -132,12 +132,10 @@ def run_grid(rt: Runtime, fn: Callable, args: list, kwargs: dict, grid: Grid) ->
     Every program allocates the kernel's ``shared_hbm`` outputs; they are matched by creation order,
     so all programs write into one set of output tensors, fresh for each launch.
     """
-    saved = (rt.grid, rt.program_id, rt.shared_hbm, rt.shared_hbm_cursor, rt.in_kernel, rt.num_cores,
-             rt.force_auto_alloc)
+    saved = (rt.grid, rt.program_id, rt.shared_hbm, rt.shared_hbm_cursor, rt.in_kernel, rt.num_cores)
+    saved_auto_alloc = rt.force_auto_alloc
     rt.grid, rt.shared_hbm, rt.in_kernel = grid.shape, [], True
-    rt.force_auto_alloc = getattr(fn, "_nki_force_auto_alloc", False)
-    if rt.calls is not None:
-        rt.calls.setting("force_auto_alloc", rt.force_auto_alloc)
+    rt.set_force_auto_alloc(getattr(fn, "_nki_force_auto_alloc", False))
     rt.num_cores = grid.num_cores
     rt.trace.grid = grid.shape
     rt.trace.num_cores = max(rt.trace.num_cores, grid.num_cores)
@@ -151,5 +149,6 @@ def run_grid(rt: Runtime, fn: Callable, args: list, kwargs: dict, grid: Grid) ->
                 outputs = fn(*args, **kwargs)
         return outputs
     finally:
-        (rt.grid, rt.program_id, rt.shared_hbm, rt.shared_hbm_cursor, rt.in_kernel, rt.num_cores,
-         rt.force_auto_alloc) = saved
+        rt.grid, rt.program_id, rt.shared_hbm, rt.shared_hbm_cursor, rt.in_kernel, rt.num_cores = saved
+        if rt.force_auto_alloc != saved_auto_alloc:
+            rt.set_force_auto_alloc(saved_auto_alloc)

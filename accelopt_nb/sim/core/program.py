@@ -3,7 +3,9 @@
 Two kernels whose launches make the same calls with the same arguments, in the same order, over the same loop
 iterations, compute the same outputs for every input of those shapes: every change to simulator memory happens
 inside such a call, and a call is a fixed function of its arguments and the memory it reads. This module records
-those calls during a trace-only launch without loop replay (every iteration runs, so every call is seen), each
+those calls during a trace-only launch, as an observer of its runtime (``Runtime.calls``, core/hooks.py): every
+call of every iteration, the iterations loop replay extrapolates included (they are hashed from their probes'
+records and step, :meth:`Recorder.agree` / :meth:`Recorder.replayed`, the same hash as running them), each
 argument in an exact form: a tensor by its launch id, a view by its tensor and normalized index key (slices and
 the index arrays element by element, not a box), an index expression or mask by its values, a number by its
 value, a function by its qualified name. Anything it cannot write down exactly refuses the hash (``None``):

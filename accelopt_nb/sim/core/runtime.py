@@ -214,6 +214,13 @@ class Runtime:
     def _refresh_loop_key(self) -> None:
         self.loop_key = tuple((f.uid, f.kind, f.iteration) for f in self.loops)
 
+    def set_force_auto_alloc(self, on: bool) -> None:
+        """The running kernel's ``force_auto_alloc`` directive (explicit placements ignored); the program
+        observer sees it, since it changes the trace."""
+        self.force_auto_alloc = on
+        if self.calls is not None:
+            self.calls.setting("force_auto_alloc", on)
+
     # ---- no_reorder blocks ---------------------------------------------------------
     def enter_no_reorder(self) -> None:
         """Open a ``no_reorder`` block. It is dynamically scoped (a nested block adds nothing): every instruction
