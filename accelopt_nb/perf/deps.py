@@ -206,13 +206,19 @@ class DependencyTracker:
         self._set(self.reads, tensor, block).add(lo, hi, t)
 
     def record_write(self, tensor: int, block: int, lo: tuple[int, ...], hi: tuple[int, ...], t: float,
-                     acc: bool) -> None:
+                     acc: bool, fresh: bool = False) -> None:
+        """``fresh``: the write defines a new value in a new place (renamed, schedule.py): the accesses it
+        covers are dropped without ordering it after them."""
         s = self._set(self.writes, tensor, block)
         if not acc:
             # reads covered by this write are ordered before it (WAR), so it stands in for them
             r = self.reads.get((tensor, block))
             if r is not None:
-                t = max(t, r.absorb(lo, hi))
+                ta = r.absorb(lo, hi)
+                if not fresh:
+                    t = max(t, ta)
+        if fresh:
+            s.absorb(lo, hi)
         s.add(lo, hi, t, acc=acc)
 
 

@@ -12,7 +12,11 @@ Rules (documented in docs/perf_model.md):
   keeps order conservatively: a tile allocated inside such a loop reuses the previous
   iteration's buffer, so it is single-buffered (a WAR/WAW wait on the previous instance). Nor does
   it reorder memory accesses: inside such a loop a DMA that reads HBM waits until the HBM writes
-  issued before it in the loop have landed (``hw.sequential_hbm_order``).
+  issued before it in the loop have landed (``hw.sequential_hbm_order``). Both are the middle end's: a kernel marked
+  ``skip_middle_end_transformations`` (``Trace.skip_middle_end``) keeps only the SPMD ones
+  (``hw.sequential_rules_need_middle_end``).
+* Renaming (``hw.rename_full_overwrites``): a plain write of a whole on-chip tile starts a new value the allocator
+  may place elsewhere, so it does not wait for the readers/writers of the value it replaces (capacity still bounds it).
 * ``no_reorder`` blocks (``Instruction.attrs["no_reorder"]``): the compiler puts a dependency edge between every
   two instructions of the block, so each waits for the one before it in program order (on any engine or queue);
   instructions outside the block are not held by it.
@@ -91,14 +95,28 @@ class Schedule:
         return list(COMPUTE_ENGINES) + [f"dma q{q}" for q in range(self.dma_queues)] + ["dma spill"]
 
 
-def _alias_map(trace: Trace) -> dict[int, int]:
+def _conservative_kinds(trace: Trace, hw: HWConfig) -> tuple[str, ...]:
+    """The loop kinds whose iterations the model keeps in order (single-buffered tiles, sequential_hbm_order).
+
+    SPMD instances always run one after another on one core. ``sequential_range`` is the middle end's
+    conservative loop handling (LANG26; the API doc: it keeps the loop rolled "until entering compiler backend"
+    and gets "much more conservative loop-level optimizations"): a kernel marked
+    ``skip_middle_end_transformations`` reaches the backend without it, so there its loops are scheduled like
+    any other unrolled stream, by their dependencies (``hw.sequential_rules_need_middle_end``, perf_model.md §3d).
+    """
+    if hw.sequential_rules_need_middle_end and getattr(trace, "skip_middle_end", False):
+        return ("spmd",)
+    return ("sequential", "spmd")
+
+
+def _alias_map(trace: Trace, kinds: tuple[str, ...] = ("sequential", "spmd")) -> dict[int, int]:
     """Tensor -> the previous instance of the same allocation site in a sequential/SPMD loop."""
     last: dict[tuple, int] = {}
     prev: dict[int, int] = {}
     for info in sorted(trace.tensors.values(), key=lambda t: (t.alloc_index, t.id)):
         if info.buffer == "hbm" or not info.loops:
             continue
-        k = max((j for j, lp in enumerate(info.loops) if lp[1] in ("sequential", "spmd")), default=-1)
+        k = max((j for j, lp in enumerate(info.loops) if lp[1] in kinds), default=-1)
         if k < 0:
             continue
         loops = info.loops
@@ -110,7 +128,7 @@ def _alias_map(trace: Trace) -> dict[int, int]:
     return prev
 
 
-def _sequential_loops(trace: Trace) -> list[tuple[int, ...]]:
+def _sequential_loops(trace: Trace, kinds: tuple[str, ...] = ("sequential", "spmd")) -> list[tuple[int, ...]]:
     """Per instruction: the enclosing sequential/SPMD loop instances, numbered (empty if none).
 
     An instance is one execution of the whole loop: the loop plus the iterations of the loops
@@ -120,7 +138,7 @@ def _sequential_loops(trace: Trace) -> list[tuple[int, ...]]:
     out: list[tuple[int, ...]] = []
     for ins in trace.instructions:
         out.append(tuple(ids.setdefault((ins.loops[:j], lp[0]), len(ids))
-                         for j, lp in enumerate(ins.loops) if lp[1] in ("sequential", "spmd")))
+                         for j, lp in enumerate(ins.loops) if lp[1] in kinds))
     return out
 
 
@@ -158,10 +176,37 @@ def _reads_that_matter(trace: Trace) -> set[int]:
     return out
 
 
+def _full_overwrites(trace: Trace) -> dict[int, frozenset[int]]:
+    """Per instruction: the on-chip tensors it overwrites whole (every element of each block it writes).
+
+    A plain (not accumulating) write whose box spans the tile's partition and free dimensions
+    entirely: the old value of those blocks is dead afterwards, so the write can take a new
+    address (renaming) instead of waiting for the old value's readers.
+    """
+    tensors = trace.tensors
+    out: dict[int, frozenset[int]] = {}
+    for ins in trace.instructions:
+        if ins.accumulate or not ins.writes:
+            continue
+        full = set()
+        for rg in ins.writes:
+            if rg.buffer == "hbm":
+                continue
+            info = tensors.get(rg.tensor)
+            if info is None:
+                continue
+            k = info.par_axis
+            if all(lo == 0 and hi == d for lo, hi, d in zip(rg.lo[k:], rg.hi[k:], info.shape[k:])):
+                full.add(rg.tensor)
+        if full:
+            out[ins.index] = frozenset(full)
+    return out
+
+
 def _analysis_key(hw: HWConfig) -> tuple:
     """The hardware numbers :func:`analyse` reads (capacities and the elision switch), nothing timed."""
     return (hw.sbuf_usable_bytes_per_partition, hw.sbuf_partitions, hw.psum_banks, hw.psum_bank_bytes,
-            hw.elide_redundant_work)
+            hw.elide_redundant_work, hw.sequential_rules_need_middle_end)
 
 
 @dataclass(frozen=True)
@@ -179,6 +224,7 @@ class TraceAnalysis:
     reused: dict[int, int]
     reads_that_matter: set[int]
     sequential_loops: list[tuple[int, ...]]
+    full_overwrites: dict[int, frozenset[int]] = field(default_factory=dict)
 
 
 def analyse(trace: Trace, hw: HWConfig) -> TraceAnalysis:
@@ -188,8 +234,9 @@ def analyse(trace: Trace, hw: HWConfig) -> TraceAnalysis:
         raise ValueError("trace instructions must be numbered 0..n-1 in stream order (Instruction.index)")
     plan = plan_memory(trace, hw)
     reused = redundant_instructions(trace, hw, plan.peak_demand["sbuf"]) if hw.elide_redundant_work else {}
-    return TraceAnalysis(_analysis_key(hw), plan, _alias_map(trace), _folded_psum_zeroing(trace), reused,
-                         _reads_that_matter(trace), _sequential_loops(trace))
+    kinds = _conservative_kinds(trace, hw)
+    return TraceAnalysis(_analysis_key(hw), plan, _alias_map(trace, kinds), _folded_psum_zeroing(trace), reused,
+                         _reads_that_matter(trace), _sequential_loops(trace, kinds), _full_overwrites(trace))
 
 
 def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) -> Schedule:
@@ -258,6 +305,14 @@ def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) 
     # sequential_hbm_order: per sequential loop instance, when its HBM writes issued so far have landed
     seq_loops = analysis.sequential_loops if hw.sequential_hbm_order else None
     hbm_written: dict[int, float] = {}
+    # rename_full_overwrites (perf_model.md §3d): "tiles" — a write of a whole on-chip tile does not wait for the
+    # readers of the value it replaces; "all" — nor does the first (whole) write of a tile allocated in a
+    # sequential loop wait for its previous iteration's instance
+    rename = hw.rename_full_overwrites
+    if rename not in ("none", "tiles", "all"):
+        raise ValueError(f"rename_full_overwrites must be none, tiles or all, got {rename!r}")
+    full_ow = analysis.full_overwrites if rename != "none" else None
+    rename_alias = rename == "all"
     block_end: dict[tuple, float] = {}   # no_reorder block instance -> when its latest instruction finished
     spills_at, reloads_at, starts = plan.spills_at, plan.reloads_at, plan.starts
     access_ranges, ends = plan.access_ranges, plan.ends
@@ -287,7 +342,10 @@ def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) 
             if t > raw:
                 raw = t
         acc = ins.accumulate
+        fresh = full_ow.get(i, ()) if full_ow else ()
         for rg in writes:
+            if rg.tensor in fresh:          # a new value of the whole tile: a new address, no WAR/WAW wait
+                continue
             t = deps.war_waw(rg.tensor, rg.block, rg.lo, rg.hi, acc and rg.buffer == "psum")
             if t > ready:
                 ready = t
@@ -300,6 +358,8 @@ def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) 
                 tid = rg.tensor
                 if tid in alias_prev and tid not in first_touch_done:
                     first_touch_done.add(tid)
+                    if rename_alias and tid in fresh and all(r.tensor != tid for r in reads):
+                        continue            # defined whole by its first access: it need not reuse the old buffer
                     ready = max(ready, tensor_last_end.get(alias_prev[tid], 0.0))
         block = ins.attrs.get("no_reorder")
         if block is not None:        # (site, depth, entry) + the iterations of the loops around the `with`
@@ -380,7 +440,7 @@ def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) 
         for rg in reads:
             deps.record_read(rg.tensor, rg.block, rg.lo, rg.hi, e)
         for rg in writes:
-            deps.record_write(rg.tensor, rg.block, rg.lo, rg.hi, e, acc and rg.buffer == "psum")
+            deps.record_write(rg.tensor, rg.block, rg.lo, rg.hi, e, acc and rg.buffer == "psum", rg.tensor in fresh)
         if alias_sources:
             for rg in (*reads, *writes):
                 if rg.tensor in alias_sources and tensor_last_end.get(rg.tensor, 0.0) < e:

@@ -154,6 +154,9 @@ class Trace:
     num_cores: int = 1                                         # physical NeuronCores used (nl.nc launch grids)
     program_cores: dict[int, int] = field(default_factory=dict)  # flat SPMD program id -> core, when num_cores > 1
     replayed: int = 0          # instructions extrapolated by loop replay, not executed (sim/replay/loops.py)
+    # the kernel is marked nki.compiler.skip_middle_end_transformations: neuronx-cc's middle end (its loop-level
+    # optimizations, where sequential_range differs from affine_range) does not run on it (perf_model.md §3d)
+    skip_middle_end: bool = False
 
     def __len__(self) -> int:
         return len(self.instructions)
@@ -186,4 +189,4 @@ def trace_fields(trace: Trace) -> tuple:
     """Everything a trace records except ``replayed``, as plain data: what loop replay must leave unchanged."""
     return ([dataclasses.astuple(i) for i in trace.instructions],
             [dataclasses.astuple(t) for t in trace.tensors.values()], list(trace.tensors), trace.kernel_name,
-            trace.grid, trace.trace_only, trace.num_cores, trace.program_cores)
+            trace.grid, trace.trace_only, trace.num_cores, trace.program_cores, trace.skip_middle_end)

@@ -126,7 +126,7 @@ def _directive(name: str, mark: str | None = None):
     return decorator
 
 
-skip_middle_end_transformations = _directive("skip_middle_end_transformations")
+skip_middle_end_transformations = _directive("skip_middle_end_transformations", mark="_nki_skip_middle_end")
 enable_stack_allocator = _directive("enable_stack_allocator")
 force_auto_alloc = _directive("force_auto_alloc", mark="_nki_force_auto_alloc")
 

@@ -136,6 +136,7 @@ def _launch(kernel: Kernel, inputs: Sequence[Any], kwargs: dict[str, Any], optio
     launch_grid = parse_grid(tuple(grid)) if grid is not None else kernel.grid_spec
     rt = Runtime(options, kernel.__name__, _kernel_files(kernel))
     rt.calls = calls
+    rt.trace.skip_middle_end = bool(getattr(kernel.fn, "_nki_skip_middle_end", False))
     if options.loop_replay and options.record_trace:
         attach_replay(rt)   # the replay wing observes the launch (core.hooks)
     # per-tile BLAS calls are tiny: extra BLAS threads only add synchronization (5x slower measured)
