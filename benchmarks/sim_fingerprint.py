@@ -49,8 +49,10 @@ ROOT = str(Path(accelopt_nb.__file__).resolve().parent.parent)   # the checkout 
 def _plain(x: Any) -> Any:
     """Trace data as plain values, with file paths reduced to their base name."""
     if dataclasses.is_dataclass(x):
+        # Trace.skip_middle_end (added 2026-12-03) only when set, so traces of earlier commits stay comparable
         return tuple((f.name, Path(v).name if f.name == "file" and isinstance(v, str) else _plain(v))
-                     for f in dataclasses.fields(x) if f.name != "replayed" for v in [getattr(x, f.name)])
+                     for f in dataclasses.fields(x) if f.name != "replayed" for v in [getattr(x, f.name)]
+                     if not (f.name == "skip_middle_end" and v is False))
     if isinstance(x, dict):
         return tuple((repr(k), _plain(v)) for k, v in x.items())
     if isinstance(x, (list, tuple)):
