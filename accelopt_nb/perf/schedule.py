@@ -99,8 +99,8 @@ def _conservative_kinds(trace: Trace, hw: HWConfig) -> tuple[str, ...]:
     """The loop kinds whose iterations the model keeps in order (single-buffered tiles, sequential_hbm_order).
 
     SPMD instances always run one after another on one core. ``sequential_range`` is the middle end's
-    conservative loop handling (LANG26; the API doc: it keeps the loop rolled "until entering compiler backend"
-    and gets "much more conservative loop-level optimizations"): a kernel marked
+    conservative loop handling (LANG26; its API notes: the loop stays rolled until the backend and gets far more
+    conservative loop-level optimization than ``affine_range``): a kernel marked
     ``skip_middle_end_transformations`` reaches the backend without it, so there its loops are scheduled like
     any other unrolled stream, by their dependencies (``hw.sequential_rules_need_middle_end``, perf_model.md §3d).
     """
