@@ -91,6 +91,35 @@ def test_switch_turns_replay_off():
     assert simulate(kernel, rows(128 * 16), options=VALUES_FULL).trace.replayed == 0
 
 
+@pytest.mark.parametrize("options", [VALUES, REPLAY], ids=["values", "trace-only"])
+def test_a_finished_launch_is_freed_without_the_cyclic_collector(monkeypatch, options):
+    """The runtime and every tile of a launch die with its last reference, not at some later collection: a
+    reference cycle through the replay wing once kept a whole paper-size launch (7 GB) alive into the next one."""
+    import gc
+    import weakref
+
+    from accelopt_nb.sim.core.runtime import Runtime
+
+    runtimes: list[weakref.ref] = []
+    init = Runtime.__init__
+
+    def watched_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        runtimes.append(weakref.ref(self))
+
+    monkeypatch.setattr(Runtime, "__init__", watched_init)
+    kernel = load_kernel(source=HEADER + textwrap.dedent(PLAIN))
+    gc.collect()
+    gc.disable()
+    try:
+        result = simulate(kernel, rows(128 * 16), options=options)
+        assert result.trace.replayed > 0 and runtimes
+        del result
+        assert [r() for r in runtimes] == [None] * len(runtimes)
+    finally:
+        gc.enable()
+
+
 def test_control_flow_on_the_loop_variable():
     fast, _ = run_both(PLAIN.replace("u = nl.exp(t)", "u = nl.exp(t)\n        if i == 6:\n            u = nl.exp(u)"),
                        rows(1280))

@@ -21,7 +21,9 @@ class ReplayState(Observer):
     """What loop replay keeps for one launch, and the core's observer."""
 
     def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+        # weak: the runtime holds its observer, and a strong reference back would make the launch a cycle that
+        # only the cyclic collector frees, so every tile of a finished launch stayed alive into the next one
+        self._rt = weakref.ref(rt)
         self.value_replay = not rt.options.trace_only   # with values, probes record every primitive call too
         self.probes: list[loops.Probe] = []   # the probes of the loops whose probe iterations are running
         self.programs: dict[tuple, Any] = {}  # value replay's compiled programs by their calls' signatures
@@ -46,8 +48,11 @@ class ReplayState(Observer):
 
     def _gates(self) -> None:
         probing = bool(self.probes)
-        self.rt.watching = self if probing else None
-        self.rt.recording = self if probing and self.value_replay else None
+        rt = self._rt()
+        if rt is None:
+            return
+        rt.watching = self if probing else None
+        rt.recording = self if probing and self.value_replay else None
 
     # ---- the observer ------------------------------------------------------------------------------------
     def loop(self, rt: Runtime, frame: LoopFrame, values_: range, caller: Any) -> Iterator[int]:
