@@ -38,7 +38,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CORPUS = Path(__file__).resolve().parent / "data" / "perf_corpus.csv"
 NKIBENCH_MEASURED = ROOT / "accelopt_nb" / "perf" / "data" / "nkibench_trn1_measured.csv"
 TRACE_ONLY = SimOptions(trace_only=True)
-ROLES = ("fit", "tuned", "dev", "held-out")
+# "ranking": never fitted or tuned on, but its absolute level is of another configuration than the model's (a
+# source whose numbers need two NeuronCores' compute, docs/perf_model.md §10): it grades the order of kernels and
+# variants, and feeds no error bar
+ROLES = ("fit", "tuned", "dev", "held-out", "ranking")
 # What each row's timer spans, from its recorded method: True where the number includes the kernel's start/stop
 # cost (the model's launch_overhead_s; docs/perf_model.md §2b), so the model's Profile.end_to_end_ms is compared
 # with it, else Profile.latency (first instruction to last completion).
