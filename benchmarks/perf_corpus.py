@@ -62,7 +62,7 @@ class Case:
     """One measured kernel: a corpus row plus how to trace it here."""
 
     source: str
-    role: str                      # fit | tuned | dev | held-out (docs/perf_model.md §7)
+    role: str                      # fit | tuned | dev | held-out | ranking (docs/perf_model.md §7)
     hw: str
     family: str                    # variants of one problem, measured the same way (ranking gauge)
     variant: str
@@ -179,6 +179,9 @@ def load_rows(path: Path = CORPUS) -> list[dict[str, str]]:
         if r["timer"] not in TIMERS:
             raise ValueError(f"{path.name}:{i}: timer {r['timer']!r} is not one of {sorted(TIMERS)} "
                              f"(what the measurement spans decides the model's quantity it is compared with)")
+        if r["role"] not in ROLES:
+            raise ValueError(f"{path.name}:{i}: role {r['role']!r} is not one of {list(ROLES)} "
+                             f"(the role decides which tables and error bars a row may enter)")
     return rows
 
 

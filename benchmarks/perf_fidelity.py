@@ -847,7 +847,7 @@ def main(argv: list[str] | None = None) -> int:
         clones = {k: Path(v) for k, _, v in (spec.partition("=") for spec in args.clone)}
         cases = load_cases(autocomp=args.autocomp, accelopt=repo, skipped=skipped, clones=clones)
         order = {"held-out": 0, "ranking": 1, "dev": 2, "fit": 3, "tuned": 4}    # the numbers that matter most come first
-        cases.sort(key=lambda c: order.get(c.role, 4))
+        cases.sort(key=lambda c: order.get(c.role, len(order)))
         if args.select:
             import re
             cases = [c for c in cases if re.search(args.select, f"{c.source} {c.name}")]

@@ -4,6 +4,7 @@ import pytest
 
 from accelopt_nb.perf import estimate, load_hw
 from accelopt_nb.perf.calibrate import documented_overrides
+from accelopt_nb.sim import SimOptions
 from perf_builders import TraceBuilder
 
 NO_FIXED = {"launch_overhead_s": 0.0, "dma_issue_s": 0.0, "dma_packet_overhead_s": 0.0}
@@ -48,8 +49,21 @@ def test_a_partial_overwrite_is_not_renamed():
         estimate(trace, _hw(rename_full_overwrites="none")).total_time)
 
 
+def test_a_masked_write_of_the_whole_box_is_not_renamed():
+    # the write's box spans the tile but a mask keeps half its elements: the other half of the old value is
+    # still live in place, so the write waits for the old value's readers, and a later read waits for both writes
+    import dataclasses
+    trace = _reused_row_buffer()
+    for ins in trace.instructions:
+        if ins.op.startswith("dma"):
+            ins.writes = [dataclasses.replace(w, elements=w.elements // 2) for w in ins.writes]
+    assert estimate(trace, _hw(rename_full_overwrites="tiles")).total_time == pytest.approx(
+        estimate(trace, _hw(rename_full_overwrites="none")).total_time)
+
+
 def test_renaming_is_bounded_by_on_chip_capacity():
-    # 6 rows of 8 KiB on a 20 KiB SBUF: at most two rows are live at once, so loads run at most one row ahead
+    # 6 rows of 8 KiB on a 20 KiB SBUF: no room for a second row, so each load waits for room (the compute
+    # reading the previous row), as without renaming
     trace = _reused_row_buffer(iters=6)
     small = {"sbuf_usable_bytes_per_partition": 20480, "sbuf_bytes_per_partition": 20480}
     free = estimate(trace, _hw(rename_full_overwrites="tiles")).total_time
@@ -128,3 +142,28 @@ def test_a_row_streaming_kernel_keeps_tensor_e_busy_only_without_the_middle_end(
     assert out[True][1] > 0.9 and out[False][1] < 0.7
     assert out[False][0] > 1.3 * out[True][0]
     assert out[False][2] == pytest.approx(out[True][2]) and out[True][2] > out[False][0]
+
+
+def test_the_decorator_reaches_the_trace_and_both_fingerprints_through_a_host_function(tmp_path):
+    """A decorated kernel launched from a plain host function is marked too, and the trace and program hashes
+    tell it from the undecorated kernel (the evaluation cache must not hand one's latency to the other)."""
+    from accelopt_nb.evaluation.backends.simulator import trace_fingerprint
+    from accelopt_nb.sim import load_kernel, program_fingerprint, simulate
+
+    x = np.zeros((2, 2, 128, 512), np.float32)
+    w = np.zeros((128, 128), np.float32)
+    traces, programs = {}, {}
+    for skip in (False, True):
+        decorator = "@nki.compiler.skip_middle_end_transformations" if skip else ""
+        source = ("import neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\nimport neuronxcc.nki.isa as nisa\n"
+                  + ROWS_KERNEL.format(decorator=decorator).replace("def kernel(", "def rows(")
+                  + "\n\ndef kernel(x, w):\n    return rows(x, w)\n")
+        path = tmp_path / f"k{int(skip)}.py"
+        path.write_text(source)
+        kernel = load_kernel(path)
+        trace = simulate(kernel, x, w, options=SimOptions(trace_only=True)).trace
+        assert trace.skip_middle_end is skip
+        traces[skip] = trace_fingerprint(trace)
+        programs[skip] = program_fingerprint(kernel, x, w)[0]
+    assert traces[True] != traces[False]
+    assert programs[True] is not None and programs[True] != programs[False]

@@ -78,7 +78,7 @@ class HWConfig:
     sequential_hbm_order: bool       # in sequential loops an HBM read waits for the earlier HBM writes (schedule.py)
     sequential_rules_need_middle_end: bool  # the sequential_range rules (single-buffered tiles, sequential_hbm_order) are
                                      # the middle end's: a skip_middle_end_transformations kernel has none (schedule.py)
-    rename_full_overwrites: str      # "none" | "outside" | "all": a write that overwrites a whole on-chip tile takes a
+    rename_full_overwrites: str      # "none" | "tiles" | "all": a write that overwrites a whole on-chip tile takes a
                                      # new address instead of waiting for the old value's readers (schedule.py)
     # fixed costs at small granularity (v3, perf_model.md §2b)
     launch_overhead_s: float         # per kernel launch: start to first instruction plus the end notification

@@ -31,6 +31,8 @@ Rules (documented in docs/perf_model.md):
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -177,10 +179,11 @@ def _reads_that_matter(trace: Trace) -> set[int]:
 
 
 def _full_overwrites(trace: Trace) -> dict[int, frozenset[int]]:
-    """Per instruction: the on-chip tensors it overwrites whole (every element of each block it writes).
+    """Per instruction: which of its write regions (indices into ``writes``) overwrite a whole block.
 
-    A plain (not accumulating) write whose box spans the tile's partition and free dimensions
-    entirely: the old value of those blocks is dead afterwards, so the write can take a new
+    A plain (not accumulating) on-chip write whose box spans the tile's partition and free dimensions
+    entirely and that writes every element of it (a masked or gathering write leaves some of the old
+    value in place): the old value of that block is dead afterwards, so the write can take a new
     address (renaming) instead of waiting for the old value's readers.
     """
     tensors = trace.tensors
@@ -189,15 +192,16 @@ def _full_overwrites(trace: Trace) -> dict[int, frozenset[int]]:
         if ins.accumulate or not ins.writes:
             continue
         full = set()
-        for rg in ins.writes:
+        for k, rg in enumerate(ins.writes):
             if rg.buffer == "hbm":
                 continue
             info = tensors.get(rg.tensor)
             if info is None:
                 continue
-            k = info.par_axis
-            if all(lo == 0 and hi == d for lo, hi, d in zip(rg.lo[k:], rg.hi[k:], info.shape[k:])):
-                full.add(rg.tensor)
+            p = info.par_axis
+            whole = all(lo == 0 and hi == d for lo, hi, d in zip(rg.lo[p:], rg.hi[p:], info.shape[p:]))
+            if whole and rg.elements == math.prod(hi - lo for lo, hi in zip(rg.lo, rg.hi)):
+                full.add(k)
         if full:
             out[ins.index] = frozenset(full)
     return out
@@ -343,8 +347,8 @@ def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) 
                 raw = t
         acc = ins.accumulate
         fresh = full_ow.get(i, ()) if full_ow else ()
-        for rg in writes:
-            if rg.tensor in fresh:          # a new value of the whole tile: a new address, no WAR/WAW wait
+        for k, rg in enumerate(writes):
+            if k in fresh:                  # a new value of the whole block: a new address, no WAR/WAW wait
                 continue
             t = deps.war_waw(rg.tensor, rg.block, rg.lo, rg.hi, acc and rg.buffer == "psum")
             if t > ready:
@@ -358,7 +362,8 @@ def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) 
                 tid = rg.tensor
                 if tid in alias_prev and tid not in first_touch_done:
                     first_touch_done.add(tid)
-                    if rename_alias and tid in fresh and all(r.tensor != tid for r in reads):
+                    if (rename_alias and fresh and all(k in fresh for k, w in enumerate(writes) if w.tensor == tid)
+                            and any(w.tensor == tid for w in writes) and all(r.tensor != tid for r in reads)):
                         continue            # defined whole by its first access: it need not reuse the old buffer
                     ready = max(ready, tensor_last_end.get(alias_prev[tid], 0.0))
         block = ins.attrs.get("no_reorder")
@@ -439,8 +444,8 @@ def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) 
         # bookkeeping for later instructions
         for rg in reads:
             deps.record_read(rg.tensor, rg.block, rg.lo, rg.hi, e)
-        for rg in writes:
-            deps.record_write(rg.tensor, rg.block, rg.lo, rg.hi, e, acc and rg.buffer == "psum", rg.tensor in fresh)
+        for k, rg in enumerate(writes):
+            deps.record_write(rg.tensor, rg.block, rg.lo, rg.hi, e, acc and rg.buffer == "psum", k in fresh)
         if alias_sources:
             for rg in (*reads, *writes):
                 if rg.tensor in alias_sources and tensor_last_end.get(rg.tensor, 0.0) < e:

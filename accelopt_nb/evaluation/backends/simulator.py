@@ -33,7 +33,7 @@ def raw_profile(profile: "Profile") -> dict[str, Any]:
     return fields
 
 
-FINGERPRINT_VERSION = 2    # part of every fingerprint: a change of encoding never meets an old profile
+FINGERPRINT_VERSION = 3    # part of every fingerprint: a change of encoding never meets an old profile
 
 
 def trace_fingerprint(trace: Any) -> str:
@@ -71,7 +71,7 @@ def trace_fingerprint(trace: Any) -> str:
             update(b"r" + len(text).to_bytes(8, "little") + text)   # never a marshalled tuple's first byte
 
     put((trace.kernel_name, tuple(trace.grid), trace.num_cores, tuple(sorted(trace.program_cores.items())),
-         len(trace.instructions), len(trace.tensors)))
+         len(trace.instructions), len(trace.tensors), trace.skip_middle_end))   # the decorator changes the schedule
     for t in trace.tensors.values():
         put((t.id, t.name, t.buffer, t.kind, tuple(t.shape), t.dtype, t.itemsize, t.par_axis, t.alloc_index,
              t.loops, None if t.line is None else ordinal((None, t.line), len(statements)),

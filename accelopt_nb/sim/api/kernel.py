@@ -266,6 +266,8 @@ def program_fingerprint(kernel: Kernel | Callable, *inputs: Any, hw: str | None 
     trace = res.trace
     rec.put(("launch", tuple(trace.grid), trace.num_cores, tuple(sorted(trace.program_cores.items())),
              len(trace.instructions)))
+    if trace.skip_middle_end:   # the same calls reach the backend differently (perf_model.md §3d)
+        rec.put(("skip_middle_end",))
     if rec.reason is not None:
         return None, rec.reason
     return rec.digest.hexdigest(), f"{rec.calls} calls, {len(trace.instructions)} instructions"

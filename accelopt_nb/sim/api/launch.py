@@ -136,6 +136,8 @@ def run_grid(rt: Runtime, fn: Callable, args: list, kwargs: dict, grid: Grid) ->
     saved_auto_alloc = rt.force_auto_alloc
     rt.grid, rt.shared_hbm, rt.in_kernel = grid.shape, [], True
     rt.set_force_auto_alloc(getattr(fn, "_nki_force_auto_alloc", False))
+    if getattr(fn, "_nki_skip_middle_end", False):   # a decorated kernel launched from a host function
+        rt.trace.skip_middle_end = True
     rt.num_cores = grid.num_cores
     rt.trace.grid = grid.shape
     rt.trace.num_cores = max(rt.trace.num_cores, grid.num_cores)
