@@ -207,6 +207,13 @@ def _full_overwrites(trace: Trace) -> dict[int, frozenset[int]]:
     return out
 
 
+def _defines_whole(tensor: int, reads: list, writes: list, fresh: frozenset[int] | tuple) -> bool:
+    """Whether an instruction writes ``tensor`` only whole (every written region of it in ``fresh``) without
+    reading it: a new value, defined entirely here (``rename_full_overwrites: all``)."""
+    mine = [k for k, w in enumerate(writes) if w.tensor == tensor]
+    return bool(mine) and all(k in fresh for k in mine) and all(r.tensor != tensor for r in reads)
+
+
 def _analysis_key(hw: HWConfig) -> tuple:
     """The hardware numbers :func:`analyse` reads (capacities and the elision switch), nothing timed."""
     return (hw.sbuf_usable_bytes_per_partition, hw.sbuf_partitions, hw.psum_banks, hw.psum_bank_bytes,
@@ -362,8 +369,7 @@ def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) 
                 tid = rg.tensor
                 if tid in alias_prev and tid not in first_touch_done:
                     first_touch_done.add(tid)
-                    if (rename_alias and fresh and all(k in fresh for k, w in enumerate(writes) if w.tensor == tid)
-                            and any(w.tensor == tid for w in writes) and all(r.tensor != tid for r in reads)):
+                    if rename_alias and _defines_whole(tid, reads, writes, fresh):
                         continue            # defined whole by its first access: it need not reuse the old buffer
                     ready = max(ready, tensor_last_end.get(alias_prev[tid], 0.0))
         block = ins.attrs.get("no_reorder")

@@ -17,7 +17,7 @@ from threadpoolctl import ThreadpoolController
 
 from accelopt_nb.errors import KernelError
 from accelopt_nb.pyutil import gc_paused
-from accelopt_nb.sim.api.launch import Grid, parse_grid, run_grid
+from accelopt_nb.sim.api.launch import Grid, apply_directives, parse_grid, run_grid
 from accelopt_nb.sim.core import dtypes as _dt
 from accelopt_nb.sim.core import failures, onchip
 from accelopt_nb.sim.core import program as _program
@@ -136,7 +136,6 @@ def _launch(kernel: Kernel, inputs: Sequence[Any], kwargs: dict[str, Any], optio
     launch_grid = parse_grid(tuple(grid)) if grid is not None else kernel.grid_spec
     rt = Runtime(options, kernel.__name__, _kernel_files(kernel))
     rt.calls = calls
-    rt.trace.skip_middle_end = bool(getattr(kernel.fn, "_nki_skip_middle_end", False))
     if options.loop_replay and options.record_trace:
         attach_replay(rt)   # the replay wing observes the launch (core.hooks)
     # per-tile BLAS calls are tiny: extra BLAS threads only add synchronization (5x slower measured)
@@ -145,7 +144,7 @@ def _launch(kernel: Kernel, inputs: Sequence[Any], kwargs: dict[str, Any], optio
         kw = {k: _as_input(rt, v, k) for k, v in kwargs.items()}
         try:
             if kernel.host and not launch_grid.shape:
-                rt.set_force_auto_alloc(getattr(kernel.fn, "_nki_force_auto_alloc", False))
+                apply_directives(rt, kernel.fn)
                 outputs = kernel.fn(*args, **kw)
             else:
                 outputs = run_grid(rt, kernel.fn, args, kw, launch_grid)

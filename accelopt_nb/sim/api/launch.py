@@ -126,6 +126,15 @@ class _ProgramFrame:
         return False
 
 
+def apply_directives(rt: Runtime, fn: Callable) -> None:
+    """The ``nki.compiler`` directives ``fn`` is decorated with (``api/compiler.py`` marks them), for its launch:
+    ``force_auto_alloc`` while it runs; ``skip_middle_end_transformations`` marks the whole trace (the model
+    schedules its loops without the middle end's rules, perf_model.md §3d)."""
+    rt.set_force_auto_alloc(getattr(fn, "_nki_force_auto_alloc", False))
+    if getattr(fn, "_nki_skip_middle_end", False):
+        rt.trace.skip_middle_end = True
+
+
 def run_grid(rt: Runtime, fn: Callable, args: list, kwargs: dict, grid: Grid) -> Any:
     """Run ``fn`` once per program of ``grid`` (all in kernel mode); return the last program's outputs.
 
@@ -135,9 +144,7 @@ def run_grid(rt: Runtime, fn: Callable, args: list, kwargs: dict, grid: Grid) ->
     saved = (rt.grid, rt.program_id, rt.shared_hbm, rt.shared_hbm_cursor, rt.in_kernel, rt.num_cores)
     saved_auto_alloc = rt.force_auto_alloc
     rt.grid, rt.shared_hbm, rt.in_kernel = grid.shape, [], True
-    rt.set_force_auto_alloc(getattr(fn, "_nki_force_auto_alloc", False))
-    if getattr(fn, "_nki_skip_middle_end", False):   # a decorated kernel launched from a host function
-        rt.trace.skip_middle_end = True
+    apply_directives(rt, fn)
     rt.num_cores = grid.num_cores
     rt.trace.grid = grid.shape
     rt.trace.num_cores = max(rt.trace.num_cores, grid.num_cores)
