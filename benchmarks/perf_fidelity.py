@@ -305,7 +305,8 @@ def print_trn2(res: dict) -> None:
 V22: dict[str, Any] = {"launch_overhead_s": 0.0, "dma_issue_s": 0.0, "dma_packet_overhead_s": 0.0,
                        "tensor_tensor_cycles_per_elem": 1.39, "reciprocal_cycles_per_elem": 4.64,
                        "matmul_fp32_factor": 4.58, "dependent_overhead_cycles": 38,
-                       "rename_full_overwrites": "none", "sequential_rules_need_middle_end": False}
+                       "rename_full_overwrites": "none", "sequential_rules_need_middle_end": False,
+                       "sequential_hbm_order": True}
 
 
 # the rules of each model whose leave-one-out is run (--only loo); the free parameters are refitted each time

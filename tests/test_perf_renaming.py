@@ -128,8 +128,11 @@ def test_a_row_streaming_kernel_keeps_tensor_e_busy_only_without_the_middle_end(
     previous row's store. The model before the two rules chained both alike."""
     x = np.zeros((16, 2, 128, 512), np.float32)
     w = np.zeros((128, 128), np.float32)
-    shipped = load_hw("trn2", {"rename_full_overwrites": "tiles", "sequential_rules_need_middle_end": True})
-    old = load_hw("trn2", {"rename_full_overwrites": "none", "sequential_rules_need_middle_end": False})
+    # trn2 with trn1's sequential-loop order (§3c), which trn2's own toolchain does not keep (§10)
+    shipped = load_hw("trn2", {"rename_full_overwrites": "tiles", "sequential_rules_need_middle_end": True,
+                               "sequential_hbm_order": True})
+    old = load_hw("trn2", {"rename_full_overwrites": "none", "sequential_rules_need_middle_end": False,
+                           "sequential_hbm_order": True})
     out = {}
     for skip in (False, True):
         decorator = "@nki.compiler.skip_middle_end_transformations" if skip else ""
