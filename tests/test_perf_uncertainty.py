@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import yaml
 
-from accelopt_nb.perf import estimate, format_profile
+from accelopt_nb.perf import estimate, format_profile, load_hw
 from accelopt_nb.perf.uncertainty import (ClassInputs, LatencyUncertainty, classify, interval_from_residuals, lookup,
                                           table_entry)
 from perf_builders import TraceBuilder
@@ -101,7 +101,7 @@ def test_shipped_trn2_bars_for_unmeasured_classes_are_wide_priors():
     for c in KERNEL_CLASSES:
         u = lookup("trn2", c)
         own = heldout_residuals(hw="trn2", kernel_class=c)
-        assert u == lookup("trn2", c, prior_error=0.26)               # the preset's model_error by default
+        assert u == lookup("trn2", c, prior_error=load_hw("trn2").model_error)   # the preset's by default
         if not own:
             assert u.basis == "prior" and u.n == 0 and u.low <= 0.5 and u.high >= 2.0, (c, u)
         elif len(own) < 4:

@@ -212,8 +212,8 @@ def prior(table: Mapping[str, Any], hw_name: str, kernel_class: str, model_error
 
     The union of [min(PRIOR_LOW, 1/(1+e)), max(PRIOR_HIGH, 1+e)] and, for every other hardware
     where the class has a held-out interval of its own, that interval widened by 1+e on both
-    sides, with e the hardware's ``model_error`` (trn2's 0.26 is the model's measured error on the
-    trn1 -> trn2 step, docs/perf_model.md §9-§10). A pooled interval of a few DMA-bound kernels
+    sides, with e the hardware's ``model_error`` (trn2's 0.35 is the model's measured error on the
+    trn1 -> trn2 step per kernel, docs/perf_model.md §9-§10). A pooled interval of a few DMA-bound kernels
     says nothing about a matmul, so it is never used here.
     """
     e = max(float(model_error or 0.0), 0.0)
