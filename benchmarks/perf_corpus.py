@@ -12,7 +12,9 @@ github.com/ucb-bar/autocomp, or ``autocomp:PATH`` — a whole kernel file there;
 ``github:OWNER/NAME:PATH::FUNCTION`` — a function of a file of any other clone, given as
 ``clones={"OWNER/NAME": Path(...)}``, ``--clone OWNER/NAME=DIR`` in benchmarks/perf_fidelity.py)
 or a kernel of our own (``ours:PATH::FUNCTION``, relative to this repository). The input builders
-below are ours, from the shapes each source states.
+below are ours, from the shapes each source states; a row whose ``args`` name an NKIBench ``task``
+(an agent's candidate for that task, in any clone) takes the task's tiled inputs as its baseline does,
+from the AccelOpt clone's reference file.
 
     cases = load_cases(autocomp=Path(...), accelopt=Path(...))      # rows whose kernels are reachable
     trace = cases[0].trace(cache_dir)                                # trace-only simulation, cached
@@ -250,13 +252,30 @@ def load_cases(*, autocomp: Path | None = None, accelopt: Path | None = None, co
             if not kfile.is_file():
                 raise ValueError(f"corpus row {r['family']}:{r['variant']}: {kfile} is not a file (is {clones[repo]} "
                                  f"a checkout of github.com/{repo}?)")
-            inputs, kwargs = _inputs(fam, args, r["dtype"], fn)
+            if "task" in args:      # a candidate of an NKIBench task: it takes the task's tiled inputs, as the baseline
+                if accelopt is None:
+                    if skipped is not None:
+                        skipped.append(f"{r['family']}:{r['variant']} (needs --accelopt-repo)")
+                    continue
+                _nkibench_task(accelopt, args["task"], f"{r['family']}:{r['variant']}")
+                inputs, kwargs = (lambda t=args["task"]: _nkibench_inputs(accelopt, t)), {}
+            else:
+                inputs, kwargs = _inputs(fam, args, r["dtype"], fn)
             src = kfile.read_text()
             cases.append(Case(**base, build=_builder_source(src, str(kfile), fn, inputs, kwargs),
                               key=_key(sim, src, fn, args, r["dtype"])))
         else:
             raise ValueError(f"corpus row {r['family']}:{r['variant']}: unknown kernel locator {loc!r}")
     return cases
+
+
+def _nkibench_task(repo: Path, task: str, row: str) -> None:
+    """Refuse a corpus row whose NKIBench task is unknown or absent from the checkout, naming it."""
+    if task not in _NKIBENCH_PROBLEMS:
+        raise ValueError(f"corpus row {row}: unknown NKIBench task {task!r} (one of {list(_NKIBENCH_PROBLEMS)})")
+    if not list((repo / "NKIBench" / "kernels").glob(f"{task}_*.py")):
+        raise ValueError(f"corpus row {row}: no NKIBench/kernels/{task}_*.py under {repo} (is it a checkout of "
+                         f"github.com/zhang677/AccelOpt?)")
 
 
 def _nkibench_kernel(repo: Path, problem: str) -> Path:
@@ -270,9 +289,10 @@ _NKIBENCH_PROBLEMS = ("adamw", "add_rmsnorm_matmul", "bmm", "bmm_softmax", "gqa_
                       "transpose_matmul")
 
 
-def _builder_source(src: str, filename: str, fn: str, inputs: list, kwargs: dict):
+def _builder_source(src: str, filename: str, fn: str, inputs: list | Callable[[], list], kwargs: dict):
+    """``inputs``: the arrays, or a function that makes them when the case is traced (large NKIBench inputs)."""
     def build():
-        return load_kernel(source=src, name=fn, filename=filename), inputs, kwargs
+        return load_kernel(source=src, name=fn, filename=filename), (inputs() if callable(inputs) else inputs), kwargs
     return build
 
 

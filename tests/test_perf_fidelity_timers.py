@@ -84,3 +84,47 @@ def matrix_transpose(a):
     assert len(case.trace().instructions) > 0
     with pytest.raises(ValueError, match="is not a file"):
         perf_corpus.load_cases(corpus=corpus, clones={"someone/repo": tmp_path / "elsewhere"})
+
+
+def _fake_accelopt(root: Path) -> Path:
+    """A fake AccelOpt checkout: a placeholder baseline file per NKIBench task (load_cases lists the paper's 14
+    from it; none is traced here) and one task (silu) whose reference builds small tiled inputs."""
+    (root / "NKIBench" / "kernels").mkdir(parents=True)
+    (root / "NKIBench" / "reference").mkdir(parents=True)
+    for task in perf_corpus._NKIBENCH_PROBLEMS:
+        shape = "M128_N256" if task == "silu" else "fake"
+        (root / "NKIBench" / "kernels" / f"{task}_{shape}_0.py").write_text("# fake baseline: never traced here\n")
+    (root / "NKIBench" / "reference" / "silu_M128_N256_numpy_1.py").write_text(
+        "import numpy as np\n\n"
+        "def get_inputs():\n    return [np.zeros((256, 128), np.float32)]\n\n"
+        "def transform_to_nki_inputs(inputs):\n    return [np.reshape(inputs[0], (128, 2, 128))]\n")
+    return root
+
+
+def test_a_github_candidate_of_an_nkibench_task_takes_the_tasks_tiled_inputs(tmp_path):
+    accelopt = _fake_accelopt(tmp_path / "fake_accelopt")
+    clone = tmp_path / "fake_clone"
+    (clone / "runs").mkdir(parents=True)
+    (clone / "runs" / "silu_v1.py").write_text(perf_corpus.KERNEL_HEADER + """
+@nki.jit
+def kernel(v1):
+    assert v1.shape == (128, 2, 128)       # the reference's tiled layout, not any family's own builder
+    out = nl.ndarray(v1.shape, dtype=v1.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(2):
+        nl.store(out[:, i, :], nl.add(nl.load(v1[:, i, :]), 1.0))
+    return out
+""")
+    header = perf_corpus.CORPUS.read_text().splitlines()[0]
+    row = ('s,ranking,trn2,nkibench/silu,silu_v1,github:someone/kernels:runs/silu_v1.py::kernel,'
+           '"{""task"": ""TASK""}",float32,0.3,nc_latency,nc_latency,trn2,1 NC,?,test')
+    corpus = tmp_path / "corpus.csv"
+    corpus.write_text(header + "\n" + row.replace("TASK", "silu") + "\n")
+    clones = {"someone/kernels": clone}
+    skipped: list[str] = []
+    assert perf_corpus.load_cases(corpus=corpus, clones=clones, skipped=skipped) == []
+    assert skipped == ["nkibench/silu:silu_v1 (needs --accelopt-repo)"]
+    (case,) = [c for c in perf_corpus.load_cases(corpus=corpus, clones=clones, accelopt=accelopt) if c.source == "s"]
+    assert len(case.trace().instructions) > 0
+    corpus.write_text(header + "\n" + row.replace("TASK", "sillu") + "\n")
+    with pytest.raises(ValueError, match="unknown NKIBench task 'sillu'"):
+        perf_corpus.load_cases(corpus=corpus, clones=clones, accelopt=accelopt)
