@@ -128,3 +128,15 @@ def kernel(v1):
     corpus.write_text(header + "\n" + row.replace("TASK", "sillu") + "\n")
     with pytest.raises(ValueError, match="unknown NKIBench task 'sillu'"):
         perf_corpus.load_cases(corpus=corpus, clones=clones, accelopt=accelopt)
+
+
+def test_ranking_rows_enter_the_variant_ranking_but_no_error_bar():
+    def row(role, variant, measured, model):
+        return dict(source=f"s-{role}", role=role, hw="trn2", family=f"f/{role}", variant=variant, measured_ms=measured,
+                    after_ms=model, after_ratio=model / measured, after_class="matmul")
+    rows = [row(role, f"v{i}", m, 2 * m * (1 + 0.1 * i)) for role in ("ranking", "held-out")
+            for i, m in enumerate((1.0, 2.0, 3.0))]
+    assert {t["family"] for t in perf_fidelity.ranking_table(rows, "after")} == {"f/ranking", "f/held-out"}
+    assert {r["source"] for r in perf_fidelity.heldout_rows(rows, None, None)} == {"s-held-out"}
+    pooled = perf_fidelity.uncertainty_from(rows, None, None)["hardware"]["trn2"]["pooled"]
+    assert pooled["n"] == 3
