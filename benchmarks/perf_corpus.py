@@ -73,6 +73,7 @@ class Case:
     method: str = ""
     timer: str = "total_time"      # what the measurement spans (TIMERS)
     provenance: str = ""
+    dge: bool = False              # built with DMA descriptors on the hardware DGE (trn2's default flags)
     build: Callable[[], tuple[Any, list, dict]] | None = field(default=None, repr=False)
     key: str = ""                  # stable id of what is traced (source text, function, inputs)
 
@@ -181,6 +182,9 @@ def load_rows(path: Path = CORPUS) -> list[dict[str, str]]:
         if r["timer"] not in TIMERS:
             raise ValueError(f"{path.name}:{i}: timer {r['timer']!r} is not one of {sorted(TIMERS)} "
                              f"(what the measurement spans decides the model's quantity it is compared with)")
+        if r.get("dge") not in ("on", "off") or (r["dge"] == "on" and r["hw"] != "trn2"):
+            raise ValueError(f"{path.name}:{i}: dge {r.get('dge')!r} must be 'off', or 'on' for a trn2 build with "
+                             f"descriptors on the hardware DGE (trn2's default flags; AccelOpt builds with --disable-dge)")
         if r["role"] not in ROLES:
             raise ValueError(f"{path.name}:{i}: role {r['role']!r} is not one of {list(ROLES)} "
                              f"(the role decides which tables and error bars a row may enter)")
@@ -214,7 +218,7 @@ def load_cases(*, autocomp: Path | None = None, accelopt: Path | None = None, co
         repo_key, _, rest = loc.partition(":")
         base = dict(source=r["source"], role=r["role"], hw=r["hw"], family=fam, variant=r["variant"],
                     measured_ms=float(r["latency_ms"]), kernel=loc, method=r["method"], timer=r["timer"],
-                    provenance=r["provenance"])
+                    provenance=r["provenance"], dge=r["dge"] == "on")
         if repo_key == "ours":
             rel, _, fn = rest.partition("::")
             inputs, kwargs = _inputs(fam, args, r["dtype"], fn)

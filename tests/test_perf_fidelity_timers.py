@@ -61,6 +61,33 @@ def test_an_unknown_timer_is_refused_with_its_line(tmp_path):
         perf_corpus.load_rows(bad)
 
 
+def test_a_dge_build_row_is_timed_with_the_dges_issue_cost_and_only_trn2_has_one(tmp_path):
+    # 64 tiny loads: issue-bound when each DMA instruction costs the DGE's ~0.6 us (trn2's default flags)
+    src = perf_corpus.KERNEL_HEADER + """
+@nki.jit
+def tiny(a):
+    out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(64):
+        nl.store(out[:, i:i + 1], nl.load(a[:, i:i + 1]))
+    return out
+"""
+    def case(dge):
+        return perf_corpus.Case("s", "held-out", "trn2", "f", str(dge), 0.1, "test", timer="exec_time", dge=dge,
+                                build=perf_corpus._builder_source(src, "tiny.py", "tiny",
+                                                                  [np.zeros((128, 64), np.float32)], {}), key="tiny")
+    hw = load_hw("trn2")
+    res = perf_fidelity.run_corpus([case(False), case(True)], {"trn2": {"after": hw}}, tmp_path, progress=False)
+    ms = {r["variant"]: r["after_ms"] for r in res["rows"]}
+    assert ms["True"] == pytest.approx(estimate(case(True).trace(tmp_path), load_hw(hw, {"dge": True})).latency)
+    assert ms["True"] > 127 * hw.dma_issue_dge_s * 1e3 > 2 * ms["False"]      # 128 DMA instructions, one per slot
+    header, first = perf_corpus.CORPUS.read_text().splitlines()[:2]
+    assert first.startswith("autocomp-trn1,") and first.endswith(",off")
+    bad = tmp_path / "corpus.csv"
+    bad.write_text(header + "\n" + first[:-len("off")] + "on\n")
+    with pytest.raises(ValueError, match=r"corpus.csv:2: dge 'on' must be 'off', or 'on' for a trn2 build"):
+        perf_corpus.load_rows(bad)
+
+
 def test_a_github_locator_reads_the_kernel_from_the_clone_given_and_skips_without_it(tmp_path):
     clone = tmp_path / "clone"
     (clone / "part1").mkdir(parents=True)
@@ -73,7 +100,7 @@ def matrix_transpose(a):
 """)
     header = perf_corpus.CORPUS.read_text().splitlines()[0]
     row = ('s,held-out,trn2,cs149/transpose,t,github:someone/repo:part1/k.py::matrix_transpose,'
-           '"{""m"": 128, ""n"": 512}",float32,0.05,nki.benchmark nc_latency,nc_latency,trn2,1 NC,?,test')
+           '"{""m"": 128, ""n"": 512}",float32,0.05,nki.benchmark nc_latency,nc_latency,trn2,1 NC,?,test,off')
     corpus = tmp_path / "corpus.csv"
     corpus.write_text(header + "\n" + row + "\n")
     skipped: list[str] = []
@@ -116,7 +143,7 @@ def kernel(v1):
 """)
     header = perf_corpus.CORPUS.read_text().splitlines()[0]
     row = ('s,ranking,trn2,nkibench/silu,silu_v1,github:someone/kernels:runs/silu_v1.py::kernel,'
-           '"{""task"": ""TASK""}",float32,0.3,nc_latency,nc_latency,trn2,1 NC,?,test')
+           '"{""task"": ""TASK""}",float32,0.3,nc_latency,nc_latency,trn2,1 NC,?,test,off')
     corpus = tmp_path / "corpus.csv"
     corpus.write_text(header + "\n" + row.replace("TASK", "silu") + "\n")
     clones = {"someone/kernels": clone}

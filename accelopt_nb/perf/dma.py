@@ -20,7 +20,7 @@ Model (sources in nki_hw_facts.md §3 "DMA efficiency rules"):
   back-to-back transfers overlap ("pipelined").
 * The engines start one transfer at a time (ARCH1: "each DMA engine can process one DMA transfer at a
   time"; DMAOV: every transfer ends with a 4 B semaphore write by all 16 engines), so transfers take
-  turns: at most one starts per ``hw.dma_issue_s`` (:class:`IssueSlots`). It bounds loops of tiny DMAs.
+  turns: at most one starts per ``hw.dma_issue_interval`` (:class:`IssueSlots`; the DGE's cost in a DGE build). It bounds loops of tiny DMAs.
 * All queues drive the same 16 engines, so together they move at most the engines' achievable
   bandwidth (272 GB/s on trn1) and, for transfers touching HBM, the per-NeuronCore HBM bandwidth:
   a fluid ledger in time bins serves each transfer at its queue rate as far as the remaining

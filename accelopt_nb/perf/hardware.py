@@ -83,6 +83,9 @@ class HWConfig:
     # fixed costs at small granularity (v3, perf_model.md §2b)
     launch_overhead_s: float         # per kernel launch: start to first instruction plus the end notification
     dma_issue_s: float               # the DMA engines start a new transfer at most this often (all queues together)
+    dma_issue_dge_s: float           # the same for a DMA instruction the hardware DGE expands (NC-v3; 0: no DGE)
+    dge: bool                        # the kernel is built with descriptor generation on the DGE (trn2's default
+                                     # flags), not with --disable-dge as AccelOpt builds (perf_model.md §2b)
     # engine conflicts
     vector_gpsimd_share_sbuf_port: bool
     vector_scalar_share_psum: bool
@@ -110,12 +113,20 @@ class HWConfig:
                   "profiler_hbm_bandwidth"):
             if not getattr(self, f) > 0:
                 raise ConfigError(f"hardware config {self.name!r}: {f} must be positive, got {getattr(self, f)!r}")
+        if self.dge and self.nc_version < 3:
+            raise ConfigError(f"hardware config {self.name!r}: dge is true, but NeuronCore-v{self.nc_version} has no "
+                              "hardware DGE to build for (NeuronCore-v3 and later)")
 
     # ---- derived quantities ------------------------------------------------------------
     @property
     def dma_bandwidth(self) -> float:
         """Achievable bandwidth of all DMA engines together (272 GB/s on trn1), shared by all queues."""
         return self.dma_engines * self.dma_engine_bandwidth
+
+    @property
+    def dma_issue_interval(self) -> float:
+        """Seconds between DMA transfer starts for this build: the DGE's per-instruction cost when built for it."""
+        return self.dma_issue_dge_s if self.dge else self.dma_issue_s
 
     def dma_packet_efficiency(self, run_bytes: float) -> float:
         """Share of an engine's time moving data when each packet of ``run_bytes`` costs a fixed

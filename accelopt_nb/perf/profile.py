@@ -283,7 +283,7 @@ def _class_inputs(trace: Trace, sched: Schedule, total: float, engine_time: dict
     return ClassInputs(total=total, tensor_busy=engine_time["tensor"],
                        vector_busy=engine_time[vec_engine], vector_overhead=over,
                        dma_active=dma_active * total, dma_transfers=len(shapes) + len(sched.spill_events),
-                       dma_issue=sched.hw.dma_issue_s,
+                       dma_issue=sched.hw.dma_issue_interval,
                        dma_small_share=small_bytes / nbytes if nbytes else 0.0, vector_tiny=tiny)
 
 
@@ -292,7 +292,7 @@ def _fixed_cost_note(trace: Trace, sched: Schedule, total: float) -> str:
     hw = sched.hw
     tiny = sum(1 for ins in trace.instructions if ins.engine != "dma" and ins.free_elems < hw.tiny_free_elems)
     dmas = len(sched.transfer)
-    issue = dmas * hw.dma_issue_s
+    issue = dmas * hw.dma_issue_interval
     return (f"fixed-cost-bound: {tiny} compute instructions under {hw.tiny_free_elems} elements per partition and "
             f"{dmas} DMA transfers ({issue * 1e3:.3g} ms of DMA issue slots) decide the latency; the compiler may fuse, "
             "interleave or merge such small work, so the code as written is a poor guide to what runs (see the "

@@ -25,7 +25,7 @@ Rules (documented in docs/perf_model.md):
 * Fixed overheads: tiny instructions (N < 128) pay ~100 cycles; an instruction that waits for
   a result (back-to-back dependent, or a semaphore wait on another engine) pays
   ``hw.dependent_overhead_cycles`` (documented ~100, fitted). A timer of the whole kernel adds its start/stop, ``hw.launch_overhead_s``; the DMA
-  engines start one transfer at a time, at most every ``hw.dma_issue_s`` (all queues together).
+  engines start one transfer at a time, at most every ``hw.dma_issue_interval`` (all queues together).
 * Spills from :func:`plan_memory` become DMA traffic on the spill queue: the save waits for the
   victim's last use and frees its space, the reload waits for space and delays the next use.
 """
@@ -288,7 +288,7 @@ def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) 
     share_sbuf = hw.vector_gpsimd_share_sbuf_port
     share_psum = hw.vector_scalar_share_psum
     latency = hw.dma_fixed_latency_s
-    issue = IssueSlots(hw.dma_issue_s)   # the DMA engines take transfers in turn (all queues together)
+    issue = IssueSlots(hw.dma_issue_interval)   # the DMA engines take transfers in turn (all queues together)
     transfers: dict[int, TransferShape] = {}
     rate_cache: dict = {}
     spill_events: list[SpillEvent] = []

@@ -102,7 +102,7 @@ class ClassInputs:
     vector_overhead: float           # fixed-overhead part of that engine's time
     dma_active: float                # time with at least one DMA moving data
     dma_transfers: int
-    dma_issue: float                 # the engines' interval between transfer starts (hw.dma_issue_s)
+    dma_issue: float                 # the engines' interval between transfer starts (hw.dma_issue_interval)
     dma_small_share: float           # share of DMA bytes moved in transfers under 512 B per partition
     vector_tiny: float = 0.0         # that engine's time on instructions under 128 elements per partition
 
