@@ -167,3 +167,10 @@ def test_ranking_rows_enter_the_variant_ranking_but_no_error_bar():
     assert {r["source"] for r in perf_fidelity.heldout_rows(rows, None, None)} == {"s-held-out"}
     pooled = perf_fidelity.uncertainty_from(rows, None, None)["hardware"]["trn2"]["pooled"]
     assert pooled["n"] == 3
+
+
+def test_a_trn2_estimate_says_which_build_it_priced():
+    trace = _case("exec_time").trace()
+    assert "trn2 model, --disable-dge build;" in estimate(trace, load_hw("trn2")).estimate_note
+    assert "trn2 model, DGE build;" in estimate(trace, load_hw("trn2", {"dge": True})).estimate_note
+    assert "build" not in estimate(trace, load_hw("trn1")).estimate_note        # NC-v2 has no DGE: one build

@@ -135,9 +135,9 @@ def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     return float(np.sum(block_end - s[idx]))
 
 
-def estimate_note(hw_name: str, uncertainty: LatencyUncertainty) -> str:
+def estimate_note(hw_name: str, uncertainty: LatencyUncertainty, build: str = "") -> str:
     """How every figure derived from a model latency is labelled for people and agents."""
-    return f"estimated ({hw_name} model; {uncertainty.describe()})"
+    return f"estimated ({hw_name} model{', ' + build if build else ''}; {uncertainty.describe()})"
 
 
 def note_of(profile: "Profile | Mapping[str, Any] | None") -> str | None:
@@ -264,7 +264,9 @@ def build_profile(trace: Trace, sched: Schedule) -> Profile:
         sbuf_peak_demand_bytes_per_partition=plan.peak_demand["sbuf"],
         psum_peak_demand_bytes_per_partition=plan.peak_demand["psum"],
         hbm_reload_elided_bytes=int(elided), model_error=unc.error_factor - 1,
-        estimate_note=estimate_note(hw.name, unc), uncertainty=unc,
+        # on hardware with a DGE the build decides the DMA issue cost (perf_model.md §2b): say which one was modelled
+        estimate_note=estimate_note(hw.name, unc, "" if hw.nc_version < 3 else
+                                    f"{'DGE' if hw.dge else '--disable-dge'} build"), uncertainty=unc,
         schedule=sched, trace=trace)
 
 
