@@ -277,14 +277,18 @@ def _nkibench_task(repo: Path, task: str, row: str) -> None:
     """Refuse a corpus row whose NKIBench task is unknown or absent from the checkout, naming it."""
     if task not in _NKIBENCH_PROBLEMS:
         raise ValueError(f"corpus row {row}: unknown NKIBench task {task!r} (one of {list(_NKIBENCH_PROBLEMS)})")
-    if not list((repo / "NKIBench" / "kernels").glob(f"{task}_*.py")):
-        raise ValueError(f"corpus row {row}: no NKIBench/kernels/{task}_*.py under {repo} (is it a checkout of "
-                         f"github.com/zhang677/AccelOpt?)")
+    try:
+        _nkibench_kernel(repo, task)
+    except ValueError as exc:
+        raise ValueError(f"corpus row {row}: {exc}") from None
 
 
 def _nkibench_kernel(repo: Path, problem: str) -> Path:
     files = [p for p in (repo / "NKIBench" / "kernels").glob(f"{problem}_*.py")
              if not any(p.name.startswith(q + "_") and len(q) > len(problem) for q in _NKIBENCH_PROBLEMS)]
+    if not files:
+        raise ValueError(f"no NKIBench/kernels/{problem}_*.py under {repo} (is it a checkout of "
+                         f"github.com/zhang677/AccelOpt?)")
     return sorted(files)[0]
 
 
