@@ -228,8 +228,10 @@ def test_a_dropped_connection_is_replaced(store, pg_url):
 # ------------------------------------------------------------ two searches writing one team database
 @pytest.mark.slow
 def test_two_concurrent_optimize_runs_share_one_database(tmp_path, pg_url):
-    """`accelopt optimize --store postgresql://...` twice at once (one fake model server): both runs land
-    in the database whole, with lineage, evaluations per hardware, plans and lessons."""
+    """`accelopt optimize --store postgresql://...` twice at once: both runs land in the database whole, with
+    lineage, evaluations per hardware, plans and lessons. Each run has its own fake model server: the fake hands
+    out plans in request order per kernel, so one shared fake would give a run both copies of one plan whenever
+    the two runs' requests interleave that way (a race, not a store fault)."""
     import os
     import subprocess
     import sys
@@ -239,10 +241,13 @@ def test_two_concurrent_optimize_runs_share_one_database(tmp_path, pg_url):
     from fakes.fake_openai_server import FakeOpenAIServer
 
     root = Path(__file__).resolve().parent.parent
-    model = FakeNKIModel(plans=["COLUMN BLOCKS OUTER: load each block of B once, not once per row block.",
-                                "HARMLESS: tidy the loop nest without changing it."],
-                         rewrites=[("COLUMN BLOCKS OUTER", matmul_column_outer), ("HARMLESS", harmless_variation)],
-                         lesson="**Load a reused operand once**\nPut the loop over its blocks outside the loop that reuses it.")
+
+    def model() -> FakeNKIModel:
+        return FakeNKIModel(plans=["COLUMN BLOCKS OUTER: load each block of B once, not once per row block.",
+                                   "HARMLESS: tidy the loop nest without changing it."],
+                            rewrites=[("COLUMN BLOCKS OUTER", matmul_column_outer), ("HARMLESS", harmless_variation)],
+                            lesson="**Load a reused operand once**\nPut the loop over its blocks outside the loop that "
+                                   "reuses it.")
     env = {**os.environ, "PYTHONPATH": str(root), "ACCELOPT_CACHE_DIR": str(tmp_path / "cache")}
 
     def optimize(url: str, who: str, *extra: str) -> list[str]:
@@ -251,9 +256,10 @@ def test_two_concurrent_optimize_runs_share_one_database(tmp_path, pg_url):
                 "--run-dir", str(tmp_path / who), "--store", pg_url, "--run-id", f"matmul-{who}",
                 "--no-progress", "--json", *extra]
 
-    with FakeOpenAIServer(models=["fake-nki"], responder=model.responder) as srv:
-        procs = [subprocess.Popen(optimize(srv.url, who), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for who in ("ann", "ben")]
+    with FakeOpenAIServer(models=["fake-nki"], responder=model().responder) as srv, \
+            FakeOpenAIServer(models=["fake-nki"], responder=model().responder) as other:
+        procs = [subprocess.Popen(optimize(url, who), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for url, who in ((srv.url, "ann"), (other.url, "ben"))]
         outs = [p.communicate(timeout=500) for p in procs]
         for p, (out, err) in zip(procs, outs):
             assert p.returncode == 0, err
