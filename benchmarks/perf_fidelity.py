@@ -371,11 +371,11 @@ def run_corpus(cases: list, configs: dict[str, dict[str, Any]], cache_dir: Path 
                    measured_ms=c.measured_ms, instructions=len(trace.instructions))
         prev = old.get((c.hw, c.family, c.variant))
         for name, hw in configs[c.hw].items():
-            if c.dge:       # the row's build: its DMA instructions are the DGE's (perf_model.md §2b)
-                hw = load_hw(hw, {"dge": True})
             if name == "before" and prev is not None and "before_ms" in prev:
                 row.update({k: prev[k] for k in ("before_ms", "before_ratio", "before_class")})
                 continue
+            if c.dge:       # the row's build: its DMA instructions are the DGE's (perf_model.md §2b)
+                hw = load_hw(hw, {"dge": True})
             prof = estimate(trace, hw)
             ms = prof.end_to_end_ms if TIMERS[c.timer] else prof.latency    # what the source's timer spans
             row[f"{name}_ms"] = ms

@@ -54,6 +54,10 @@ def test_bad_configs_are_named(tmp_path):
         load_hw("trn1", overrides={"dma_queues": 2.5})
     with pytest.raises(ConfigError, match="must be positive"):
         load_hw("trn1", overrides={"hbm_bandwidth": 0})
+    with pytest.raises(ConfigError, match="rename_full_overwrites must be one of none, tiles, all, got 'tile'"):
+        load_hw("trn2", overrides={"rename_full_overwrites": "tile"})
+    with pytest.raises(ConfigError, match="NeuronCore-v2 has no hardware DGE"):
+        load_hw("trn1", overrides={"dge": True})
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\n")
     with pytest.raises(ConfigError, match="missing key"):

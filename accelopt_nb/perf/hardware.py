@@ -23,6 +23,11 @@ from accelopt_nb.hwfiles import read_yaml as _read_yaml
 
 
 
+# rename_full_overwrites (schedule.py, perf_model.md §3d): no renaming; whole-tile overwrites; those and the first
+# whole write of a sequential-loop tile
+RENAME_MODES = ("none", "tiles", "all")
+
+
 @dataclass(frozen=True)
 class HWConfig:
     """Per-NeuronCore hardware numbers used by the timing model and the profile metrics."""
@@ -113,6 +118,9 @@ class HWConfig:
                   "profiler_hbm_bandwidth"):
             if not getattr(self, f) > 0:
                 raise ConfigError(f"hardware config {self.name!r}: {f} must be positive, got {getattr(self, f)!r}")
+        if self.rename_full_overwrites not in RENAME_MODES:
+            raise ConfigError(f"hardware config {self.name!r}: rename_full_overwrites must be one of "
+                              f"{', '.join(RENAME_MODES)}, got {self.rename_full_overwrites!r}")
         if self.dge and self.nc_version < 3:
             raise ConfigError(f"hardware config {self.name!r}: dge is true, but NeuronCore-v{self.nc_version} has no "
                               "hardware DGE to build for (NeuronCore-v3 and later)")

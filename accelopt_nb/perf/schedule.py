@@ -32,7 +32,6 @@ Rules (documented in docs/perf_model.md):
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -319,9 +318,7 @@ def schedule(trace: Trace, hw: HWConfig, analysis: TraceAnalysis | None = None) 
     # rename_full_overwrites (perf_model.md §3d): "tiles" — a write of a whole on-chip tile does not wait for the
     # readers of the value it replaces; "all" — nor does the first (whole) write of a tile allocated in a
     # sequential loop wait for its previous iteration's instance
-    rename = hw.rename_full_overwrites
-    if rename not in ("none", "tiles", "all"):
-        raise ValueError(f"rename_full_overwrites must be none, tiles or all, got {rename!r}")
+    rename = hw.rename_full_overwrites        # validated by HWConfig
     full_ow = analysis.full_overwrites if rename != "none" else None
     rename_alias = rename == "all"
     block_end: dict[tuple, float] = {}   # no_reorder block instance -> when its latest instruction finished
